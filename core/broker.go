@@ -1,0 +1,549 @@
+package core
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/junctionmq/junction/core/wildcard"
+)
+
+// Config configures a Broker. The zero value is a working broker with
+// DefaultSettings for every address.
+type Config struct {
+	// AddressSettings override DefaultSettings by address pattern.
+	AddressSettings []AddressSettings
+	// Authenticator checks clients' credentials; nil accepts everyone.
+	Authenticator Authenticator
+	// ExpiryScanInterval is how often queues are scanned for expired
+	// messages that no consumer is trying to receive. Zero means 1s;
+	// negative disables the scan.
+	ExpiryScanInterval time.Duration
+	// Logger for broker events (dead-lettered messages dropped and the
+	// like). The zero value logs nothing.
+	Logger zerolog.Logger
+}
+
+// Broker routes messages from producers to queues and from queues to
+// consumers. It is the only entry point of package core; front-ends reach
+// it through Sessions.
+type Broker struct {
+	cfg      Config
+	auth     Authenticator
+	settings *settingsTable
+	log      zerolog.Logger
+
+	mu        sync.RWMutex
+	addresses map[string]*address // guarded by mu
+	queues    map[string]*Queue   // guarded by mu
+	wildSubs  []*Queue            // guarded by mu: multicast queues bound to patterns
+	clientIDs map[string]*Session // guarded by mu
+	gen       uint64              // guarded by mu: bumps on every binding change
+	closed    bool                // guarded by mu
+
+	msgID    atomic.Uint64
+	tmpID    atomic.Uint64
+	routeGen atomic.Uint64 // mirrors gen for lock-free cache checks
+
+	done chan struct{}
+	wg   sync.WaitGroup
+	once sync.Once
+}
+
+// address is a named destination with the queues bound to it.
+type address struct {
+	name     string
+	settings Settings
+	auto     bool // created on first use
+
+	// Guarded by Broker.mu:
+	anycast   *Queue   // the queue of an anycast address (named as the address)
+	multicast []*Queue // subscriptions bound to exactly this address
+	isMulti   bool     // the address accepts multicast sends
+
+	routes atomic.Pointer[routeSet] // multicast routes incl. wildcard subscriptions
+
+	routed, unrouted atomic.Uint64
+}
+
+type routeSet struct {
+	gen    uint64
+	queues []*Queue
+}
+
+// New returns a running broker.
+func New(cfg Config) (*Broker, error) {
+	st, err := newSettingsTable(cfg.AddressSettings)
+	if err != nil {
+		return nil, err
+	}
+	b := &Broker{
+		cfg:       cfg,
+		auth:      cfg.Authenticator,
+		settings:  st,
+		log:       cfg.Logger,
+		addresses: make(map[string]*address),
+		queues:    make(map[string]*Queue),
+		clientIDs: make(map[string]*Session),
+		done:      make(chan struct{}),
+	}
+	if b.auth == nil {
+		b.auth = AllowAll{}
+	}
+	if iv := cfg.ExpiryScanInterval; iv >= 0 {
+		if iv == 0 {
+			iv = time.Second
+		}
+		b.wg.Add(1)
+		go b.expiryLoop(iv)
+	}
+	return b, nil
+}
+
+// Close stops the broker's background work. Sessions should be closed
+// first; Close is idempotent.
+func (b *Broker) Close() error {
+	b.once.Do(func() {
+		b.mu.Lock()
+		b.closed = true
+		for _, q := range b.queues {
+			q.mu.Lock()
+			if q.timer != nil {
+				q.timer.Stop()
+			}
+			q.mu.Unlock()
+		}
+		b.mu.Unlock()
+		close(b.done)
+	})
+	b.wg.Wait()
+	return nil
+}
+
+// Authenticate checks credentials with the configured Authenticator.
+func (b *Broker) Authenticate(ctx context.Context, login, passcode string) (string, error) {
+	return b.auth.Authenticate(ctx, login, passcode)
+}
+
+// SettingsFor returns the effective settings for an address.
+func (b *Broker) SettingsFor(addr string) Settings { return b.settings.resolve(addr) }
+
+func (b *Broker) expiryLoop(iv time.Duration) {
+	defer b.wg.Done()
+	t := time.NewTicker(iv)
+	defer t.Stop()
+	for {
+		select {
+		case <-b.done:
+			return
+		case now := <-t.C:
+			b.mu.RLock()
+			qs := make([]*Queue, 0, len(b.queues))
+			for _, q := range b.queues {
+				qs = append(qs, q)
+			}
+			b.mu.RUnlock()
+			for _, q := range qs {
+				q.expireScan(now)
+			}
+		}
+	}
+}
+
+// validAddress rejects empty names and wildcard patterns where a single
+// address is needed.
+func validAddress(name string) error {
+	if name == "" {
+		return fmt.Errorf("%w: empty address", ErrInvalidAddress)
+	}
+	if wildcard.IsPattern(name) {
+		return fmt.Errorf("%w: %q is a wildcard pattern", ErrInvalidAddress, name)
+	}
+	return nil
+}
+
+// CreateAddress creates an address accepting rt (Anycast creates its
+// queue too). Creating an existing address adds rt to it.
+func (b *Broker) CreateAddress(name string, rt RoutingType) error {
+	if err := validAddress(name); err != nil {
+		return err
+	}
+	if rt != Anycast && rt != Multicast {
+		return fmt.Errorf("%w: routing type %v", ErrInvalidAddress, rt)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return ErrClosed
+	}
+	a := b.addressLocked(name, false)
+	b.addRoutingLocked(a, rt)
+	return nil
+}
+
+// DeleteAddress deletes an address and its queues. It fails with
+// ErrSubscriptionInUse while any of them has consumers.
+func (b *Broker) DeleteAddress(name string) error {
+	b.mu.Lock()
+	a := b.addresses[name]
+	if a == nil {
+		b.mu.Unlock()
+		return ErrAddressNotFound
+	}
+	qs := append([]*Queue(nil), a.multicast...)
+	if a.anycast != nil {
+		qs = append(qs, a.anycast)
+	}
+	for _, q := range qs {
+		if q.stats.consumers.Load() > 0 {
+			b.mu.Unlock()
+			return fmt.Errorf("%w: queue %q", ErrSubscriptionInUse, q.name)
+		}
+	}
+	for _, q := range qs {
+		b.unbindLocked(q)
+	}
+	delete(b.addresses, name)
+	b.bumpLocked()
+	b.mu.Unlock()
+	for _, q := range qs {
+		q.mu.Lock()
+		q.deleteLocked()
+		q.mu.Unlock()
+	}
+	return nil
+}
+
+// DeleteQueue deletes a queue and its messages. It fails with
+// ErrSubscriptionInUse while the queue has consumers.
+func (b *Broker) DeleteQueue(name string) error {
+	b.mu.RLock()
+	q := b.queues[name]
+	b.mu.RUnlock()
+	if q == nil {
+		return ErrQueueNotFound
+	}
+	if q.stats.consumers.Load() > 0 {
+		return fmt.Errorf("%w: queue %q", ErrSubscriptionInUse, name)
+	}
+	b.deleteQueue(q)
+	return nil
+}
+
+func (b *Broker) deleteQueue(q *Queue) {
+	b.mu.Lock()
+	if b.queues[q.name] == q {
+		b.unbindLocked(q)
+		b.bumpLocked()
+	}
+	b.mu.Unlock()
+	q.mu.Lock()
+	q.deleteLocked()
+	q.mu.Unlock()
+}
+
+// Queue returns the queue with the given name, or nil.
+func (b *Broker) Queue(name string) *Queue {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	return b.queues[name]
+}
+
+// QueueStats returns a snapshot of every queue's counters.
+func (b *Broker) QueueStats() []QueueStats {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	out := make([]QueueStats, 0, len(b.queues))
+	for _, q := range b.queues {
+		out = append(out, q.Stats())
+	}
+	return out
+}
+
+// AddressStats is a snapshot of an address's counters.
+type AddressStats struct {
+	Name      string
+	Anycast   bool   // has an anycast queue
+	Multicast bool   // accepts multicast sends
+	Queues    int    // queues bound to it (anycast queue and subscriptions)
+	Routed    uint64 // messages sent to it that reached at least one queue
+	Unrouted  uint64 // messages sent to it that reached no queue
+}
+
+// AddressStats returns a snapshot of every address's counters.
+func (b *Broker) AddressStats() []AddressStats {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	out := make([]AddressStats, 0, len(b.addresses))
+	for _, a := range b.addresses {
+		n := len(a.multicast)
+		if a.anycast != nil {
+			n++
+		}
+		out = append(out, AddressStats{
+			Name: a.name, Anycast: a.anycast != nil, Multicast: a.isMulti,
+			Queues: n, Routed: a.routed.Load(), Unrouted: a.unrouted.Load(),
+		})
+	}
+	return out
+}
+
+func (b *Broker) bumpLocked() {
+	b.gen++
+	b.routeGen.Store(b.gen)
+}
+
+// addressLocked returns the address, creating it (with no routing type)
+// if needed.
+func (b *Broker) addressLocked(name string, auto bool) *address {
+	a := b.addresses[name]
+	if a == nil {
+		a = &address{name: name, settings: b.settings.resolve(name), auto: auto}
+		b.addresses[name] = a
+		b.bumpLocked()
+	}
+	return a
+}
+
+func (b *Broker) addRoutingLocked(a *address, rt RoutingType) {
+	switch rt {
+	case Anycast:
+		if a.anycast == nil {
+			q := b.newQueueLocked(a.name, a.name, Anycast, true, false, "")
+			a.anycast = q
+			b.bumpLocked()
+		}
+	case Multicast:
+		if !a.isMulti {
+			a.isMulti = true
+			b.bumpLocked()
+		}
+	}
+}
+
+func (b *Broker) newQueueLocked(name, addr string, rt RoutingType, durable, temporary bool, clientID string) *Queue {
+	q := &Queue{
+		b: b, name: name, address: addr, routing: rt,
+		durable: durable, temporary: temporary, clientID: clientID,
+		settings: b.settings.resolve(addr),
+	}
+	b.queues[name] = q
+	return q
+}
+
+// bindSubscriptionLocked binds a multicast queue to its address or pattern.
+func (b *Broker) bindSubscriptionLocked(q *Queue) {
+	if wildcard.IsPattern(q.address) {
+		b.wildSubs = append(b.wildSubs, q)
+	} else {
+		a := b.addressLocked(q.address, true)
+		b.addRoutingLocked(a, Multicast)
+		a.multicast = append(a.multicast, q)
+	}
+	b.bumpLocked()
+}
+
+func (b *Broker) unbindLocked(q *Queue) {
+	delete(b.queues, q.name)
+	if q.routing == Anycast {
+		if a := b.addresses[q.address]; a != nil && a.anycast == q {
+			a.anycast = nil
+		}
+		return
+	}
+	if wildcard.IsPattern(q.address) {
+		b.wildSubs = removeQueue(b.wildSubs, q)
+	} else if a := b.addresses[q.address]; a != nil {
+		a.multicast = removeQueue(a.multicast, q)
+	}
+}
+
+func removeQueue(qs []*Queue, q *Queue) []*Queue {
+	for i, x := range qs {
+		if x == q {
+			return append(qs[:i:i], qs[i+1:]...)
+		}
+	}
+	return qs
+}
+
+// multicastRoutes returns the subscriptions a multicast send to a
+// reaches, from a cache rebuilt when bindings change.
+func (b *Broker) multicastRoutes(a *address) []*Queue {
+	gen := b.routeGen.Load()
+	if rs := a.routes.Load(); rs != nil && rs.gen == gen {
+		return rs.queues
+	}
+	b.mu.RLock()
+	qs := append([]*Queue(nil), a.multicast...)
+	for _, q := range b.wildSubs {
+		if wildcard.Match(q.address, a.name) {
+			qs = append(qs, q)
+		}
+	}
+	gen = b.gen
+	b.mu.RUnlock()
+	a.routes.Store(&routeSet{gen: gen, queues: qs})
+	return qs
+}
+
+// resolve finds (or auto-creates) the address a message goes to and the
+// routing type it uses.
+func (b *Broker) resolve(m *Message) (*address, error) {
+	b.mu.RLock()
+	a := b.addresses[m.Address]
+	closed := b.closed
+	b.mu.RUnlock()
+	if closed {
+		return nil, ErrClosed
+	}
+	if a != nil && b.supports(a, m.RoutingType) {
+		if m.RoutingType == RoutingDefault {
+			m.RoutingType = b.defaultRouting(a)
+		}
+		return a, nil
+	}
+	s := b.settings.resolve(m.Address)
+	if !s.AutoCreate {
+		if a == nil {
+			return nil, fmt.Errorf("%w: %q", ErrAddressNotFound, m.Address)
+		}
+		return nil, fmt.Errorf("%w: %q does not accept %v", ErrRoutingMismatch, m.Address, m.RoutingType)
+	}
+	if m.RoutingType == RoutingDefault {
+		m.RoutingType = s.DefaultRoutingType
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return nil, ErrClosed
+	}
+	a = b.addressLocked(m.Address, true)
+	b.addRoutingLocked(a, m.RoutingType)
+	return a, nil
+}
+
+// supports reports whether a takes sends of rt without creating anything.
+func (b *Broker) supports(a *address, rt RoutingType) bool {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	switch rt {
+	case Anycast:
+		return a.anycast != nil
+	case Multicast:
+		return a.isMulti
+	}
+	return a.anycast != nil || a.isMulti
+}
+
+func (b *Broker) defaultRouting(a *address) RoutingType {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	switch {
+	case a.anycast != nil && a.isMulti:
+		return a.settings.DefaultRoutingType
+	case a.anycast != nil:
+		return Anycast
+	}
+	return Multicast
+}
+
+// prepare validates m and fills in what the broker owns.
+func (b *Broker) prepare(m *Message, user string, now time.Time) error {
+	if err := validAddress(m.Address); err != nil {
+		return err
+	}
+	if m.Priority > MaxPriority {
+		return fmt.Errorf("%w: priority %d above %d", ErrInvalidMessage, m.Priority, MaxPriority)
+	}
+	if err := ValidateProperties(m.Properties); err != nil {
+		return err
+	}
+	m.ID = b.msgID.Add(1)
+	if m.Timestamp.IsZero() {
+		m.Timestamp = now
+	}
+	m.UserID = user
+	return nil
+}
+
+// route hands a prepared message to the queues of its address.
+func (b *Broker) route(m *Message, now time.Time) error {
+	a, err := b.resolve(m)
+	if err != nil {
+		return err
+	}
+	b.deliver(a, m, now)
+	return nil
+}
+
+// deliver enqueues m on the queues of a resolved address.
+func (b *Broker) deliver(a *address, m *Message, now time.Time) {
+	if m.RoutingType == Anycast {
+		b.mu.RLock()
+		q := a.anycast
+		b.mu.RUnlock()
+		if q == nil {
+			a.unrouted.Add(1)
+			return
+		}
+		a.routed.Add(1)
+		q.enqueue(m, now)
+		return
+	}
+	qs := b.multicastRoutes(a)
+	if len(qs) == 0 {
+		a.unrouted.Add(1)
+		return
+	}
+	a.routed.Add(1)
+	for _, q := range qs {
+		q.enqueue(m, now)
+	}
+}
+
+// carryOut moves messages that left a queue unacked to the expiry or
+// dead-letter address of that queue. Called without any queue lock.
+func (b *Broker) carryOut(moves []move) {
+	for _, mv := range moves {
+		q := mv.r.q
+		target := q.settings.DeadLetterAddress
+		counter := &q.stats.deadLettered
+		if mv.reason == moveExpired {
+			target = q.settings.ExpiryAddress
+			counter = &q.stats.expired
+		}
+		counter.Add(1)
+		q.stats.depth.Add(-1)
+		m := mv.r.msg
+		if target == "" || target == q.address {
+			b.log.Warn().Str("queue", q.name).Uint64("message", m.ID).Str("reason", mv.reason.String()).
+				Msg("message dropped: no dead-letter or expiry address to move it to")
+			continue
+		}
+		c := m.copyFor(target, map[string]any{
+			PropOriginalAddress: m.Address,
+			PropOriginalQueue:   q.name,
+			PropOriginalID:      int64(m.ID),
+			PropReason:          mv.reason.String(),
+		})
+		now := time.Now()
+		if err := b.prepare(c, m.UserID, now); err == nil {
+			err = b.route(c, now)
+			if err != nil {
+				b.log.Warn().Err(err).Str("queue", q.name).Str("target", target).Uint64("message", m.ID).
+					Msg("message dropped: moving it failed")
+			}
+		}
+	}
+}
+
+// tempQueueName names a non-durable subscription's queue.
+func (b *Broker) tempQueueName(addr string) string {
+	return addr + "/" + strconv.FormatUint(b.tmpID.Add(1), 10)
+}

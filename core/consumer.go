@@ -1,0 +1,298 @@
+package core
+
+import (
+	"sort"
+	"time"
+)
+
+// Delivery is one message handed to a consumer. It is passed by value;
+// the Message is shared and must not be changed.
+type Delivery struct {
+	// ID identifies the delivery for Ack, Release and Reject. IDs grow by
+	// one per delivery of a consumer.
+	ID uint64
+	// Message delivered.
+	Message *Message
+	// DeliveryCount is the number of earlier failed attempts to deliver
+	// this message from this queue (AMQP's delivery-count; JMS's
+	// JMSXDeliveryCount is DeliveryCount+1).
+	DeliveryCount uint32
+	// Consumer the message was delivered to.
+	Consumer *Consumer
+}
+
+// Redelivered reports whether an earlier delivery of the message failed.
+func (d Delivery) Redelivered() bool { return d.DeliveryCount > 0 }
+
+// Handler receives deliveries. It is called with the queue's lock held,
+// so that a consumer sees messages in queue order: it must not block and
+// must not call back into the broker (hand the delivery to the
+// connection's writer and return).
+type Handler func(Delivery)
+
+// Consumer receives messages from one queue within its credit. Its
+// methods may be called from any goroutine.
+//
+// Credit is the number of further messages the consumer may be sent. It
+// only grows through [Consumer.Flow]: acks do not restore it, so a
+// front-end decides when to grant more (STOMP on ack, AMQP by flow
+// frames, MQTT by its receive maximum).
+type Consumer struct {
+	q         *Queue
+	s         *Session
+	handler   Handler
+	exclusive bool
+
+	// Guarded by q.mu:
+	credit   int
+	nextID   uint64
+	inflight []slot // by ascending delivery id; r is nil once settled
+	live     int    // entries of inflight not yet settled
+	closed   bool
+}
+
+// Queue returns the queue the consumer reads.
+func (c *Consumer) Queue() *Queue { return c.q }
+
+// Flow grants n more credit (n > 0) and dispatches what it allows.
+func (c *Consumer) Flow(n int) {
+	if n <= 0 {
+		return
+	}
+	q := c.q
+	var moves []move
+	q.mu.Lock()
+	if !c.closed {
+		if c.credit == 0 {
+			q.withCred++
+		}
+		c.credit += n
+		moves = q.dispatchLocked(time.Now(), moves)
+	}
+	q.mu.Unlock()
+	q.b.carryOut(moves)
+}
+
+// SetCredit sets the consumer's credit to n (n >= 0) and dispatches, for
+// protocols that state credit absolutely (AMQP link credit).
+func (c *Consumer) SetCredit(n int) {
+	q := c.q
+	var moves []move
+	q.mu.Lock()
+	if !c.closed && n >= 0 {
+		if c.credit == 0 && n > 0 {
+			q.withCred++
+		} else if c.credit > 0 && n == 0 {
+			q.withCred--
+		}
+		c.credit = n
+		moves = q.dispatchLocked(time.Now(), moves)
+	}
+	q.mu.Unlock()
+	q.b.carryOut(moves)
+}
+
+// Credit returns the consumer's remaining credit.
+func (c *Consumer) Credit() int {
+	c.q.mu.Lock()
+	defer c.q.mu.Unlock()
+	return c.credit
+}
+
+// slot is one delivery in a consumer's in-flight list.
+type slot struct {
+	id uint64
+	r  *ref
+}
+
+// takeLocked removes delivery id from the in-flight list.
+func (c *Consumer) takeLocked(id uint64) *ref {
+	i := sort.Search(len(c.inflight), func(i int) bool { return c.inflight[i].id >= id })
+	if i == len(c.inflight) || c.inflight[i].id != id || c.inflight[i].r == nil {
+		return nil
+	}
+	r := c.inflight[i].r
+	c.inflight[i].r = nil
+	c.live--
+	c.compactLocked()
+	return r
+}
+
+// compactLocked drops settled entries at the front, and squeezes out the
+// rest once they are half the list, keeping the list bounded by what is
+// really in flight.
+func (c *Consumer) compactLocked() {
+	i := 0
+	for i < len(c.inflight) && c.inflight[i].r == nil {
+		i++
+	}
+	if i == len(c.inflight) {
+		c.inflight = c.inflight[:0]
+		return
+	}
+	if i > 0 {
+		n := copy(c.inflight, c.inflight[i:])
+		clear(c.inflight[n:])
+		c.inflight = c.inflight[:n]
+	}
+	if len(c.inflight) > 32 && c.live < len(c.inflight)/2 {
+		n := 0
+		for _, e := range c.inflight {
+			if e.r != nil {
+				c.inflight[n] = e
+				n++
+			}
+		}
+		clear(c.inflight[n:])
+		c.inflight = c.inflight[:n]
+	}
+}
+
+// Ack consumes delivery id for good.
+func (c *Consumer) Ack(id uint64) error {
+	q := c.q
+	q.mu.Lock()
+	r := c.takeLocked(id)
+	if r == nil {
+		q.mu.Unlock()
+		return ErrUnknownDelivery
+	}
+	q.ackedLocked(r)
+	q.mu.Unlock()
+	return nil
+}
+
+// AckUpTo acks every in-flight delivery with an ID up to and including
+// id (STOMP's cumulative "client" mode) and returns how many it acked.
+func (c *Consumer) AckUpTo(id uint64) (int, error) {
+	q := c.q
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	refs := c.takeUpToLocked(id)
+	for _, r := range refs {
+		q.ackedLocked(r)
+	}
+	if len(refs) == 0 {
+		return 0, ErrUnknownDelivery
+	}
+	return len(refs), nil
+}
+
+func (c *Consumer) takeUpToLocked(id uint64) []*ref {
+	var refs []*ref
+	n := 0
+	for n < len(c.inflight) && c.inflight[n].id <= id {
+		if r := c.inflight[n].r; r != nil {
+			refs = append(refs, r)
+			c.live--
+		}
+		n++
+	}
+	if n > 0 {
+		k := copy(c.inflight, c.inflight[n:])
+		clear(c.inflight[k:])
+		c.inflight = c.inflight[:k]
+	}
+	return refs
+}
+
+// Release gives delivery id back to the queue for another consumer. With
+// failed set the attempt counts toward the address's max delivery
+// attempts and redelivery delay (AMQP modified with delivery-failed,
+// STOMP NACK); without, it does not (AMQP released).
+func (c *Consumer) Release(id uint64, failed bool) error {
+	q := c.q
+	var moves []move
+	now := time.Now()
+	q.mu.Lock()
+	r := c.takeLocked(id)
+	if r == nil {
+		q.mu.Unlock()
+		return ErrUnknownDelivery
+	}
+	moves = q.returnLocked(r, failed, now, moves)
+	moves = q.dispatchLocked(now, moves)
+	q.mu.Unlock()
+	q.b.carryOut(moves)
+	return nil
+}
+
+// Reject sends delivery id to the dead-letter address at once.
+func (c *Consumer) Reject(id uint64) error {
+	q := c.q
+	q.mu.Lock()
+	r := c.takeLocked(id)
+	if r == nil {
+		q.mu.Unlock()
+		return ErrUnknownDelivery
+	}
+	r.consumer = nil
+	q.stats.inflight.Add(-1)
+	q.mu.Unlock()
+	q.b.carryOut([]move{{r, moveRejected}})
+	return nil
+}
+
+// Close detaches the consumer. Its unacked messages go back to the queue
+// in order, each counted as a failed attempt (it may have been
+// processed). Close is idempotent.
+func (c *Consumer) Close() {
+	c.s.forget(c)
+	c.close(true)
+}
+
+func (c *Consumer) close(countFailure bool) {
+	q := c.q
+	var moves []move
+	now := time.Now()
+	q.mu.Lock()
+	if c.closed {
+		q.mu.Unlock()
+		return
+	}
+	c.closed = true
+	if c.credit > 0 {
+		q.withCred--
+	}
+	c.credit = 0
+	for i, x := range q.consumers {
+		if x == c {
+			q.consumers = append(q.consumers[:i], q.consumers[i+1:]...)
+			break
+		}
+	}
+	q.stats.consumers.Add(-1)
+	if q.rr >= len(q.consumers) {
+		q.rr = 0
+	}
+	if q.exclusive == c {
+		q.exclusive = nil
+		for _, x := range q.consumers {
+			if x.exclusive {
+				q.exclusive = x
+				break
+			}
+		}
+	}
+	for g, owner := range q.groups {
+		if owner == c {
+			delete(q.groups, g) // reassigned on the group's next message
+		}
+	}
+	// Return in reverse so that each insert lands in front of the later ones.
+	for i := len(c.inflight) - 1; i >= 0; i-- {
+		if r := c.inflight[i].r; r != nil {
+			moves = q.returnLocked(r, countFailure, now, moves)
+		}
+	}
+	c.inflight, c.live = nil, 0
+	drop := q.temporary && len(q.consumers) == 0
+	if !drop {
+		moves = q.dispatchLocked(now, moves)
+	}
+	q.mu.Unlock()
+	q.b.carryOut(moves)
+	if drop {
+		q.b.deleteQueue(q)
+	}
+}

@@ -1,0 +1,22 @@
+package core
+
+import "errors"
+
+// Errors returned by the broker. Front-ends map them to their protocol's
+// error (STOMP ERROR, AMQP condition, MQTT reason code).
+var (
+	ErrClosed            = errors.New("core: broker closed")
+	ErrSessionClosed     = errors.New("core: session closed")
+	ErrInvalidMessage    = errors.New("core: invalid message")
+	ErrInvalidAddress    = errors.New("core: invalid address")
+	ErrAddressNotFound   = errors.New("core: address does not exist")
+	ErrQueueNotFound     = errors.New("core: queue does not exist")
+	ErrQueueExists       = errors.New("core: queue already exists")
+	ErrRoutingMismatch   = errors.New("core: routing type not supported by address")
+	ErrUnknownDelivery   = errors.New("core: unknown delivery")
+	ErrConsumerClosed    = errors.New("core: consumer closed")
+	ErrTxClosed          = errors.New("core: transaction already ended")
+	ErrSubscriptionInUse = errors.New("core: durable subscription has an active consumer")
+	ErrClientIDRequired  = errors.New("core: durable subscription needs a client id")
+	ErrAuthFailed        = errors.New("core: authentication failed")
+)

@@ -1,0 +1,145 @@
+package core
+
+import (
+	"fmt"
+	"time"
+)
+
+// RoutingType says how an address hands a message to its queues.
+type RoutingType uint8
+
+const (
+	// RoutingDefault means "whatever the address settings say" on a send,
+	// and is never stored on an address.
+	RoutingDefault RoutingType = iota
+	// Anycast delivers each message to one consumer of the address's queue
+	// (point-to-point; competing consumers).
+	Anycast
+	// Multicast delivers each message to every subscription of the address
+	// (publish/subscribe).
+	Multicast
+)
+
+// String returns "anycast", "multicast" or "default".
+func (r RoutingType) String() string {
+	switch r {
+	case Anycast:
+		return "anycast"
+	case Multicast:
+		return "multicast"
+	}
+	return "default"
+}
+
+// ParseRoutingType parses "anycast" or "multicast" (and "" as RoutingDefault).
+func ParseRoutingType(s string) (RoutingType, error) {
+	switch s {
+	case "anycast", "ANYCAST":
+		return Anycast, nil
+	case "multicast", "MULTICAST":
+		return Multicast, nil
+	case "":
+		return RoutingDefault, nil
+	}
+	return RoutingDefault, fmt.Errorf("core: unknown routing type %q", s)
+}
+
+// DefaultPriority is the priority of a message that does not ask for one,
+// as in JMS.
+const DefaultPriority = 4
+
+// MaxPriority is the highest priority; 0 is the lowest.
+const MaxPriority = 9
+
+// Message is the protocol-neutral message. A front-end fills it once from
+// its frame and hands it to [Session.Send]; from then on it is immutable and
+// shared: a multicast message is referenced by every subscription that
+// receives it, never copied, so neither core nor a front-end may change a
+// sent Message or its Body or Properties.
+//
+// The per-queue delivery state (delivery count, redelivered flag) lives on
+// the queue's reference to the message and is reported in [Delivery].
+type Message struct {
+	// ID is assigned by the broker on Send; zero before.
+	ID uint64
+	// Address the message was sent to (no protocol prefix).
+	Address string
+	// RoutingType chosen by the sender; RoutingDefault lets the address
+	// settings decide. Set to the effective type on Send.
+	RoutingType RoutingType
+	// Durable messages survive a restart when they reach a durable queue.
+	Durable bool
+	// Priority from 0 (lowest) to 9; higher priorities are delivered first.
+	Priority uint8
+	// Timestamp is when the message was sent; the broker sets it on Send
+	// when zero.
+	Timestamp time.Time
+	// Expiration is the instant after which the message is not delivered
+	// but moved to the expiry address; zero means never.
+	Expiration time.Time
+	// DeliveryTime, when in the future, holds the message back until then
+	// (scheduled delivery).
+	DeliveryTime time.Time
+	// Properties are application properties. Values are string, int64,
+	// float64, bool, []byte or nil; see [ValidateProperties].
+	Properties map[string]any
+	// Body is the payload, owned by the message once sent.
+	Body []byte
+	// ContentType is a MIME type such as "text/plain".
+	ContentType string
+	// CorrelationID, ReplyTo and GroupID carry the request/reply and
+	// message-group metadata every protocol has.
+	CorrelationID string
+	ReplyTo       string
+	GroupID       string
+	// UserID is the authenticated user that sent the message; set by the
+	// session, not trusted from the client.
+	UserID string
+}
+
+// ValidateProperties checks that every property value has one of the
+// types core carries: string, int64, float64, bool, []byte or nil.
+func ValidateProperties(p map[string]any) error {
+	for k, v := range p {
+		switch v.(type) {
+		case string, int64, float64, bool, []byte, nil:
+		default:
+			return fmt.Errorf("%w: property %q has type %T", ErrInvalidMessage, k, v)
+		}
+	}
+	return nil
+}
+
+// Expired reports whether m has an expiration at or before now.
+func (m *Message) Expired(now time.Time) bool {
+	return !m.Expiration.IsZero() && !now.Before(m.Expiration)
+}
+
+// copyFor returns a shallow copy of m sent to address, for moving a
+// message to a dead-letter or expiry address. Properties are copied so
+// that the added ones do not touch the original; the body is shared.
+func (m *Message) copyFor(address string, extra map[string]any) *Message {
+	c := *m
+	c.ID = 0
+	c.Address = address
+	c.RoutingType = Anycast
+	c.Expiration = time.Time{}
+	c.DeliveryTime = time.Time{}
+	c.Properties = make(map[string]any, len(m.Properties)+len(extra))
+	for k, v := range m.Properties {
+		c.Properties[k] = v
+	}
+	for k, v := range extra {
+		c.Properties[k] = v
+	}
+	return &c
+}
+
+// Properties added to a message moved to a dead-letter or expiry address;
+// the names are those ActiveMQ Artemis uses, so tools written for it work.
+const (
+	PropOriginalAddress = "_AMQ_ORIG_ADDRESS"
+	PropOriginalQueue   = "_AMQ_ORIG_QUEUE"
+	PropOriginalID      = "_AMQ_ORIG_MESSAGE_ID"
+	PropReason          = "_JUNCTION_REASON"
+)

@@ -1,0 +1,409 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/junctionmq/junction/core/wildcard"
+)
+
+// ErrClientIDInUse is returned by NewSession when another session holds
+// the client id.
+var ErrClientIDInUse = errors.New("core: client id already connected")
+
+// SessionOptions describe a connection's identity.
+type SessionOptions struct {
+	// User is the authenticated user; it is stamped on every message sent.
+	User string
+	// ClientID names the client for durable subscriptions. At most one
+	// session holds a client id at a time; empty means none.
+	ClientID string
+}
+
+// Session groups a connection's consumers and transactions. Closing it
+// closes them: unacked deliveries return to their queues and open
+// transactions roll back.
+type Session struct {
+	b    *Broker
+	opts SessionOptions
+
+	mu        sync.Mutex
+	consumers map[*Consumer]struct{} // guarded by mu
+	txs       map[*Tx]struct{}       // guarded by mu
+	closed    bool                   // guarded by mu
+}
+
+// NewSession opens a session.
+func (b *Broker) NewSession(opts SessionOptions) (*Session, error) {
+	s := &Session{b: b, opts: opts, consumers: make(map[*Consumer]struct{}), txs: make(map[*Tx]struct{})}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return nil, ErrClosed
+	}
+	if opts.ClientID != "" {
+		if _, taken := b.clientIDs[opts.ClientID]; taken {
+			return nil, fmt.Errorf("%w: %q", ErrClientIDInUse, opts.ClientID)
+		}
+		b.clientIDs[opts.ClientID] = s
+	}
+	return s, nil
+}
+
+// User returns the session's user.
+func (s *Session) User() string { return s.opts.User }
+
+// ClientID returns the session's client id.
+func (s *Session) ClientID() string { return s.opts.ClientID }
+
+// Send routes m to the queues of its address (auto-creating it when the
+// address settings allow). It returns once the message is on every
+// queue. m must not be changed afterwards.
+func (s *Session) Send(ctx context.Context, m *Message) error {
+	if err := s.check(); err != nil {
+		return err
+	}
+	now := time.Now()
+	if err := s.b.prepare(m, s.opts.User, now); err != nil {
+		return err
+	}
+	return s.b.route(m, now)
+}
+
+func (s *Session) check() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return ErrSessionClosed
+	}
+	return nil
+}
+
+// ConsumerOptions say what a consumer reads and how.
+type ConsumerOptions struct {
+	// Address to consume from. For Anycast it names the address whose
+	// queue is read; for Multicast it may be a wildcard pattern.
+	Address string
+	// RoutingType: Anycast reads the address's queue (competing
+	// consumers); Multicast creates or attaches a subscription.
+	// RoutingDefault follows the address settings.
+	RoutingType RoutingType
+	// SubscriptionName makes a multicast subscription durable: its queue,
+	// named ClientID.SubscriptionName, keeps messages while no consumer is
+	// attached, until [Session.Unsubscribe]. Needs a session ClientID.
+	SubscriptionName string
+	// Queue, when set, reads that existing queue directly (for example
+	// DLQ or a durable subscription) and Address is ignored.
+	Queue string
+	// Credit is the initial credit (prefetch window); 0 means none until
+	// Flow is called.
+	Credit int
+	// Exclusive asks for all messages of the queue while this consumer is
+	// attached; other consumers stand by.
+	Exclusive bool
+	// Handler receives deliveries; required.
+	Handler Handler
+}
+
+// Subscribe attaches a consumer.
+func (s *Session) Subscribe(o ConsumerOptions) (*Consumer, error) {
+	if o.Handler == nil {
+		return nil, errors.New("core: consumer needs a handler")
+	}
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	q, err := s.queueFor(o)
+	if err != nil {
+		return nil, err
+	}
+	c := &Consumer{q: q, s: s, handler: o.Handler, exclusive: o.Exclusive}
+	q.mu.Lock()
+	if q.deleted {
+		q.mu.Unlock()
+		return nil, fmt.Errorf("%w: %q", ErrQueueNotFound, q.name)
+	}
+	if q.temporary || q.clientID != "" {
+		// A subscription has one consumer at a time.
+		if len(q.consumers) > 0 {
+			q.mu.Unlock()
+			return nil, fmt.Errorf("%w: %q", ErrSubscriptionInUse, q.name)
+		}
+	}
+	q.consumers = append(q.consumers, c)
+	q.stats.consumers.Add(1)
+	if o.Exclusive && q.exclusive == nil {
+		q.exclusive = c
+	}
+	q.mu.Unlock()
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		c.close(false)
+		return nil, ErrSessionClosed
+	}
+	s.consumers[c] = struct{}{}
+	s.mu.Unlock()
+	if o.Credit > 0 {
+		c.Flow(o.Credit)
+	}
+	return c, nil
+}
+
+// queueFor finds or creates the queue a consumer reads.
+func (s *Session) queueFor(o ConsumerOptions) (*Queue, error) {
+	b := s.b
+	if o.Queue != "" {
+		if q := b.Queue(o.Queue); q != nil {
+			return q, nil
+		}
+		return nil, fmt.Errorf("%w: %q", ErrQueueNotFound, o.Queue)
+	}
+	if err := wildcard.Validate(o.Address); err != nil {
+		return nil, fmt.Errorf("%w: %q", ErrInvalidAddress, o.Address)
+	}
+	rt := o.RoutingType
+	if rt == RoutingDefault {
+		rt = b.settings.resolve(o.Address).DefaultRoutingType
+	}
+	pattern := wildcard.IsPattern(o.Address)
+	settings := b.settings.resolve(o.Address)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return nil, ErrClosed
+	}
+	if rt == Anycast {
+		if pattern {
+			return nil, fmt.Errorf("%w: wildcards are for multicast subscriptions, not queues: %q", ErrInvalidAddress, o.Address)
+		}
+		a := b.addresses[o.Address]
+		if a == nil || a.anycast == nil {
+			if !settings.AutoCreate {
+				return nil, fmt.Errorf("%w: %q", ErrQueueNotFound, o.Address)
+			}
+			a = b.addressLocked(o.Address, true)
+			b.addRoutingLocked(a, Anycast)
+		}
+		return a.anycast, nil
+	}
+	if !pattern {
+		a := b.addresses[o.Address]
+		if a == nil || !a.isMulti {
+			if !settings.AutoCreate {
+				return nil, fmt.Errorf("%w: %q", ErrAddressNotFound, o.Address)
+			}
+		}
+	}
+	if o.SubscriptionName == "" {
+		q := b.newQueueLocked(b.tempQueueName(o.Address), o.Address, Multicast, false, true, "")
+		b.bindSubscriptionLocked(q)
+		return q, nil
+	}
+	if s.opts.ClientID == "" {
+		return nil, ErrClientIDRequired
+	}
+	name := durableName(s.opts.ClientID, o.SubscriptionName)
+	if q := b.queues[name]; q != nil {
+		if q.address == o.Address {
+			return q, nil
+		}
+		// Subscribing again under the same name to another topic replaces
+		// the subscription, as JMS specifies.
+		if q.stats.consumers.Load() > 0 {
+			return nil, fmt.Errorf("%w: %q", ErrSubscriptionInUse, name)
+		}
+		b.unbindLocked(q)
+		q.mu.Lock()
+		q.deleteLocked()
+		q.mu.Unlock()
+	}
+	q := b.newQueueLocked(name, o.Address, Multicast, true, false, s.opts.ClientID)
+	b.bindSubscriptionLocked(q)
+	return q, nil
+}
+
+func durableName(clientID, sub string) string { return clientID + "." + sub }
+
+// Unsubscribe deletes the session's durable subscription name and its
+// messages.
+func (s *Session) Unsubscribe(name string) error {
+	if s.opts.ClientID == "" {
+		return ErrClientIDRequired
+	}
+	return s.b.DeleteQueue(durableName(s.opts.ClientID, name))
+}
+
+func (s *Session) forget(c *Consumer) {
+	s.mu.Lock()
+	delete(s.consumers, c)
+	s.mu.Unlock()
+}
+
+// Close closes the session's consumers (their unacked messages return
+// to their queues) and rolls back its open transactions. Idempotent.
+func (s *Session) Close() {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return
+	}
+	s.closed = true
+	txs := s.txs
+	cs := s.consumers
+	s.txs, s.consumers = nil, nil
+	s.mu.Unlock()
+	for tx := range txs {
+		tx.rollback()
+	}
+	for c := range cs {
+		c.close(true)
+	}
+	if s.opts.ClientID != "" {
+		s.b.mu.Lock()
+		if s.b.clientIDs[s.opts.ClientID] == s {
+			delete(s.b.clientIDs, s.opts.ClientID)
+		}
+		s.b.mu.Unlock()
+	}
+}
+
+// Tx is a local transaction: sends and acks that take effect together on
+// Commit or not at all on Rollback. A Tx is used by one goroutine.
+type Tx struct {
+	s     *Session
+	sends []*Message
+	acks  []*ref
+	done  bool
+}
+
+// Begin starts a transaction.
+func (s *Session) Begin() (*Tx, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, ErrSessionClosed
+	}
+	tx := &Tx{s: s}
+	s.txs[tx] = struct{}{}
+	return tx, nil
+}
+
+// Send adds m to the transaction; it is routed on Commit.
+func (t *Tx) Send(m *Message) error {
+	if t.done {
+		return ErrTxClosed
+	}
+	if err := validAddress(m.Address); err != nil {
+		return err
+	}
+	if err := ValidateProperties(m.Properties); err != nil {
+		return err
+	}
+	t.sends = append(t.sends, m)
+	return nil
+}
+
+// Ack acks delivery id of c within the transaction. The delivery leaves
+// the consumer's in-flight list now; it is consumed on Commit and
+// redelivered on Rollback.
+func (t *Tx) Ack(c *Consumer, id uint64) error {
+	if t.done {
+		return ErrTxClosed
+	}
+	q := c.q
+	q.mu.Lock()
+	r := c.takeLocked(id)
+	q.mu.Unlock()
+	if r == nil {
+		return ErrUnknownDelivery
+	}
+	t.acks = append(t.acks, r)
+	return nil
+}
+
+// AckUpTo acks, within the transaction, every in-flight delivery of c up
+// to and including id, and returns how many.
+func (t *Tx) AckUpTo(c *Consumer, id uint64) (int, error) {
+	if t.done {
+		return 0, ErrTxClosed
+	}
+	q := c.q
+	q.mu.Lock()
+	refs := c.takeUpToLocked(id)
+	q.mu.Unlock()
+	if len(refs) == 0 {
+		return 0, ErrUnknownDelivery
+	}
+	t.acks = append(t.acks, refs...)
+	return len(refs), nil
+}
+
+// Commit routes the transaction's messages and consumes its acked ones.
+// Every message is checked and its address resolved first; if any fails
+// nothing is sent, the acks are rolled back and the error returned.
+func (t *Tx) Commit(ctx context.Context) error {
+	if t.done {
+		return ErrTxClosed
+	}
+	t.end()
+	b := t.s.b
+	now := time.Now()
+	addrs := make([]*address, len(t.sends))
+	for i, m := range t.sends {
+		err := b.prepare(m, t.s.opts.User, now)
+		if err == nil {
+			addrs[i], err = b.resolve(m)
+		}
+		if err != nil {
+			t.rollback()
+			return fmt.Errorf("core: transaction rolled back: %w", err)
+		}
+	}
+	for i, m := range t.sends {
+		b.deliver(addrs[i], m, now)
+	}
+	for _, r := range t.acks {
+		q := r.q
+		q.mu.Lock()
+		q.ackedLocked(r)
+		q.mu.Unlock()
+	}
+	t.sends, t.acks = nil, nil
+	return nil
+}
+
+// Rollback drops the transaction's messages and returns its acked ones
+// to their queues as failed deliveries, to be redelivered.
+func (t *Tx) Rollback() error {
+	if t.done {
+		return ErrTxClosed
+	}
+	t.end()
+	t.rollback()
+	return nil
+}
+
+func (t *Tx) end() {
+	t.done = true
+	t.s.mu.Lock()
+	delete(t.s.txs, t)
+	t.s.mu.Unlock()
+}
+
+func (t *Tx) rollback() {
+	now := time.Now()
+	for _, r := range t.acks {
+		q := r.q
+		var moves []move
+		q.mu.Lock()
+		moves = q.returnLocked(r, true, now, moves)
+		moves = q.dispatchLocked(now, moves)
+		q.mu.Unlock()
+		q.b.carryOut(moves)
+	}
+	t.sends, t.acks = nil, nil
+}

@@ -1,0 +1,168 @@
+package core
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/junctionmq/junction/core/wildcard"
+)
+
+// Settings are the effective per-address policies, resolved from the
+// AddressSettings whose patterns match the address.
+type Settings struct {
+	// DeadLetterAddress receives messages rejected, or released more than
+	// MaxDeliveryAttempts times. Empty drops them (counted).
+	DeadLetterAddress string
+	// ExpiryAddress receives expired messages. Empty drops them (counted).
+	ExpiryAddress string
+	// MaxDeliveryAttempts before a message is dead-lettered; 0 = no limit.
+	MaxDeliveryAttempts int
+	// RedeliveryDelay before a failed delivery is tried again; it grows by
+	// RedeliveryMultiplier per attempt up to MaxRedeliveryDelay.
+	RedeliveryDelay      time.Duration
+	RedeliveryMultiplier float64
+	MaxRedeliveryDelay   time.Duration
+	// AutoCreate addresses and queues on first use.
+	AutoCreate bool
+	// DefaultRoutingType for addresses auto-created by a send that does
+	// not say.
+	DefaultRoutingType RoutingType
+}
+
+// DefaultSettings is the table every address starts from:
+//
+//	dead-letter-address    DLQ
+//	expiry-address         ExpiryQueue
+//	max-delivery-attempts  10
+//	redelivery-delay       0 (multiplier 1, max delay 0 = 10 × delay)
+//	auto-create            true
+//	default-routing-type   anycast
+func DefaultSettings() Settings {
+	return Settings{
+		DeadLetterAddress:    "DLQ",
+		ExpiryAddress:        "ExpiryQueue",
+		MaxDeliveryAttempts:  10,
+		RedeliveryMultiplier: 1,
+		AutoCreate:           true,
+		DefaultRoutingType:   Anycast,
+	}
+}
+
+// AddressSettings overrides Settings for the addresses matching Match (a
+// wildcard pattern, see package wildcard). Nil fields inherit from less
+// specific matches and finally from DefaultSettings. When several
+// patterns match an address the more specific one wins, field by field,
+// as in ActiveMQ Artemis.
+type AddressSettings struct {
+	Match                string         `yaml:"match"`
+	DeadLetterAddress    *string        `yaml:"dead-letter-address"`
+	ExpiryAddress        *string        `yaml:"expiry-address"`
+	MaxDeliveryAttempts  *int           `yaml:"max-delivery-attempts"`
+	RedeliveryDelay      *time.Duration `yaml:"redelivery-delay"`
+	RedeliveryMultiplier *float64       `yaml:"redelivery-multiplier"`
+	MaxRedeliveryDelay   *time.Duration `yaml:"max-redelivery-delay"`
+	AutoCreate           *bool          `yaml:"auto-create"`
+	DefaultRoutingType   *string        `yaml:"default-routing-type"`
+}
+
+// Validate checks the pattern and the values.
+func (a *AddressSettings) Validate() error {
+	if err := wildcard.Validate(a.Match); err != nil {
+		return fmt.Errorf("address settings match %q: %w", a.Match, err)
+	}
+	if a.MaxDeliveryAttempts != nil && *a.MaxDeliveryAttempts < 0 {
+		return fmt.Errorf("address settings %q: max-delivery-attempts must be >= 0", a.Match)
+	}
+	if a.RedeliveryDelay != nil && *a.RedeliveryDelay < 0 {
+		return fmt.Errorf("address settings %q: redelivery-delay must be >= 0", a.Match)
+	}
+	if a.MaxRedeliveryDelay != nil && *a.MaxRedeliveryDelay < 0 {
+		return fmt.Errorf("address settings %q: max-redelivery-delay must be >= 0", a.Match)
+	}
+	if a.RedeliveryMultiplier != nil && *a.RedeliveryMultiplier < 1 {
+		return fmt.Errorf("address settings %q: redelivery-multiplier must be >= 1", a.Match)
+	}
+	if a.DefaultRoutingType != nil {
+		rt, err := ParseRoutingType(*a.DefaultRoutingType)
+		if err != nil || rt == RoutingDefault {
+			return fmt.Errorf("address settings %q: default-routing-type must be anycast or multicast", a.Match)
+		}
+	}
+	return nil
+}
+
+func (a *AddressSettings) applyTo(s *Settings) {
+	if a.DeadLetterAddress != nil {
+		s.DeadLetterAddress = *a.DeadLetterAddress
+	}
+	if a.ExpiryAddress != nil {
+		s.ExpiryAddress = *a.ExpiryAddress
+	}
+	if a.MaxDeliveryAttempts != nil {
+		s.MaxDeliveryAttempts = *a.MaxDeliveryAttempts
+	}
+	if a.RedeliveryDelay != nil {
+		s.RedeliveryDelay = *a.RedeliveryDelay
+	}
+	if a.RedeliveryMultiplier != nil {
+		s.RedeliveryMultiplier = *a.RedeliveryMultiplier
+	}
+	if a.MaxRedeliveryDelay != nil {
+		s.MaxRedeliveryDelay = *a.MaxRedeliveryDelay
+	}
+	if a.AutoCreate != nil {
+		s.AutoCreate = *a.AutoCreate
+	}
+	if a.DefaultRoutingType != nil {
+		s.DefaultRoutingType, _ = ParseRoutingType(*a.DefaultRoutingType)
+	}
+}
+
+// settingsTable resolves Settings for an address. It is immutable once
+// built.
+type settingsTable struct {
+	entries []AddressSettings // least specific first
+}
+
+func newSettingsTable(list []AddressSettings) (*settingsTable, error) {
+	t := &settingsTable{entries: slices.Clone(list)}
+	for i := range t.entries {
+		if err := t.entries[i].Validate(); err != nil {
+			return nil, err
+		}
+	}
+	slices.SortStableFunc(t.entries, func(a, b AddressSettings) int {
+		return wildcard.Compare(a.Match, b.Match)
+	})
+	return t, nil
+}
+
+func (t *settingsTable) resolve(address string) Settings {
+	s := DefaultSettings()
+	for i := range t.entries {
+		if wildcard.Match(t.entries[i].Match, address) {
+			t.entries[i].applyTo(&s)
+		}
+	}
+	return s
+}
+
+// redeliveryDelay is the wait before attempt n+1 after n failed ones.
+func (s *Settings) redeliveryDelay(failures uint32) time.Duration {
+	if s.RedeliveryDelay <= 0 || failures == 0 {
+		return 0
+	}
+	d := float64(s.RedeliveryDelay)
+	max := s.MaxRedeliveryDelay
+	if max <= 0 {
+		max = 10 * s.RedeliveryDelay
+	}
+	for i := uint32(1); i < failures && d < float64(max); i++ {
+		d *= s.RedeliveryMultiplier
+	}
+	if d > float64(max) {
+		return max
+	}
+	return time.Duration(d)
+}
