@@ -1,0 +1,654 @@
+package stomp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-stomp/stomp/v3/frame"
+	"github.com/rs/zerolog"
+
+	"github.com/junctionmq/junction/core"
+	"github.com/junctionmq/junction/stomp/internal/wire"
+)
+
+// outHighWater is how many queued control frames (receipts, errors) make
+// the reader wait for the writer: a client that sends without reading
+// slows down instead of growing the queue. Deliveries are bounded by
+// credit and do not count.
+const outHighWater = 1024
+
+// errConnClosing ends the read loop after a frame that closes the
+// connection (DISCONNECT, or a protocol error already reported).
+var errConnClosing = errors.New("stomp: connection closing")
+
+// protocolError is a client mistake reported in an ERROR frame.
+type protocolError struct {
+	msg    string // the message header
+	detail string // the body
+}
+
+func (e *protocolError) Error() string { return "stomp: " + e.msg }
+
+func protoErr(msg, format string, args ...any) *protocolError {
+	return &protocolError{msg: msg, detail: fmt.Sprintf(format, args...)}
+}
+
+type ackMode uint8
+
+const (
+	ackAuto ackMode = iota
+	ackClient
+	ackClientIndividual
+)
+
+// subscription is one SUBSCRIBE of the connection.
+type subscription struct {
+	id       string
+	seq      uint64 // connection-local number, part of ack ids
+	ack      ackMode
+	consumer *core.Consumer
+	durable  string // durable subscription name, if any
+	// legacy maps message ids to deliveries for STOMP 1.0 and 1.1 ACKs,
+	// which name a message-id instead of 1.2's ack id. Guarded by the
+	// read loop (only it touches it), filled by the writer through outMu.
+	legacy []legacyAck
+}
+
+type legacyAck struct {
+	messageID  uint64
+	deliveryID uint64
+}
+
+// outItem is one frame waiting for the writer: a control frame or a
+// delivery encoded as MESSAGE.
+type outItem struct {
+	f     *frame.Frame
+	d     core.Delivery
+	sub   *subscription
+	close bool // close the connection after writing f
+}
+
+// conn is one client connection. The read loop (serve) owns the protocol
+// state; the writer goroutine owns the socket's write side.
+type conn struct {
+	s   *Server
+	nc  net.Conn
+	log zerolog.Logger
+	rd  *wire.Reader
+
+	// Owned by the read loop:
+	version   wire.Version
+	session   *core.Session
+	connected bool
+	subs      map[string]*subscription
+	subsBySeq map[uint64]*subscription
+	subSeq    uint64
+	txs       map[string]*core.Tx
+	readIdle  time.Duration // max silence from the client; 0 = none
+
+	// The writer's queue, guarded by outMu.
+	outMu     sync.Mutex
+	out       []outItem
+	ctrl      int // control frames in out
+	writeIdle time.Duration
+	wake      chan struct{} // 1-slot kick for the writer
+	drained   *sync.Cond    // signalled when ctrl falls below the high-water mark
+	wdone     chan struct{} // closed when the writer exits
+	werr      error         // why the writer stopped, guarded by outMu
+	stopping  bool          // no more items accepted, guarded by outMu
+}
+
+func newConn(s *Server, nc net.Conn) *conn {
+	id := s.nextID.Add(1)
+	c := &conn{
+		s:         s,
+		nc:        nc,
+		log:       s.cfg.Logger.With().Uint64("conn", id).Str("remote", nc.RemoteAddr().String()).Logger(),
+		rd:        wire.NewReader(nc, s.cfg.limits()),
+		version:   wire.V12,
+		subs:      make(map[string]*subscription),
+		subsBySeq: make(map[uint64]*subscription),
+		txs:       make(map[string]*core.Tx),
+		wake:      make(chan struct{}, 1),
+		wdone:     make(chan struct{}),
+	}
+	c.drained = sync.NewCond(&c.outMu)
+	return c
+}
+
+func (c *conn) serve(ctx context.Context) {
+	c.log.Debug().Msg("stomp connection open")
+	start := time.Now()
+	go c.writeLoop()
+	stop := context.AfterFunc(ctx, func() {
+		// Shutdown: wake the read loop; it says goodbye.
+		c.nc.SetReadDeadline(time.Now())
+	})
+	err := c.readLoop(ctx)
+	stop()
+	switch {
+	case ctx.Err() != nil:
+		c.sendError(&protocolError{msg: "server shutting down", detail: "The broker is shutting down; reconnect later."}, nil)
+	case err == nil, errors.Is(err, errConnClosing), errors.Is(err, io.EOF), errors.Is(err, net.ErrClosed):
+	default:
+		var pe *protocolError
+		var fe *wire.FrameError
+		var ne net.Error
+		switch {
+		case errors.As(err, &pe):
+			c.sendError(pe, nil)
+		case errors.As(err, &fe):
+			c.sendError(&protocolError{msg: "malformed frame", detail: fe.Error()}, nil)
+		case errors.Is(err, os.ErrDeadlineExceeded) || errors.As(err, &ne) && ne.Timeout():
+			if c.connected {
+				c.sendError(&protocolError{msg: "heart-beat timeout", detail: fmt.Sprintf("No data from the client for %v.", c.readIdle)}, nil)
+			} else {
+				c.sendError(&protocolError{msg: "connect timeout", detail: "No CONNECT frame in time."}, nil)
+			}
+		case errors.Is(err, io.ErrUnexpectedEOF):
+		default:
+			c.log.Debug().Err(err).Msg("stomp read failed")
+		}
+	}
+	c.finish()
+	if c.session != nil {
+		c.session.Close()
+	}
+	c.log.Debug().Dur("duration", time.Since(start)).Err(c.writerErr()).Msg("stomp connection closed")
+}
+
+// readLoop reads and handles frames until the connection ends.
+func (c *conn) readLoop(ctx context.Context) error {
+	c.nc.SetReadDeadline(time.Now().Add(c.s.cfg.ConnectTimeout))
+	for {
+		f, err := c.rd.Read()
+		if err != nil {
+			return err
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if c.readIdle > 0 {
+			c.nc.SetReadDeadline(time.Now().Add(c.readIdle))
+		}
+		if f == nil {
+			continue // heart-beat
+		}
+		if err := c.waitWritable(); err != nil {
+			return err
+		}
+		if err := c.handle(ctx, f); err != nil {
+			var pe *protocolError
+			if errors.As(err, &pe) {
+				c.sendError(pe, f)
+				return errConnClosing
+			}
+			return err
+		}
+	}
+}
+
+func (c *conn) handle(ctx context.Context, f *frame.Frame) error {
+	if !c.connected {
+		switch f.Command {
+		case frame.CONNECT, frame.STOMP:
+			return c.onConnect(ctx, f)
+		}
+		return protoErr("not connected", "Expected CONNECT or STOMP, got %s.", f.Command)
+	}
+	var err error
+	switch f.Command {
+	case frame.SEND:
+		err = c.onSend(ctx, f)
+	case frame.SUBSCRIBE:
+		err = c.onSubscribe(f)
+	case frame.UNSUBSCRIBE:
+		err = c.onUnsubscribe(f)
+	case frame.ACK, frame.NACK:
+		err = c.onAck(f)
+	case frame.BEGIN, frame.COMMIT, frame.ABORT:
+		err = c.onTx(ctx, f)
+	case frame.DISCONNECT:
+		// Release the session (and its client id) before the receipt, so
+		// a client that reconnects as soon as it has the receipt finds
+		// its durable subscriptions free.
+		c.session.Close()
+		c.receipt(f, true)
+		return errConnClosing
+	case frame.CONNECT, frame.STOMP:
+		return protoErr("already connected", "A second %s frame is not allowed.", f.Command)
+	default:
+		return protoErr("unexpected frame", "%s is not a client frame.", f.Command)
+	}
+	if err != nil {
+		return err
+	}
+	c.receipt(f, false)
+	return nil
+}
+
+// receipt answers a frame's receipt header.
+func (c *conn) receipt(f *frame.Frame, closeAfter bool) {
+	id, ok := f.Header.Contains(frame.Receipt)
+	if !ok {
+		return
+	}
+	c.push(outItem{f: frame.New(frame.RECEIPT, frame.ReceiptId, id), close: closeAfter})
+}
+
+// onConnect negotiates the version and heart-beats and opens the session.
+func (c *conn) onConnect(ctx context.Context, f *frame.Frame) error {
+	version, ok := negotiate(f.Header.Get(frame.AcceptVersion))
+	if !ok {
+		c.push(outItem{f: frame.New(frame.ERROR, frame.Version, "1.0,1.1,1.2", "content-type", "text/plain",
+			frame.Message, "unsupported protocol version"), close: true})
+		return errConnClosing
+	}
+	c.version = version
+	c.rd.SetVersion(version)
+	cx, cy, err := parseHeartBeat(f.Header.Get(frame.HeartBeat))
+	if err != nil {
+		return err
+	}
+	cfg := &c.s.cfg
+	// STOMP 1.2 "Heart-beating": each direction uses the larger of what
+	// the sender can do and what the receiver wants, or none if either
+	// side says 0.
+	var sendEvery, recvEvery time.Duration
+	if version > wire.V10 {
+		if cfg.HeartBeatSend > 0 && cy > 0 {
+			sendEvery = max(cfg.HeartBeatSend, cy)
+		}
+		if cfg.HeartBeatReceive > 0 && cx > 0 {
+			recvEvery = max(cfg.HeartBeatReceive, cx)
+		}
+	}
+	user, err := c.s.broker.Authenticate(ctx, f.Header.Get(frame.Login), f.Header.Get(frame.Passcode))
+	if err != nil {
+		return protoErr("authentication failed", "The login or passcode was not accepted.")
+	}
+	sess, err := c.s.broker.NewSession(core.SessionOptions{User: user, ClientID: f.Header.Get("client-id")})
+	if err != nil {
+		return protoErr("connect refused", "%v", err)
+	}
+	c.session = sess
+	c.connected = true
+	if recvEvery > 0 {
+		c.readIdle = time.Duration(float64(recvEvery) * cfg.HeartBeatGrace)
+		c.nc.SetReadDeadline(time.Now().Add(c.readIdle))
+	} else {
+		c.nc.SetReadDeadline(time.Time{})
+	}
+	h := []string{frame.Version, version.String(), frame.Server, cfg.ServerName,
+		frame.Session, strconv.FormatUint(c.s.nextID.Load(), 10)}
+	if version > wire.V10 {
+		h = append(h, frame.HeartBeat, strconv.FormatInt(sendEvery.Milliseconds(), 10)+","+strconv.FormatInt(recvEvery.Milliseconds(), 10))
+	}
+	c.outMu.Lock()
+	c.writeIdle = sendEvery
+	c.outMu.Unlock()
+	c.push(outItem{f: frame.New(frame.CONNECTED, h...)})
+	return nil
+}
+
+// negotiate picks the highest version both sides speak; no accept-version
+// header means a 1.0 client.
+func negotiate(accept string) (wire.Version, bool) {
+	if accept == "" {
+		return wire.V10, true
+	}
+	best, ok := wire.V10, false
+	for _, v := range strings.Split(accept, ",") {
+		var cand wire.Version
+		switch strings.TrimSpace(v) {
+		case "1.0":
+			cand = wire.V10
+		case "1.1":
+			cand = wire.V11
+		case "1.2":
+			cand = wire.V12
+		default:
+			continue
+		}
+		if !ok || cand > best {
+			best, ok = cand, true
+		}
+	}
+	return best, ok
+}
+
+func parseHeartBeat(h string) (cx, cy time.Duration, err error) {
+	if h == "" {
+		return 0, 0, nil
+	}
+	a, b, ok := strings.Cut(h, ",")
+	x, err1 := strconv.ParseUint(strings.TrimSpace(a), 10, 31)
+	y, err2 := strconv.ParseUint(strings.TrimSpace(b), 10, 31)
+	if !ok || err1 != nil || err2 != nil {
+		return 0, 0, protoErr("invalid heart-beat header", "heart-beat must be two non-negative integers, got %q.", h)
+	}
+	return time.Duration(x) * time.Millisecond, time.Duration(y) * time.Millisecond, nil
+}
+
+func (c *conn) onSend(ctx context.Context, f *frame.Frame) error {
+	m, err := messageFromFrame(f, time.Now())
+	if err != nil {
+		return err
+	}
+	if txID, ok := f.Header.Contains(frame.Transaction); ok {
+		tx := c.txs[txID]
+		if tx == nil {
+			return protoErr("unknown transaction", "Transaction %q was not begun.", txID)
+		}
+		if err := tx.Send(m); err != nil {
+			return protoErr("send failed", "%v", err)
+		}
+		return nil
+	}
+	if err := c.session.Send(ctx, m); err != nil {
+		return protoErr("send failed", "%v", err)
+	}
+	return nil
+}
+
+func (c *conn) onSubscribe(f *frame.Frame) error {
+	dest, ok := f.Header.Contains(frame.Destination)
+	if !ok || dest == "" {
+		return protoErr("missing destination", "SUBSCRIBE needs a destination header.")
+	}
+	id, ok := f.Header.Contains(frame.Id)
+	if !ok {
+		if c.version > wire.V10 {
+			return protoErr("missing id", "SUBSCRIBE needs an id header in STOMP %s.", c.version)
+		}
+		id = dest
+	}
+	if _, dup := c.subs[id]; dup {
+		return protoErr("duplicate subscription", "Subscription id %q is already in use on this connection.", id)
+	}
+	sub := &subscription{id: id}
+	switch mode := f.Header.Get(frame.Ack); mode {
+	case "", "auto":
+		sub.ack = ackAuto
+	case "client":
+		sub.ack = ackClient
+	case "client-individual":
+		sub.ack = ackClientIndividual
+	default:
+		return protoErr("invalid ack mode", "ack must be auto, client or client-individual, got %q.", mode)
+	}
+	prefetch := c.s.cfg.DefaultPrefetch
+	if p, ok := f.Header.Contains("activemq.prefetchSize"); ok {
+		n, err := strconv.Atoi(p)
+		if err != nil || n < 1 {
+			return protoErr("invalid prefetch", "activemq.prefetchSize must be a positive integer, got %q.", p)
+		}
+		prefetch = n
+	}
+	addr, rt := parseDestination(dest)
+	opts := core.ConsumerOptions{
+		Address:     addr,
+		RoutingType: rt,
+		Credit:      prefetch,
+		Exclusive:   f.Header.Get("activemq.exclusive") == "true",
+		Handler:     func(d core.Delivery) { c.push(outItem{d: d, sub: sub}) },
+	}
+	if name := durableName(f.Header); name != "" {
+		if rt != core.Multicast {
+			return protoErr("invalid subscription", "Durable subscriptions are for /topic/ destinations, not %q.", dest)
+		}
+		opts.SubscriptionName = name
+		sub.durable = name
+	}
+	c.subSeq++
+	sub.seq = c.subSeq
+	// Register before Subscribe: deliveries may be written at once.
+	c.subs[id] = sub
+	c.subsBySeq[sub.seq] = sub
+	cons, err := c.session.Subscribe(opts)
+	if err != nil {
+		delete(c.subs, id)
+		delete(c.subsBySeq, sub.seq)
+		return protoErr("subscribe failed", "%v", err)
+	}
+	c.outMu.Lock()
+	sub.consumer = cons
+	c.outMu.Unlock()
+	return nil
+}
+
+func durableName(h *frame.Header) string {
+	if n := h.Get("activemq.subscriptionName"); n != "" {
+		return n
+	}
+	return h.Get("durable-subscription-name")
+}
+
+func (c *conn) onUnsubscribe(f *frame.Frame) error {
+	id, ok := f.Header.Contains(frame.Id)
+	if !ok && c.version == wire.V10 {
+		id, ok = f.Header.Contains(frame.Destination)
+	}
+	name := durableName(f.Header)
+	if !ok && name == "" {
+		return protoErr("missing id", "UNSUBSCRIBE needs an id header.")
+	}
+	if sub := c.subs[id]; ok && sub != nil {
+		sub.consumer.Close()
+		delete(c.subs, id)
+		delete(c.subsBySeq, sub.seq)
+		if name == "" {
+			return nil
+		}
+	} else if name == "" {
+		return protoErr("unknown subscription", "No subscription with id %q.", id)
+	}
+	// Deleting a durable subscription, as ActiveMQ does when UNSUBSCRIBE
+	// names it.
+	if err := c.session.Unsubscribe(name); err != nil {
+		return protoErr("unsubscribe failed", "%v", err)
+	}
+	return nil
+}
+
+// onAck handles ACK and NACK, inside a transaction when one is named.
+func (c *conn) onAck(f *frame.Frame) error {
+	sub, deliveryID, err := c.resolveAck(f)
+	if err != nil {
+		return err
+	}
+	if sub.ack == ackAuto {
+		return protoErr("unexpected "+strings.ToLower(f.Command), "Subscription %q uses ack mode auto.", sub.id)
+	}
+	cons := sub.consumer
+	var tx *core.Tx
+	if txID, ok := f.Header.Contains(frame.Transaction); ok {
+		if tx = c.txs[txID]; tx == nil {
+			return protoErr("unknown transaction", "Transaction %q was not begun.", txID)
+		}
+	}
+	n := 1
+	switch {
+	case f.Command == frame.NACK:
+		// NACK takes effect at once, transaction or not: the message is
+		// redelivered (or dead-lettered after max delivery attempts).
+		err = cons.Release(deliveryID, true)
+	case sub.ack == ackClient && tx != nil:
+		n, err = tx.AckUpTo(cons, deliveryID)
+	case sub.ack == ackClient:
+		n, err = cons.AckUpTo(deliveryID)
+	case tx != nil:
+		err = tx.Ack(cons, deliveryID)
+	default:
+		err = cons.Ack(deliveryID)
+	}
+	if err != nil {
+		return protoErr("unknown ack id", "%s: no unacknowledged message matches.", f.Command)
+	}
+	// Credit comes back as messages are settled, in a transaction too, so
+	// a transaction can consume more than the prefetch window.
+	cons.Flow(n)
+	return nil
+}
+
+// resolveAck finds the subscription and delivery an ACK or NACK names:
+// STOMP 1.2's id header (the MESSAGE's ack header), or 1.0/1.1's
+// message-id (with subscription in 1.1).
+func (c *conn) resolveAck(f *frame.Frame) (*subscription, uint64, error) {
+	if c.version == wire.V12 {
+		id, ok := f.Header.Contains(frame.Id)
+		if !ok {
+			return nil, 0, protoErr("missing id", "%s needs an id header.", f.Command)
+		}
+		seqS, dS, ok := strings.Cut(id, "-")
+		seq, err1 := strconv.ParseUint(seqS, 10, 64)
+		d, err2 := strconv.ParseUint(dS, 10, 64)
+		sub := c.subsBySeq[seq]
+		if !ok || err1 != nil || err2 != nil || sub == nil {
+			return nil, 0, protoErr("unknown ack id", "%s id %q does not match a message of this connection.", f.Command, id)
+		}
+		return sub, d, nil
+	}
+	midS, ok := f.Header.Contains(frame.MessageId)
+	if !ok {
+		return nil, 0, protoErr("missing message-id", "%s needs a message-id header.", f.Command)
+	}
+	mid, err := strconv.ParseUint(midS, 10, 64)
+	if err != nil {
+		return nil, 0, protoErr("unknown message-id", "message-id %q was not delivered on this connection.", midS)
+	}
+	subID, bySub := f.Header.Contains(frame.Subscription)
+	c.outMu.Lock()
+	defer c.outMu.Unlock()
+	for _, sub := range c.subs {
+		if bySub && sub.id != subID {
+			continue
+		}
+		for i, la := range sub.legacy {
+			if la.messageID != mid {
+				continue
+			}
+			if sub.ack == ackClient {
+				sub.legacy = append(sub.legacy[:0], sub.legacy[i+1:]...)
+			} else {
+				sub.legacy = append(sub.legacy[:i], sub.legacy[i+1:]...)
+			}
+			return sub, la.deliveryID, nil
+		}
+	}
+	return nil, 0, protoErr("unknown message-id", "message-id %q was not delivered on this connection.", midS)
+}
+
+func (c *conn) onTx(ctx context.Context, f *frame.Frame) error {
+	id, ok := f.Header.Contains(frame.Transaction)
+	if !ok || id == "" {
+		return protoErr("missing transaction", "%s needs a transaction header.", f.Command)
+	}
+	tx := c.txs[id]
+	switch f.Command {
+	case frame.BEGIN:
+		if tx != nil {
+			return protoErr("duplicate transaction", "Transaction %q is already open.", id)
+		}
+		tx, err := c.session.Begin()
+		if err != nil {
+			return protoErr("begin failed", "%v", err)
+		}
+		c.txs[id] = tx
+		return nil
+	}
+	if tx == nil {
+		return protoErr("unknown transaction", "Transaction %q was not begun.", id)
+	}
+	delete(c.txs, id)
+	if f.Command == frame.ABORT {
+		return tx.Rollback()
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return protoErr("commit failed", "%v", err)
+	}
+	return nil
+}
+
+// sendError queues an ERROR frame for pe and marks the connection to
+// close once it is written. about is the frame at fault, if any.
+func (c *conn) sendError(pe *protocolError, about *frame.Frame) {
+	h := []string{frame.Message, pe.msg, frame.ContentType, "text/plain"}
+	if about != nil {
+		if id, ok := about.Header.Contains(frame.Receipt); ok {
+			h = append(h, frame.ReceiptId, id)
+		}
+	}
+	f := frame.New(frame.ERROR, h...)
+	f.Body = []byte(pe.detail)
+	c.log.Debug().Str("error", pe.msg).Str("detail", pe.detail).Msg("stomp error sent")
+	c.push(outItem{f: f, close: true})
+}
+
+// push queues an item for the writer. After the connection started
+// closing, items are dropped; undelivered messages stay in flight in
+// core and return to their queue when the session closes.
+func (c *conn) push(it outItem) {
+	c.outMu.Lock()
+	if c.stopping {
+		c.outMu.Unlock()
+		return
+	}
+	c.out = append(c.out, it)
+	if it.f != nil {
+		c.ctrl++
+	}
+	if it.close {
+		c.stopping = true
+	}
+	c.outMu.Unlock()
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+// waitWritable blocks the read loop while too many control frames wait.
+func (c *conn) waitWritable() error {
+	c.outMu.Lock()
+	defer c.outMu.Unlock()
+	for c.ctrl >= outHighWater && c.werr == nil {
+		c.drained.Wait()
+	}
+	return c.werr
+}
+
+func (c *conn) writerErr() error {
+	c.outMu.Lock()
+	defer c.outMu.Unlock()
+	return c.werr
+}
+
+// finish stops accepting output, waits (bounded by the write timeout)
+// for the writer to flush what is queued, and closes the socket.
+func (c *conn) finish() {
+	c.outMu.Lock()
+	if !c.stopping {
+		c.stopping = true
+		c.out = append(c.out, outItem{close: true})
+	}
+	c.outMu.Unlock()
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+	select {
+	case <-c.wdone:
+	case <-time.After(c.s.cfg.WriteTimeout):
+	}
+	c.nc.Close()
+	<-c.wdone
+}

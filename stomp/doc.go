@@ -1,0 +1,57 @@
+// Package stomp serves STOMP 1.0, 1.1 and 1.2 clients over core.
+//
+// # Connection lifecycle
+//
+// [Server.ServeConn] owns one connection. It reads frames with a bounded
+// reader (package stomp/internal/wire: limits on frame size, header count
+// and header length are checked before anything is allocated), and a
+// writer goroutine coalesces outgoing frames, flushing when nothing more
+// is queued. The first frame must be CONNECT or STOMP; the server
+// negotiates the version (the highest both sides accept), heart-beats and
+// identity, and opens a [core.Session]. Any protocol violation gets an
+// ERROR frame with a message header and a body saying what was wrong, and
+// the connection closes; the session then returns unacked messages to
+// their queues. DISCONNECT with a receipt is answered before closing.
+//
+// # Destinations
+//
+//	/queue/NAME    anycast address NAME (point-to-point)
+//	/topic/NAME    multicast address NAME (publish/subscribe); a
+//	               SUBSCRIBE may use wildcards (* one word, # or >
+//	               any number of words, words separated by '.')
+//	NAME           NAME with the address settings' default routing type
+//
+// # Header mapping (SEND to core.Message, and back on MESSAGE)
+//
+//	persistent:true          Durable
+//	priority:0-9             Priority (default 4)
+//	expires:ms-since-epoch   Expiration (0 = never)
+//	AMQ_SCHEDULED_DELAY:ms   DeliveryTime = now + delay
+//	content-type             ContentType
+//	correlation-id           CorrelationID
+//	reply-to                 ReplyTo
+//	JMSXGroupID              GroupID
+//	any other header         Properties[name] = value (a string)
+//
+// MESSAGE frames carry message-id (the broker's message id), destination
+// (where the message was sent), subscription, ack (1.2), redelivered,
+// content-length (always: bodies may contain NUL), timestamp, and the
+// mapped headers above; properties of other types are written as text.
+//
+// # Acknowledgement and flow
+//
+// SUBSCRIBE's ack header selects auto (the message is acked once written
+// to the socket), client (ACK is cumulative over the subscription) or
+// client-individual. activemq.prefetchSize sets the window of unacked
+// messages (default 1000): the consumer's credit in core, given back as
+// messages are acked (auto: as they are written), so a slow client holds
+// messages in the queue, not in memory. NACK redelivers the message and
+// counts a failed attempt (dead-lettered after the address's max delivery
+// attempts). BEGIN, COMMIT and ABORT group SENDs and ACKs atomically.
+//
+// Durable topic subscriptions need client-id on CONNECT and
+// activemq.subscriptionName (or durable-subscription-name) on SUBSCRIBE;
+// they keep messages while the client is away. UNSUBSCRIBE detaches;
+// UNSUBSCRIBE with the subscription name header deletes the durable
+// subscription, as ActiveMQ does.
+package stomp

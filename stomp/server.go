@@ -1,0 +1,150 @@
+package stomp
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-stomp/stomp/v3/frame"
+	"github.com/rs/zerolog"
+
+	"github.com/junctionmq/junction/core"
+	"github.com/junctionmq/junction/stomp/internal/wire"
+)
+
+// Config configures a Server. Zero fields take the defaults given.
+type Config struct {
+	// MaxFrameSize bounds a whole frame, headers and body. Default 10 MiB.
+	MaxFrameSize int
+	// MaxHeaders bounds the number of headers of a frame. Default 1000.
+	MaxHeaders int
+	// MaxHeaderLength bounds one command or header line. Default 8 KiB.
+	MaxHeaderLength int
+	// HeartBeatSend is how often the server offers to send heart-beats;
+	// HeartBeatReceive is how often it asks the client for them. Default
+	// 10s each; negative disables.
+	HeartBeatSend    time.Duration
+	HeartBeatReceive time.Duration
+	// HeartBeatGrace multiplies the negotiated client interval before a
+	// silent client is disconnected. Default 2.
+	HeartBeatGrace float64
+	// ConnectTimeout bounds the wait for the CONNECT frame. Default 10s.
+	ConnectTimeout time.Duration
+	// WriteTimeout bounds one socket write; a client that does not read
+	// for this long is disconnected. Default 30s.
+	WriteTimeout time.Duration
+	// DefaultPrefetch is a subscription's window of unacked messages when
+	// it does not set activemq.prefetchSize. Default 1000.
+	DefaultPrefetch int
+	// ServerName is sent in CONNECTED's server header.
+	ServerName string
+	// Logger for connection events, at debug level. Zero logs nothing.
+	Logger zerolog.Logger
+}
+
+func (c Config) withDefaults() Config {
+	if c.MaxFrameSize <= 0 {
+		c.MaxFrameSize = 10 << 20
+	}
+	if c.MaxHeaders <= 0 {
+		c.MaxHeaders = 1000
+	}
+	if c.MaxHeaderLength <= 0 {
+		c.MaxHeaderLength = 8 << 10
+	}
+	if c.HeartBeatSend == 0 {
+		c.HeartBeatSend = 10 * time.Second
+	}
+	if c.HeartBeatReceive == 0 {
+		c.HeartBeatReceive = 10 * time.Second
+	}
+	if c.HeartBeatSend < 0 {
+		c.HeartBeatSend = 0
+	}
+	if c.HeartBeatReceive < 0 {
+		c.HeartBeatReceive = 0
+	}
+	if c.HeartBeatGrace < 1 {
+		c.HeartBeatGrace = 2
+	}
+	if c.ConnectTimeout <= 0 {
+		c.ConnectTimeout = 10 * time.Second
+	}
+	if c.WriteTimeout <= 0 {
+		c.WriteTimeout = 30 * time.Second
+	}
+	if c.DefaultPrefetch <= 0 {
+		c.DefaultPrefetch = 1000
+	}
+	if c.ServerName == "" {
+		c.ServerName = "Junction"
+	}
+	return c
+}
+
+func (c Config) limits() wire.Limits {
+	return wire.Limits{MaxFrameSize: c.MaxFrameSize, MaxHeaders: c.MaxHeaders, MaxHeaderLength: c.MaxHeaderLength}
+}
+
+// Server serves STOMP connections over a broker. Its handler,
+// ServeConn, plugs into any listener.
+type Server struct {
+	cfg    Config
+	broker *core.Broker
+	nextID atomic.Uint64
+
+	mu    sync.Mutex
+	conns map[*conn]struct{} // guarded by mu
+}
+
+// New returns a server for broker b.
+func New(cfg Config, b *core.Broker) *Server {
+	return &Server{cfg: cfg.withDefaults(), broker: b, conns: make(map[*conn]struct{})}
+}
+
+// ServeConn serves one client connection until it ends or ctx is
+// cancelled (the client then gets an ERROR saying the server is shutting
+// down). It closes nc before returning.
+func (s *Server) ServeConn(ctx context.Context, nc net.Conn) {
+	c := newConn(s, nc)
+	s.mu.Lock()
+	s.conns[c] = struct{}{}
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.conns, c)
+		s.mu.Unlock()
+	}()
+	c.serve(ctx)
+}
+
+// Connections returns the number of open connections.
+func (s *Server) Connections() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.conns)
+}
+
+// Detect reports whether prefix, the first bytes of a connection, looks
+// like STOMP: a CONNECT or STOMP frame, possibly after heart-beat EOLs.
+// A prefix too short to tell returns false.
+func Detect(prefix []byte) bool {
+	p := bytes.TrimLeft(prefix, "\r\n")
+	for _, cmd := range [][]byte{[]byte("CONNECT\n"), []byte("CONNECT\r\n"), []byte("STOMP\n"), []byte("STOMP\r\n")} {
+		if bytes.HasPrefix(p, cmd) {
+			return true
+		}
+	}
+	return false
+}
+
+// Reject tells a client turned away by a connection limit why, with an
+// ERROR frame, before the listener closes nc.
+func (s *Server) Reject(nc net.Conn) {
+	f := frame.New(frame.ERROR, frame.Message, "too many connections", frame.ContentType, "text/plain")
+	f.Body = []byte("The broker's connection limit is reached; try again later.")
+	nc.Write(wire.Encode(nil, f, wire.V12))
+}
