@@ -1,0 +1,323 @@
+package journal
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/junctionmq/junction/persistence/fs"
+)
+
+func TestRecordRoundTrip(t *testing.T) {
+	cases := []record{
+		{typ: recAdd, utype: 7, lsn: 1, id: 42, payload: []byte("hello")},
+		{typ: recUpdate, utype: 0xffff, lsn: 1 << 40, id: 1<<64 - 1, payload: nil},
+		{typ: recDeleteTx, lsn: 3, id: 9, txid: 77},
+		{typ: recCommit, lsn: 4, txid: 77, payload: commitPayload(2, 2)},
+		{typ: recAdd, flags: flagCompacted, lag: 12, lsn: 5, id: 1, txid: 3, payload: make([]byte, 1000)},
+		{typ: recSegmentEnd, lsn: 6},
+	}
+	for _, gen := range []uint64{1, 0xdeadbeefcafebabe} {
+		seed := seedOf(gen)
+		for i, c := range cases {
+			t.Run(fmt.Sprintf("gen%x/%d", gen, i), func(t *testing.T) {
+				b := appendRecord(nil, seed, &c)
+				if len(b)%recAlign != 0 || len(b) != encodedSize(len(c.payload)) {
+					t.Fatalf("size %d", len(b))
+				}
+				got, n, err := decodeRecord(append(b, make([]byte, 64)...), seed, 1<<20)
+				if err != nil || n != len(b) {
+					t.Fatalf("decode: %v n=%d", err, n)
+				}
+				if got.typ != c.typ || got.flags != c.flags || got.utype != c.utype || got.lag != c.lag || got.lsn != c.lsn || got.id != c.id || got.txid != c.txid || string(got.payload) != string(c.payload) {
+					t.Fatalf("got %+v want %+v", got, c)
+				}
+				if _, _, err := decodeRecord(b, seed^1, 1<<20); err == nil {
+					t.Fatal("decoded with the wrong generation")
+				}
+				for bit := 0; bit < len(b)*8; bit += 7 {
+					m := append([]byte(nil), b...)
+					m[bit/8] ^= 1 << (bit % 8)
+					if _, _, err := decodeRecord(m, seed, 1<<20); err == nil {
+						t.Fatalf("bit flip %d not detected", bit)
+					}
+				}
+			})
+		}
+	}
+	if _, _, err := decodeRecord(make([]byte, 80), 1, 100); !errors.Is(err, errRecZero) {
+		t.Fatalf("zero slot: %v", err)
+	}
+}
+
+func TestLockAndClose(t *testing.T) {
+	mem := fs.NewCrashableMem()
+	j := mustOpen(t, testConfig(mem))
+	if _, err := Open(testConfig(mem)); !errors.Is(err, ErrLocked) {
+		t.Fatalf("second Open: %v, want ErrLocked", err)
+	}
+	if err := j.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := j.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := waitErr(func(d func(error)) { j.Append(1, 1, nil, true, d) }); !errors.Is(err, ErrClosed) {
+		t.Fatalf("append after close: %v", err)
+	}
+	j = mustOpen(t, testConfig(mem))
+	j.Close()
+}
+
+func TestRecoveryLiveSet(t *testing.T) {
+	mem := fs.NewCrashableMem()
+	j := mustOpen(t, testConfig(mem))
+	m := newModel()
+	for id := uint64(1); id <= 200; id++ {
+		p := payloadFor(id, int(id%50))
+		if err := waitErr(func(d func(error)) { j.Append(id, uint16(id%3), p, id%2 == 0, d) }); err != nil {
+			t.Fatal(err)
+		}
+		m.live[id] = liveRec{utype: uint16(id % 3), payload: string(p)}
+	}
+	for id := uint64(1); id <= 200; id += 3 {
+		if err := waitErr(func(d func(error)) { j.Delete(id, false, d) }); err != nil {
+			t.Fatal(err)
+		}
+		delete(m.live, id)
+	}
+	for id := uint64(2); id <= 200; id += 5 {
+		if _, ok := m.live[id]; !ok {
+			continue
+		}
+		if err := waitErr(func(d func(error)) { j.Update(id, 9, []byte("u1"), false, d) }); err != nil {
+			t.Fatal(err)
+		}
+		r := m.live[id]
+		r.updates = append(r.updates, "9:u1")
+		m.live[id] = r
+	}
+	// Errors for unknown/duplicate ids.
+	if err := waitErr(func(d func(error)) { j.Update(1, 1, nil, false, d) }); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("update of deleted: %v", err)
+	}
+	if err := waitErr(func(d func(error)) { j.Append(2, 1, nil, false, d) }); !errors.Is(err, ErrIDExists) {
+		t.Fatalf("dup add: %v", err)
+	}
+	// Committed tx.
+	j.AppendTx(7, 1000, 4, []byte("tx-add"))
+	j.UpdateTx(7, 2, 5, []byte("tx-upd"))
+	j.DeleteTx(7, 3)
+	if err := waitErr(func(d func(error)) { j.Commit(7, d) }); err != nil {
+		t.Fatal(err)
+	}
+	m.live[1000] = liveRec{utype: 4, payload: "tx-add"}
+	r := m.live[2]
+	r.updates = append(r.updates, "5:tx-upd")
+	m.live[2] = r
+	delete(m.live, 3)
+	// Rolled back and uncommitted txs.
+	j.AppendTx(8, 2000, 1, []byte("rolled back"))
+	if err := waitErr(func(d func(error)) { j.Rollback(8, d) }); err != nil {
+		t.Fatal(err)
+	}
+	j.AppendTx(9, 3000, 1, []byte("never committed"))
+	// A tx that fails its check writes nothing.
+	j.AppendTx(10, 4000, 1, []byte("x"))
+	j.DeleteTx(10, 1)
+	if err := waitErr(func(d func(error)) { j.Commit(10, d) }); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("bad tx: %v", err)
+	}
+	if err := j.Close(); err != nil {
+		t.Fatal(err)
+	}
+	j = mustOpen(t, testConfig(mem))
+	defer j.Close()
+	got, order := load(t, j)
+	m.check(t, got)
+	for i := 1; i < len(order); i++ {
+		if order[i] < order[i-1] {
+			t.Fatalf("Load order not by ADD: %v", order[:i+1])
+		}
+	}
+	if j.MaxID() != 1000 { // ids of unwritten txs (3000, 4000) are not seen
+		t.Fatalf("MaxID %d", j.MaxID())
+	}
+	if err := j.Load(func(uint64, uint16, []byte, []Update) error { return nil }); !errors.Is(err, ErrLoaded) {
+		t.Fatalf("second Load: %v", err)
+	}
+}
+
+func TestGroupCommit(t *testing.T) {
+	mem := fs.NewCrashableMem()
+	var syncs, synced atomic.Int64
+	cfg := testConfig(mem)
+	cfg.FileSize = 1 << 20
+	cfg.Events.OnSync = func(n int, d time.Duration) { syncs.Add(1); synced.Add(int64(n)) }
+	j := mustOpen(t, cfg)
+	const workers, per = 32, 50
+	var wg sync.WaitGroup
+	var fails atomic.Int64
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < per; i++ {
+				id := uint64(w*per + i + 1)
+				if err := waitErr(func(d func(error)) { j.Append(id, 1, payloadFor(id, 100), true, d) }); err != nil {
+					fails.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	st := j.Stats()
+	j.Close()
+	if fails.Load() != 0 {
+		t.Fatalf("%d failures", fails.Load())
+	}
+	if st.Syncs >= workers*per || syncs.Load() == 0 {
+		t.Fatalf("syncs %d for %d records: no batching", st.Syncs, workers*per)
+	}
+	t.Logf("%d records, %d syncs (%.1f records/sync)", workers*per, st.Syncs, float64(synced.Load())/float64(syncs.Load()))
+}
+
+func TestRollAndReuse(t *testing.T) {
+	mem := fs.NewCrashableMem()
+	j := mustOpen(t, testConfig(mem))
+	m := newModel()
+	maxFiles := 0
+	var next uint64 = 1
+	window := []uint64{}
+	for round := 0; round < 3000; round++ {
+		id := next
+		next++
+		p := payloadFor(id, 200)
+		if err := waitErr(func(d func(error)) { j.Append(id, 1, p, round%10 == 0, d) }); err != nil {
+			t.Fatal(err)
+		}
+		m.live[id] = liveRec{utype: 1, payload: string(p)}
+		window = append(window, id)
+		if len(window) > 20 {
+			old := window[0]
+			window = window[1:]
+			if err := waitErr(func(d func(error)) { j.Delete(old, false, d) }); err != nil {
+				t.Fatal(err)
+			}
+			delete(m.live, old)
+		}
+		if n := len(mustList(t, mem)); n > maxFiles {
+			maxFiles = n
+		}
+	}
+	st := j.Stats()
+	if st.Rolls < 5 || st.Reclaimed == 0 {
+		t.Fatalf("rolls %d reclaimed %d", st.Rolls, st.Reclaimed)
+	}
+	if maxFiles > 12 {
+		t.Fatalf("file count grew to %d", maxFiles)
+	}
+	j.Close()
+	j = mustOpen(t, testConfig(mem))
+	got, _ := load(t, j)
+	m.check(t, got)
+	j.Close()
+	t.Logf("max files %d, stats %+v", maxFiles, st)
+}
+
+func mustList(t testing.TB, f fs.FS) []string {
+	names, err := f.List(testDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return names
+}
+
+func TestCompaction(t *testing.T) {
+	mem := fs.NewCrashableMem()
+	j := mustOpen(t, testConfig(mem))
+	m := newModel()
+	for id := uint64(1); id <= 2000; id++ {
+		p := payloadFor(id, 300)
+		if err := waitErr(func(d func(error)) { j.Append(id, 1, p, false, d) }); err != nil {
+			t.Fatal(err)
+		}
+		m.live[id] = liveRec{utype: 1, payload: string(p)}
+		if id%97 == 0 {
+			if err := waitErr(func(d func(error)) { j.Update(id, 2, []byte("upd"), false, d) }); err != nil {
+				t.Fatal(err)
+			}
+			r := m.live[id]
+			r.updates = append(r.updates, "2:upd")
+			m.live[id] = r
+		}
+	}
+	for id := uint64(1); id <= 2000; id++ {
+		if id%50 == 0 || id%97 == 0 {
+			continue
+		}
+		if err := waitErr(func(d func(error)) { j.Delete(id, false, d) }); err != nil {
+			t.Fatal(err)
+		}
+		delete(m.live, id)
+	}
+	if err := waitErr(j.Sync); err != nil {
+		t.Fatal(err)
+	}
+	before := j.Stats()
+	if err := j.Compact(); err != nil {
+		t.Fatal(err)
+	}
+	after := j.Stats()
+	t.Logf("before: data %d live %d; after: data %d copied %d", before.DataFiles, before.LiveRecords, after.DataFiles, after.CopiedRecs)
+	if after.DataFiles >= before.DataFiles || after.CopiedRecs == 0 {
+		t.Fatalf("compaction did not reduce data files: %d -> %d", before.DataFiles, after.DataFiles)
+	}
+	j.Close()
+	j = mustOpen(t, testConfig(mem))
+	got, order := load(t, j)
+	m.check(t, got)
+	for i := 1; i < len(order); i++ {
+		if order[i] < order[i-1] {
+			t.Fatalf("order broken after compaction")
+		}
+	}
+	j.Close()
+}
+
+// TestAutoCompaction: a few long-lived records pin old files; automatic
+// compaction relocates them so the file count stays bounded.
+func TestAutoCompaction(t *testing.T) {
+	mem := fs.NewCrashableMem()
+	cfg := testConfig(mem)
+	cfg.CompactMinRatio, cfg.CompactMinFiles = 0.3, 4
+	j := mustOpen(t, cfg)
+	m := newModel()
+	maxFiles := 0
+	for id := uint64(1); id <= 4000; id++ {
+		p := payloadFor(id, 300)
+		if err := waitErr(func(d func(error)) { j.Append(id, 1, p, false, d) }); err != nil {
+			t.Fatal(err)
+		}
+		m.live[id] = liveRec{utype: 1, payload: string(p)}
+		if old := id - 10; id > 10 && old%100 != 0 {
+			if err := waitErr(func(d func(error)) { j.Delete(old, false, d) }); err != nil {
+				t.Fatal(err)
+			}
+			delete(m.live, old)
+		}
+		maxFiles = max(maxFiles, len(mustList(t, mem)))
+	}
+	st := j.Stats()
+	j.Close()
+	if st.Compactions == 0 || maxFiles > cfg.CompactMinFiles+cfg.PoolFiles+4 {
+		t.Fatalf("compactions %d, max files %d", st.Compactions, maxFiles)
+	}
+	j = mustOpen(t, cfg)
+	got, _ := load(t, j)
+	m.check(t, got)
+	j.Close()
+}

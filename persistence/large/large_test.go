@@ -1,0 +1,96 @@
+package large
+
+import (
+	"bytes"
+	"errors"
+	"slices"
+	"syscall"
+	"testing"
+
+	"github.com/junctionmq/junction/persistence/fs"
+)
+
+func TestStore(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		fs   func(t *testing.T) (fs.FS, string)
+	}{
+		{"mem", func(t *testing.T) (fs.FS, string) { return fs.NewCrashableMem(), "/large" }},
+		{"os", func(t *testing.T) (fs.FS, string) { return fs.OS(), t.TempDir() }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fsys, dir := tc.fs(t)
+			s, err := Open(dir, fsys)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body := bytes.Repeat([]byte("x"), 100_000)
+			for _, id := range []uint64{3, 1, 2} {
+				if err := s.Write(id, body[:id*1000]); err != nil {
+					t.Fatal(err)
+				}
+			}
+			got, err := s.Read(2)
+			if err != nil || len(got) != 2000 {
+				t.Fatalf("Read: %d %v", len(got), err)
+			}
+			if err := s.Remove(1); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.Read(1); !errors.Is(err, ErrNotFound) {
+				t.Fatalf("Read removed: %v", err)
+			}
+			if err := s.Remove(1); !errors.Is(err, ErrNotFound) {
+				t.Fatalf("Remove twice: %v", err)
+			}
+			ids, err := s.List()
+			if err != nil || !slices.Equal(ids, []uint64{2, 3}) {
+				t.Fatalf("List %v %v", ids, err)
+			}
+		})
+	}
+}
+
+func TestCrashSafety(t *testing.T) {
+	mem := fs.NewCrashableMem()
+	s, _ := Open("/large", mem)
+	if err := s.Write(1, []byte("durable")); err != nil {
+		t.Fatal(err)
+	}
+	// Crash after every op of a second write: body 2 is absent or complete.
+	for k := 1; k <= 6; k++ {
+		m := mem.CrashClone()
+		m.SetCrashPoint(m.Ops()+k, nil)
+		s2, _ := Open("/large", m)
+		s2.Write(2, []byte("second body"))
+		snap := m.Snapshot()
+		if snap == nil {
+			snap = m.CrashClone()
+		}
+		s3, err := Open("/large", snap)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b, err := s3.Read(1); err != nil || string(b) != "durable" {
+			t.Fatalf("k=%d: body 1: %q %v", k, b, err)
+		}
+		if b, err := s3.Read(2); err == nil && string(b) != "second body" {
+			t.Fatalf("k=%d: partial body 2: %q", k, b)
+		}
+		names, _ := snap.List("/large")
+		for _, n := range names {
+			if len(n) > 4 && n[len(n)-4:] == ".tmp" {
+				t.Fatalf("k=%d: leftover %s", k, n)
+			}
+		}
+	}
+	// ENOSPC on write: error, no partial body.
+	f := fs.NewFaulty(mem, fs.FailMatching(func(op fs.Op, _ string) bool { return op == fs.OpWrite }, syscall.ENOSPC))
+	s4, _ := Open("/large", f)
+	if err := s4.Write(9, []byte("x")); !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("Write: %v", err)
+	}
+	if ids, _ := s4.List(); slices.Contains(ids, 9) {
+		t.Fatal("partial body listed")
+	}
+}
