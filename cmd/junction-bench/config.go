@@ -1,0 +1,228 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Scenario names accepted by -scenario.
+const (
+	scQueue     = "queue"
+	scFanout    = "fanout"
+	scDurWait   = "durable-wait"
+	scDurPipe   = "durable-pipelined"
+	ackAuto     = "auto"
+	ackIndiv    = "client-individual"
+	minBodySize = 8 // the send timestamp
+	maxBodySize = 16 << 20
+)
+
+var scenarios = []string{scQueue, scFanout, scDurWait, scDurPipe}
+
+// config is one validated "stomp" command line.
+type config struct {
+	addr        string // as given
+	dialAddr    string // resolved loopback ip:port
+	scenario    string
+	size        int
+	duration    time.Duration
+	warmup      time.Duration
+	drain       time.Duration
+	producers   int
+	consumers   int // consumers, or subscribers for fanout
+	inflight    int // durable-pipelined: receipts outstanding in total
+	ack         string
+	prefetch    int
+	login       string
+	passcode    string
+	host        string
+	version     string // STOMP version asked for in CONNECT
+	pid         int
+	runs        int
+	json        bool
+	dialTimeout time.Duration
+}
+
+// persistent reports whether the scenario sends persistent:true.
+func (c *config) persistent() bool { return c.scenario == scDurWait || c.scenario == scDurPipe }
+
+// parseSTOMPFlags parses and validates the flags of the stomp subcommand.
+// Zero for -producers, -consumers and -inflight means the scenario's default.
+func parseSTOMPFlags(args []string, stderr io.Writer) (*config, error) {
+	c := &config{}
+	fs := flag.NewFlagSet("junction-bench stomp", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&c.addr, "addr", "127.0.0.1:61613", "broker STOMP `host:port` (loopback only)")
+	fs.StringVar(&c.scenario, "scenario", scQueue, "one of "+strings.Join(scenarios, ", "))
+	fs.IntVar(&c.size, "size", 1024, "message body size in bytes (at least 8: the first 8 carry the send time)")
+	fs.DurationVar(&c.duration, "duration", 10*time.Second, "measured window")
+	fs.DurationVar(&c.warmup, "warmup", 2*time.Second, "load before the measured window")
+	fs.DurationVar(&c.drain, "drain", 10*time.Second, "at most this long after the window to let consumers catch up and receipts arrive")
+	fs.IntVar(&c.producers, "producers", 0, "producer connections (default 1 for queue, 2 for durable-*; fanout always 1)")
+	fs.IntVar(&c.consumers, "consumers", 0, "consumer connections (default 1)")
+	fs.IntVar(&c.consumers, "subscribers", 0, "fanout: topic subscribers (default 10); same as -consumers")
+	fs.IntVar(&c.inflight, "inflight", 0, "durable-pipelined: receipts outstanding in total over all producers (default 200)")
+	fs.StringVar(&c.ack, "ack", ackAuto, "queue: consumer ack mode, auto or client-individual (durable-* always ack client-individual)")
+	fs.IntVar(&c.prefetch, "prefetch", 0, "consumer prefetch, sent as activemq.prefetchSize and prefetch-count on SUBSCRIBE (0: broker default)")
+	fs.StringVar(&c.login, "login", "", "STOMP login")
+	fs.StringVar(&c.passcode, "passcode", "", "STOMP passcode")
+	fs.StringVar(&c.host, "host", "/", "STOMP CONNECT host header (RabbitMQ: the vhost)")
+	fs.StringVar(&c.version, "stomp-version", "1.2", "STOMP version to ask for, 1.1 or 1.2 (they differ in how ACK names the message)")
+	fs.IntVar(&c.pid, "pid", 0, "broker process id: report its CPU time per message from /proc/PID/stat")
+	fs.IntVar(&c.runs, "runs", 1, "repetitions; with more than one, a median line follows")
+	fs.BoolVar(&c.json, "json", false, "print one JSON object per line instead of text")
+	fs.DurationVar(&c.dialTimeout, "dial-timeout", 5*time.Second, "TCP connect plus STOMP CONNECT timeout")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: junction-bench stomp -addr 127.0.0.1:61613 -scenario S [flags]\n\nscenarios: %s\n\nflags:\n", strings.Join(scenarios, ", "))
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil, err
+		}
+		return nil, errUsage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "unexpected arguments: %q\n", fs.Args())
+		fs.Usage()
+		return nil, errUsage
+	}
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), c.dialTimeout)
+	defer cancel()
+	da, err := loopbackAddr(ctx, c.addr)
+	if err != nil {
+		return nil, err
+	}
+	c.dialAddr = da
+	return c, nil
+}
+
+// validate fills scenario defaults and checks ranges.
+func (c *config) validate() error {
+	if !slices.Contains(scenarios, c.scenario) {
+		return fmt.Errorf("unknown -scenario %q (want one of %s)", c.scenario, strings.Join(scenarios, ", "))
+	}
+	if c.size < minBodySize || c.size > maxBodySize {
+		return fmt.Errorf("-size %d out of range [%d, %d]", c.size, minBodySize, maxBodySize)
+	}
+	if c.duration <= 0 || c.duration > time.Hour {
+		return fmt.Errorf("-duration %v out of range (0, 1h]", c.duration)
+	}
+	if c.warmup < 0 || c.warmup > 10*time.Minute {
+		return fmt.Errorf("-warmup %v out of range [0, 10m]", c.warmup)
+	}
+	if c.drain < 0 || c.drain > 10*time.Minute {
+		return fmt.Errorf("-drain %v out of range [0, 10m]", c.drain)
+	}
+	if c.dialTimeout <= 0 || c.dialTimeout > time.Minute {
+		return fmt.Errorf("-dial-timeout %v out of range (0, 1m]", c.dialTimeout)
+	}
+	if c.runs < 1 || c.runs > 100 {
+		return fmt.Errorf("-runs %d out of range [1, 100]", c.runs)
+	}
+	if c.prefetch < 0 {
+		return fmt.Errorf("-prefetch %d is negative", c.prefetch)
+	}
+	if c.pid < 0 {
+		return fmt.Errorf("-pid %d is negative", c.pid)
+	}
+	if c.version != "1.1" && c.version != "1.2" {
+		return fmt.Errorf("-stomp-version %q: want 1.1 or 1.2", c.version)
+	}
+	switch c.ack {
+	case ackAuto, ackIndiv:
+	default:
+		return fmt.Errorf("-ack %q: want %s or %s", c.ack, ackAuto, ackIndiv)
+	}
+	if c.producers < 0 || c.consumers < 0 || c.inflight < 0 {
+		return errors.New("-producers, -consumers/-subscribers and -inflight must not be negative")
+	}
+	if c.producers > 1000 || c.consumers > 1000 || c.inflight > 100000 {
+		return errors.New("-producers and -consumers are limited to 1000, -inflight to 100000")
+	}
+	if c.inflight != 0 && c.scenario != scDurPipe {
+		return errors.New("-inflight applies to durable-pipelined only")
+	}
+	switch c.scenario {
+	case scQueue:
+		c.producers = cmp0(c.producers, 1)
+		c.consumers = cmp0(c.consumers, 1)
+	case scFanout:
+		if c.producers > 1 {
+			return errors.New("fanout has exactly one producer")
+		}
+		c.producers = 1
+		c.consumers = cmp0(c.consumers, 10)
+		if c.ack != ackAuto {
+			return errors.New("-ack applies to queue only (fanout subscribers use auto)")
+		}
+	case scDurWait, scDurPipe:
+		c.producers = cmp0(c.producers, 2)
+		c.consumers = cmp0(c.consumers, 1)
+		if c.ack != ackAuto {
+			return errors.New("-ack applies to queue only (durable-* consumers ack client-individual)")
+		}
+		c.ack = ackIndiv
+		if c.scenario == scDurPipe {
+			c.inflight = cmp0(c.inflight, 200)
+			if c.inflight < c.producers {
+				return fmt.Errorf("-inflight %d is less than -producers %d", c.inflight, c.producers)
+			}
+		}
+	}
+	return nil
+}
+
+// cmp0 returns v, or def when v is zero.
+func cmp0(v, def int) int {
+	if v == 0 {
+		return def
+	}
+	return v
+}
+
+// loopbackAddr resolves addr (host:port) and returns ip:port to dial. It
+// refuses any host that is not, or does not resolve only to, a loopback
+// address: this workplace forbids load on any other address.
+func loopbackAddr(ctx context.Context, addr string) (string, error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", fmt.Errorf("-addr %q: %w", addr, err)
+	}
+	if host == "" {
+		return "", fmt.Errorf("-addr %q: give an explicit loopback host, e.g. 127.0.0.1", addr)
+	}
+	if ip := net.ParseIP(host); ip != nil {
+		if !ip.IsLoopback() {
+			return "", fmt.Errorf("-addr %q: %s is not a loopback address; only loopback targets are allowed", addr, ip)
+		}
+		return net.JoinHostPort(ip.String(), port), nil
+	}
+	ips, err := net.DefaultResolver.LookupIPAddr(ctx, host)
+	if err != nil {
+		return "", fmt.Errorf("-addr %q: %w", addr, err)
+	}
+	if len(ips) == 0 {
+		return "", fmt.Errorf("-addr %q: host resolves to no address", addr)
+	}
+	var pick net.IP
+	for _, ia := range ips {
+		if !ia.IP.IsLoopback() {
+			return "", fmt.Errorf("-addr %q: %s resolves to %s, which is not loopback; only loopback targets are allowed", addr, host, ia.IP)
+		}
+		if pick == nil || (pick.To4() == nil && ia.IP.To4() != nil) {
+			pick = ia.IP // prefer IPv4, as brokers often listen on 127.0.0.1 only
+		}
+	}
+	return net.JoinHostPort(pick.String(), port), nil
+}

@@ -1,0 +1,305 @@
+package main
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"math/bits"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Histogram layout: values below 64 have a bucket each; above, every power of
+// two is split into 32 linear sub-buckets, so a bucket is at most 1/32 (about
+// 3%) of its value wide. Values are nanoseconds.
+const (
+	histSub     = 32
+	histBuckets = 64 * histSub
+)
+
+// histogram is a log-linear latency histogram. The zero value is empty and
+// ready to use; it is not safe for concurrent use (see lockedHist).
+type histogram struct {
+	counts [histBuckets]uint64
+	n      uint64
+}
+
+// histIndex returns the bucket of v.
+func histIndex(v uint64) int {
+	if v < 2*histSub {
+		return int(v)
+	}
+	shift := bits.Len64(v) - 6 // keep the top 6 bits: m in [32, 64)
+	m := v >> uint(shift)
+	return shift*histSub + int(m)
+}
+
+// histLower returns the smallest value of bucket i, and the bucket's width.
+func histLower(i int) (lo, width uint64) {
+	if i < 2*histSub {
+		return uint64(i), 1
+	}
+	shift := i/histSub - 1
+	m := uint64(i%histSub + histSub)
+	return m << uint(shift), 1 << uint(shift)
+}
+
+// record adds one value; negative durations count as zero.
+func (h *histogram) record(d time.Duration) {
+	if d < 0 {
+		d = 0
+	}
+	h.counts[histIndex(uint64(d))]++
+	h.n++
+}
+
+// merge adds o's counts to h.
+func (h *histogram) merge(o *histogram) {
+	for i, c := range o.counts {
+		h.counts[i] += c
+	}
+	h.n += o.n
+}
+
+// quantile returns the value at quantile q (0..1), as the middle of its
+// bucket, or -1 if the histogram is empty.
+func (h *histogram) quantile(q float64) time.Duration {
+	if h.n == 0 {
+		return -1
+	}
+	rank := uint64(math.Ceil(q * float64(h.n)))
+	if rank < 1 {
+		rank = 1
+	}
+	var seen uint64
+	for i, c := range h.counts {
+		seen += c
+		if seen >= rank {
+			lo, w := histLower(i)
+			return time.Duration(lo + w/2)
+		}
+	}
+	return -1 // unreachable
+}
+
+// lockedHist is a histogram owned by one goroutine that another goroutine
+// merges at the end; the mutex is uncontended while recording.
+type lockedHist struct {
+	mu sync.Mutex
+	h  histogram
+}
+
+func (l *lockedHist) record(d time.Duration) {
+	l.mu.Lock()
+	l.h.record(d)
+	l.mu.Unlock()
+}
+
+func (l *lockedHist) mergeInto(dst *histogram) {
+	l.mu.Lock()
+	dst.merge(&l.h)
+	l.mu.Unlock()
+}
+
+// putStamp writes the send time (since base) into the first 8 bytes of body.
+func putStamp(body []byte, t time.Duration) { binary.BigEndian.PutUint64(body, uint64(t)) }
+
+// getStamp reads the send time written by putStamp; 0 means a probe message
+// (or a body too short to carry a stamp).
+func getStamp(body []byte) time.Duration {
+	if len(body) < 8 {
+		return 0
+	}
+	return time.Duration(binary.BigEndian.Uint64(body))
+}
+
+// result is the outcome of one run, or the median of several. Rates are per
+// second of the measured window; latencies are microseconds, -1 when not
+// measured. JSON field names are stable: scripts read them.
+type result struct {
+	Scenario    string  `json:"scenario"`
+	Run         string  `json:"run"` // "1", "2", ..., or "median"
+	Addr        string  `json:"addr"`
+	Destination string  `json:"destination,omitempty"`
+	Size        int     `json:"size"`
+	Producers   int     `json:"producers"`
+	Consumers   int     `json:"consumers"` // subscribers for fanout
+	Inflight    int     `json:"inflight,omitempty"`
+	Ack         string  `json:"ack"`
+	Prefetch    int     `json:"prefetch,omitempty"`
+	WindowS     float64 `json:"window_s"`
+	// SentPerS: messages sent (queue), published (fanout), SEND frames
+	// written (durable-*).
+	SentPerS float64 `json:"sent_per_s"`
+	// DeliveredPerS: messages received by consumers (queue), deliveries summed
+	// over subscribers (fanout), messages consumed and acked (durable-*).
+	DeliveredPerS float64 `json:"delivered_per_s"`
+	// ConfirmedPerS: RECEIPTs for persistent sends (durable-* only).
+	ConfirmedPerS float64 `json:"confirmed_per_s,omitempty"`
+	E2EP50us      float64 `json:"e2e_p50_us"`
+	E2EP99us      float64 `json:"e2e_p99_us"`
+	ConfirmP50us  float64 `json:"confirm_p50_us,omitempty"`
+	ConfirmP99us  float64 `json:"confirm_p99_us,omitempty"`
+	// Broker CPU, only with -pid. CPUBasis names the message counted.
+	CPUusPerMsg      *float64 `json:"broker_cpu_us_per_msg,omitempty"`
+	CPUusPerDelivery *float64 `json:"broker_cpu_us_per_delivery,omitempty"`
+	CPUCores         *float64 `json:"broker_cpu_cores,omitempty"`
+	CPUBasis         string   `json:"broker_cpu_basis,omitempty"`
+	// ClientCores is this tool's own CPU use (Linux): near the machine's
+	// core count, the client rather than the broker may be the limit.
+	ClientCores *float64 `json:"client_cpu_cores,omitempty"`
+	// MachineCores is the busy CPU of the whole machine (Linux); well above
+	// broker plus client, something else was competing for the CPU.
+	MachineCores *float64 `json:"machine_cpu_cores,omitempty"`
+	// Undrained: messages (fanout: deliveries) not received by the end of
+	// the bounded drain.
+	Undrained int64 `json:"undrained"`
+}
+
+// labels returns the plain-text names of SentPerS and DeliveredPerS.
+func (r *result) labels() (sent, delivered string) {
+	switch r.Scenario {
+	case scFanout:
+		return "published", "deliveries"
+	case scDurWait, scDurPipe:
+		return "sent", "consumed"
+	default:
+		return "sent", "delivered"
+	}
+}
+
+// write prints r as one line, JSON or text.
+func (r *result) write(w io.Writer, asJSON bool) error {
+	if asJSON {
+		b, err := json.Marshal(r)
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(w, "%s\n", b)
+		return err
+	}
+	var b strings.Builder
+	sl, dl := r.labels()
+	fmt.Fprintf(&b, "%-17s run=%-6s size=%d P=%d C=%d", r.Scenario, r.Run, r.Size, r.Producers, r.Consumers)
+	if r.Inflight > 0 {
+		fmt.Fprintf(&b, " inflight=%d", r.Inflight)
+	}
+	fmt.Fprintf(&b, " ack=%s", r.Ack)
+	if r.Prefetch > 0 {
+		fmt.Fprintf(&b, " prefetch=%d", r.Prefetch)
+	}
+	fmt.Fprintf(&b, " window=%.2fs", r.WindowS)
+	if r.Scenario == scDurWait || r.Scenario == scDurPipe {
+		fmt.Fprintf(&b, " confirmed=%.0f/s", r.ConfirmedPerS)
+	}
+	fmt.Fprintf(&b, " %s=%.0f/s %s=%.0f/s", sl, r.SentPerS, dl, r.DeliveredPerS)
+	fmt.Fprintf(&b, " e2e_p50=%s e2e_p99=%s", fmtUs(r.E2EP50us), fmtUs(r.E2EP99us))
+	if r.Scenario == scDurWait || r.Scenario == scDurPipe {
+		fmt.Fprintf(&b, " confirm_p50=%s confirm_p99=%s", fmtUs(r.ConfirmP50us), fmtUs(r.ConfirmP99us))
+	}
+	if r.CPUusPerMsg != nil {
+		fmt.Fprintf(&b, " broker_cpu=%.2fus/%s", *r.CPUusPerMsg, r.CPUBasis)
+		if r.CPUusPerDelivery != nil {
+			fmt.Fprintf(&b, " (%.2fus/delivery)", *r.CPUusPerDelivery)
+		}
+		if r.CPUCores != nil {
+			fmt.Fprintf(&b, " broker_cores=%.2f", *r.CPUCores)
+		}
+	}
+	if r.ClientCores != nil {
+		fmt.Fprintf(&b, " client_cores=%.2f", *r.ClientCores)
+	}
+	if r.MachineCores != nil {
+		fmt.Fprintf(&b, " machine_cores=%.2f", *r.MachineCores)
+	}
+	fmt.Fprintf(&b, " undrained=%d\n", r.Undrained)
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// fmtUs formats microseconds for reading (us below 1 ms, then ms, then s),
+// or "-" when not measured. JSON output keeps plain microseconds.
+func fmtUs(us float64) string {
+	switch {
+	case us < 0:
+		return "-"
+	case us < 1000:
+		return strconv.FormatFloat(us, 'f', 0, 64) + "us"
+	case us < 10e6:
+		return strconv.FormatFloat(us/1000, 'f', 1, 64) + "ms"
+	default:
+		return strconv.FormatFloat(us/1e6, 'f', 1, 64) + "s"
+	}
+}
+
+// usOf converts a quantile to microseconds, keeping -1 for "not measured".
+func usOf(d time.Duration) float64 {
+	if d < 0 {
+		return -1
+	}
+	return float64(d) / float64(time.Microsecond)
+}
+
+// medianResult returns the median of every figure over rs (at least one);
+// Undrained is the maximum, so a lossy run is never hidden.
+func medianResult(rs []*result) *result {
+	m := *rs[0]
+	m.Run = "median"
+	m.Destination = ""
+	med := func(get func(*result) float64) float64 {
+		xs := make([]float64, 0, len(rs))
+		for _, r := range rs {
+			xs = append(xs, get(r))
+		}
+		return median(xs)
+	}
+	medPtr := func(get func(*result) *float64) *float64 {
+		xs := make([]float64, 0, len(rs))
+		for _, r := range rs {
+			if p := get(r); p != nil {
+				xs = append(xs, *p)
+			}
+		}
+		if len(xs) == 0 {
+			return nil
+		}
+		v := median(xs)
+		return &v
+	}
+	m.WindowS = med(func(r *result) float64 { return r.WindowS })
+	m.SentPerS = med(func(r *result) float64 { return r.SentPerS })
+	m.DeliveredPerS = med(func(r *result) float64 { return r.DeliveredPerS })
+	m.ConfirmedPerS = med(func(r *result) float64 { return r.ConfirmedPerS })
+	m.E2EP50us = med(func(r *result) float64 { return r.E2EP50us })
+	m.E2EP99us = med(func(r *result) float64 { return r.E2EP99us })
+	m.ConfirmP50us = med(func(r *result) float64 { return r.ConfirmP50us })
+	m.ConfirmP99us = med(func(r *result) float64 { return r.ConfirmP99us })
+	m.CPUusPerMsg = medPtr(func(r *result) *float64 { return r.CPUusPerMsg })
+	m.CPUusPerDelivery = medPtr(func(r *result) *float64 { return r.CPUusPerDelivery })
+	m.CPUCores = medPtr(func(r *result) *float64 { return r.CPUCores })
+	m.ClientCores = medPtr(func(r *result) *float64 { return r.ClientCores })
+	m.MachineCores = medPtr(func(r *result) *float64 { return r.MachineCores })
+	for _, r := range rs {
+		m.Undrained = max(m.Undrained, r.Undrained)
+	}
+	return &m
+}
+
+// median returns the median of xs (the mean of the middle two for an even
+// count); xs is sorted in place.
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	slices.Sort(xs)
+	n := len(xs)
+	if n%2 == 1 {
+		return xs[n/2]
+	}
+	return (xs[n/2-1] + xs[n/2]) / 2
+}
