@@ -346,6 +346,7 @@ func TestPriorityOrder(t *testing.T) {
 	for i, pr := range []string{"1", "9", "5"} {
 		send(t, p, "/queue/prio", fmt.Sprint(i), gostomp.SendOpt.Header("priority", pr))
 	}
+	barrier(t, p) // all three are queued before the consumer comes
 	c := tb.dial(t)
 	s := subscribe(t, c, "/queue/prio", gostomp.AckAuto)
 	for _, want := range []string{"1", "2", "0"} {

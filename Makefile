@@ -1,0 +1,59 @@
+# Junction's developer commands. `make` alone lists them.
+GO        ?= go
+PKGS      := ./...
+FUZZTIME  ?= 10s
+BENCHTIME ?= 2s
+ROUNDS    ?= 10
+
+.PHONY: help run build test race lint bench bench-stomp fuzz clean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
+
+run: ## start the broker with embedded defaults
+	$(GO) run ./cmd/junction
+
+build: ## build bin/junction and bin/junction-bench
+	$(GO) build -o bin/junction ./cmd/junction
+	$(GO) build -o bin/junction-bench ./cmd/junction-bench
+
+test: ## run every test (short fuzz seeds included)
+	$(GO) test -count=1 $(PKGS)
+
+race: ## run every test under the race detector
+	$(GO) test -race -count=1 $(PKGS)
+
+lint: ## gofmt, go vet, go mod tidy and the import-graph rules
+	$(GO) test -count=1 ./internal/lint/
+
+bench: ## core and codec micro-benchmarks, then STOMP end to end
+	$(GO) test -run='^$$' -bench=. -benchmem -benchtime=$(BENCHTIME) ./core/... ./stomp/... 
+	$(MAKE) bench-stomp
+
+# STOMP end to end: a fresh broker on a loopback port, driven by
+# junction-bench (the go-stomp client); with ActiveMQ running on
+# AMQ_ADDR (../shared/peers/start.sh activemq) the same scenarios run
+# against it in the same loop, alternating, so both see the same machine.
+BENCH_ADDR ?= 127.0.0.1:61699
+AMQ_ADDR   ?= 127.0.0.1:26613
+SCENARIOS  ?= queue fanout
+BENCH_ARGS ?= -size 1024 -duration 10s -warmup 2s
+bench-stomp: build ## STOMP end to end over loopback, side by side with ActiveMQ when it runs
+	@dir=$$(mktemp -d); \
+	./bin/junction --data-dir $$dir/data --stomp $(BENCH_ADDR) --log-level warn & pid=$$!; \
+	trap 'kill $$pid 2>/dev/null; rm -rf '"$$dir" EXIT; \
+	for i in $$(seq 50); do (exec 3<>/dev/tcp/$${BENCH_ADDR%:*}/$${BENCH_ADDR#*:}) 2>/dev/null && break; sleep 0.1; done; \
+	amq=$$(cat $${PEERS_DIR:-/tmp/broker-peers-$$(id -u)}/activemq/activemq.pid 2>/dev/null); \
+	kill -0 "$$amq" 2>/dev/null || amq=; \
+	for run in 1 2 3; do for s in $(SCENARIOS); do \
+	  echo "junction $$s"; ./bin/junction-bench stomp -addr $(BENCH_ADDR) -scenario $$s $(BENCH_ARGS) -pid $$pid || exit 1; \
+	  if [ -n "$$amq" ]; then echo "activemq $$s"; ./bin/junction-bench stomp -addr $(AMQ_ADDR) -scenario $$s $(BENCH_ARGS) -pid $$amq || exit 1; fi; \
+	done; done
+
+fuzz: ## run each fuzz target for FUZZTIME
+	$(GO) test -run='^$$' -fuzz='^FuzzReader$$' -fuzztime=$(FUZZTIME) -fuzzminimizetime=5s ./stomp/internal/wire/
+	$(GO) test -run='^$$' -fuzz='^FuzzDifferential$$' -fuzztime=$(FUZZTIME) -fuzzminimizetime=5s ./stomp/internal/wire/
+	$(GO) test -run='^$$' -fuzz='^FuzzRecordReader$$' -fuzztime=$(FUZZTIME) -fuzzminimizetime=5s ./persistence/journal/
+
+clean: ## remove build output
+	rm -rf bin

@@ -1,0 +1,352 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/junctionmq/junction/core"
+)
+
+// Config is the whole configuration of a broker. Defaults come from
+// defaultConfig; a YAML file (--config), JUNCTION_* environment variables
+// and flags override them, in that order.
+type Config struct {
+	DataDir         string        `yaml:"data-dir"`
+	LogLevel        string        `yaml:"log-level"`
+	LogFormat       string        `yaml:"log-format"`
+	ShutdownTimeout time.Duration `yaml:"shutdown-timeout"`
+	MaxConnections  int           `yaml:"max-connections"`
+	Stomp           StompConfig   `yaml:"stomp"`
+	// AddressSettings override the default address policies by pattern.
+	AddressSettings []core.AddressSettings `yaml:"address-settings"`
+}
+
+// StompConfig configures the STOMP listener.
+type StompConfig struct {
+	Listen          string        `yaml:"listen"`
+	MaxFrameSize    ByteSize      `yaml:"max-frame-size"`
+	MaxHeaders      int           `yaml:"max-headers"`
+	MaxHeaderLength ByteSize      `yaml:"max-header-length"`
+	HeartBeat       time.Duration `yaml:"heart-beat"`
+	Prefetch        int           `yaml:"prefetch"`
+}
+
+func defaultConfig() Config {
+	return Config{
+		DataDir:         "./data",
+		LogLevel:        "info",
+		LogFormat:       "console",
+		ShutdownTimeout: 10 * time.Second,
+		MaxConnections:  10000,
+		Stomp: StompConfig{
+			Listen:          "127.0.0.1:61613",
+			MaxFrameSize:    10 << 20,
+			MaxHeaders:      1000,
+			MaxHeaderLength: 8 << 10,
+			HeartBeat:       10 * time.Second,
+			Prefetch:        1000,
+		},
+	}
+}
+
+// ByteSize is a size in bytes, written as a number with an optional
+// unit: B, KiB, MiB, GiB (or KB, MB, GB, meaning the same powers of two).
+type ByteSize int64
+
+// ParseByteSize parses "10MiB", "512KiB", "4096".
+func ParseByteSize(s string) (ByteSize, error) {
+	t := strings.TrimSpace(s)
+	mult := int64(1)
+	for _, u := range []struct {
+		suffix string
+		mult   int64
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"KB", 1 << 10}, {"MB", 1 << 20}, {"GB", 1 << 30}, {"K", 1 << 10}, {"M", 1 << 20}, {"G", 1 << 30}, {"B", 1}} {
+		if strings.HasSuffix(t, u.suffix) {
+			t, mult = strings.TrimSpace(strings.TrimSuffix(t, u.suffix)), u.mult
+			break
+		}
+	}
+	n, err := strconv.ParseInt(t, 10, 64)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("invalid size %q (want e.g. 4096, 512KiB, 10MiB)", s)
+	}
+	return ByteSize(n * mult), nil
+}
+
+// UnmarshalYAML accepts a number or a string with a unit.
+func (b *ByteSize) UnmarshalYAML(n *yaml.Node) error {
+	v, err := ParseByteSize(n.Value)
+	if err != nil {
+		return err
+	}
+	*b = v
+	return nil
+}
+
+// option ties one configuration value to its flag and environment
+// variable (JUNCTION_ + the flag name in upper case, '-' as '_') and to
+// its path in the YAML file, so the three sources cannot drift apart.
+type option struct {
+	flag  string
+	path  string // YAML path, for error lines
+	usage string
+	set   func(c *Config, v string) error
+	get   func(c *Config) string
+}
+
+func stringOpt(name, path, usage string, field func(*Config) *string) option {
+	return option{name, path, usage,
+		func(c *Config, v string) error { *field(c) = v; return nil },
+		func(c *Config) string { return *field(c) }}
+}
+
+func intOpt(name, path, usage string, field func(*Config) *int) option {
+	return option{name, path, usage,
+		func(c *Config, v string) error {
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				return fmt.Errorf("invalid integer %q", v)
+			}
+			*field(c) = n
+			return nil
+		},
+		func(c *Config) string { return strconv.Itoa(*field(c)) }}
+}
+
+func durationOpt(name, path, usage string, field func(*Config) *time.Duration) option {
+	return option{name, path, usage,
+		func(c *Config, v string) error {
+			d, err := time.ParseDuration(v)
+			if err != nil {
+				return fmt.Errorf("invalid duration %q (want e.g. 10s, 500ms)", v)
+			}
+			*field(c) = d
+			return nil
+		},
+		func(c *Config) string { return field(c).String() }}
+}
+
+func sizeOpt(name, path, usage string, field func(*Config) *ByteSize) option {
+	return option{name, path, usage,
+		func(c *Config, v string) error {
+			b, err := ParseByteSize(v)
+			if err != nil {
+				return err
+			}
+			*field(c) = b
+			return nil
+		},
+		func(c *Config) string { return strconv.FormatInt(int64(*field(c)), 10) }}
+}
+
+var options = []option{
+	stringOpt("data-dir", "data-dir", "directory for the broker's data", func(c *Config) *string { return &c.DataDir }),
+	stringOpt("stomp", "stomp.listen", "STOMP listen address (empty disables)", func(c *Config) *string { return &c.Stomp.Listen }),
+	stringOpt("log-level", "log-level", "log level: debug, info, warn, error", func(c *Config) *string { return &c.LogLevel }),
+	stringOpt("log-format", "log-format", "log format: console or json", func(c *Config) *string { return &c.LogFormat }),
+	durationOpt("shutdown-timeout", "shutdown-timeout", "how long a graceful shutdown may take", func(c *Config) *time.Duration { return &c.ShutdownTimeout }),
+	intOpt("max-connections", "max-connections", "connections per listener (0 = unlimited)", func(c *Config) *int { return &c.MaxConnections }),
+	sizeOpt("stomp-max-frame-size", "stomp.max-frame-size", "largest STOMP frame accepted", func(c *Config) *ByteSize { return &c.Stomp.MaxFrameSize }),
+	intOpt("stomp-max-headers", "stomp.max-headers", "most headers in a STOMP frame", func(c *Config) *int { return &c.Stomp.MaxHeaders }),
+	sizeOpt("stomp-max-header-length", "stomp.max-header-length", "longest STOMP header line", func(c *Config) *ByteSize { return &c.Stomp.MaxHeaderLength }),
+	durationOpt("stomp-heart-beat", "stomp.heart-beat", "STOMP heart-beat interval offered and asked for (0 disables)", func(c *Config) *time.Duration { return &c.Stomp.HeartBeat }),
+	intOpt("stomp-prefetch", "stomp.prefetch", "default STOMP subscription prefetch window", func(c *Config) *int { return &c.Stomp.Prefetch }),
+}
+
+func envName(flag string) string {
+	return "JUNCTION_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
+}
+
+// loadConfig builds the configuration from defaults, the --config file,
+// the environment and the flags in args.
+func loadConfig(args []string, getenv func(string) string, stderr io.Writer) (Config, error) {
+	fs := flag.NewFlagSet("junction serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	configFile := fs.String("config", getenv("JUNCTION_CONFIG"), "YAML configuration file")
+	values := make(map[string]*string, len(options))
+	def := defaultConfig()
+	for _, o := range options {
+		values[o.flag] = fs.String(o.flag, o.get(&def), o.usage+" (env "+envName(o.flag)+")")
+	}
+	if err := fs.Parse(args); err != nil {
+		return Config{}, err
+	}
+	if fs.NArg() > 0 {
+		return Config{}, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	cfg := defaultConfig()
+	if *configFile != "" {
+		data, err := os.ReadFile(*configFile)
+		if err != nil {
+			return Config{}, err
+		}
+		c, errs := parseConfig(data)
+		if len(errs) > 0 {
+			return Config{}, fmt.Errorf("%s: %w", *configFile, errors.Join(errs...))
+		}
+		cfg = c
+	}
+	for _, o := range options {
+		if v := getenv(envName(o.flag)); v != "" {
+			if err := o.set(&cfg, v); err != nil {
+				return Config{}, fmt.Errorf("%s: %w", envName(o.flag), err)
+			}
+		}
+	}
+	var ferr error
+	fs.Visit(func(f *flag.Flag) {
+		for _, o := range options {
+			if o.flag == f.Name && ferr == nil {
+				if err := o.set(&cfg, *values[o.flag]); err != nil {
+					ferr = fmt.Errorf("--%s: %w", o.flag, err)
+				}
+			}
+		}
+	})
+	if ferr != nil {
+		return Config{}, ferr
+	}
+	if errs := cfg.validate(); len(errs) > 0 {
+		var list []error
+		for _, e := range errs {
+			list = append(list, e)
+		}
+		return Config{}, errors.Join(list...)
+	}
+	return cfg, nil
+}
+
+// fieldError is a semantic error in one configuration value.
+type fieldError struct {
+	path string
+	msg  string
+}
+
+func (e fieldError) Error() string { return e.path + ": " + e.msg }
+
+// validate checks values that parse but make no sense.
+func (c *Config) validate() []fieldError {
+	var errs []fieldError
+	bad := func(path, format string, args ...any) {
+		errs = append(errs, fieldError{path, fmt.Sprintf(format, args...)})
+	}
+	if c.DataDir == "" {
+		bad("data-dir", "must not be empty")
+	}
+	switch c.LogLevel {
+	case "trace", "debug", "info", "warn", "error":
+	default:
+		bad("log-level", "must be one of trace, debug, info, warn, error; got %q", c.LogLevel)
+	}
+	if c.LogFormat != "console" && c.LogFormat != "json" {
+		bad("log-format", "must be console or json; got %q", c.LogFormat)
+	}
+	if c.ShutdownTimeout <= 0 {
+		bad("shutdown-timeout", "must be positive")
+	}
+	if c.MaxConnections < 0 {
+		bad("max-connections", "must be >= 0")
+	}
+	if c.Stomp.Listen != "" {
+		if _, _, err := net.SplitHostPort(c.Stomp.Listen); err != nil {
+			bad("stomp.listen", "not a host:port address: %v", err)
+		}
+	}
+	if c.Stomp.MaxFrameSize < 1024 {
+		bad("stomp.max-frame-size", "must be at least 1KiB")
+	}
+	if c.Stomp.MaxHeaders < 1 {
+		bad("stomp.max-headers", "must be at least 1")
+	}
+	if c.Stomp.MaxHeaderLength < 64 || c.Stomp.MaxHeaderLength > c.Stomp.MaxFrameSize {
+		bad("stomp.max-header-length", "must be between 64 bytes and max-frame-size")
+	}
+	if c.Stomp.HeartBeat < 0 {
+		bad("stomp.heart-beat", "must be >= 0")
+	}
+	if c.Stomp.Prefetch < 1 {
+		bad("stomp.prefetch", "must be at least 1")
+	}
+	for i := range c.AddressSettings {
+		if err := c.AddressSettings[i].Validate(); err != nil {
+			bad(fmt.Sprintf("address-settings.%d", i), "%v", err)
+		}
+	}
+	return errs
+}
+
+// parseConfig decodes a YAML configuration over the defaults and returns
+// every error found, each with its line.
+func parseConfig(data []byte) (Config, []error) {
+	cfg := defaultConfig()
+	var root yaml.Node
+	if err := yaml.Unmarshal(data, &root); err != nil {
+		return cfg, []error{err}
+	}
+	var errs []error
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) {
+		var te *yaml.TypeError
+		if errors.As(err, &te) {
+			for _, e := range te.Errors {
+				errs = append(errs, errors.New(e))
+			}
+		} else {
+			errs = append(errs, err)
+		}
+	}
+	for _, fe := range cfg.validate() {
+		if line := lineOf(&root, fe.path); line > 0 {
+			errs = append(errs, fmt.Errorf("line %d: %s", line, fe))
+		} else {
+			errs = append(errs, fe)
+		}
+	}
+	return cfg, errs
+}
+
+// lineOf finds the line of a dotted path ("stomp.listen",
+// "address-settings.2") in a YAML document; 0 when absent.
+func lineOf(root *yaml.Node, path string) int {
+	n := root
+	if n.Kind == yaml.DocumentNode && len(n.Content) > 0 {
+		n = n.Content[0]
+	}
+	line := 0
+	for _, part := range strings.Split(path, ".") {
+		switch n.Kind {
+		case yaml.MappingNode:
+			found := false
+			for i := 0; i+1 < len(n.Content); i += 2 {
+				if n.Content[i].Value == part {
+					line, n, found = n.Content[i].Line, n.Content[i+1], true
+					break
+				}
+			}
+			if !found {
+				return line
+			}
+		case yaml.SequenceNode:
+			i, err := strconv.Atoi(part)
+			if err != nil || i >= len(n.Content) {
+				return line
+			}
+			n = n.Content[i]
+			line = n.Line
+		default:
+			return line
+		}
+	}
+	return line
+}

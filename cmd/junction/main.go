@@ -1,0 +1,86 @@
+// Command junction runs the Junction message broker.
+//
+//	junction [serve] [flags]        start the broker (the default command)
+//	junction config validate FILE   check a configuration file
+//	junction version                print the version
+//
+// With no flags and no configuration file the broker starts with
+// embedded defaults: data in ./data, STOMP on 127.0.0.1:61613.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "0.1.0-dev"
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(os.Stderr, "junction:", err)
+		}
+		os.Exit(2)
+	}
+}
+
+// run is main without the process: tests call it with their own
+// context, arguments and environment.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	cmd := "serve"
+	if len(args) > 0 && (args[0] == "" || args[0][0] != '-') {
+		cmd, args = args[0], args[1:]
+	}
+	switch cmd {
+	case "serve":
+		cfg, err := loadConfig(args, getenv, stderr)
+		if err != nil {
+			return err
+		}
+		return serve(ctx, cfg, stderr, nil)
+	case "version":
+		fmt.Fprintln(stdout, "junction", version)
+		return nil
+	case "config":
+		if len(args) != 2 || args[0] != "validate" {
+			return errors.New("usage: junction config validate FILE")
+		}
+		return validateFile(args[1], stdout)
+	case "help":
+		fmt.Fprint(stdout, usage)
+		return nil
+	}
+	return fmt.Errorf("unknown command %q\n%s", cmd, usage)
+}
+
+const usage = `usage:
+  junction [serve] [flags]        start the broker (junction serve -h lists the flags)
+  junction config validate FILE   check a configuration file, reporting every error with its line
+  junction version                print the version
+`
+
+// validateFile reports every error of a configuration file.
+func validateFile(path string, stdout io.Writer) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	if _, errs := parseConfig(data); len(errs) > 0 {
+		for _, e := range errs {
+			fmt.Fprintf(stdout, "%s: %v\n", path, e)
+		}
+		return fmt.Errorf("%s: %d error(s)", path, len(errs))
+	}
+	fmt.Fprintf(stdout, "%s: ok\n", path)
+	return nil
+}

@@ -1,0 +1,140 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/junctionmq/junction/core"
+	"github.com/junctionmq/junction/stomp"
+	"github.com/junctionmq/junction/transports"
+)
+
+// instance is a running broker with its listeners.
+type instance struct {
+	log     zerolog.Logger
+	broker  *core.Broker
+	servers []*transports.Server
+	addrs   map[string]net.Addr
+	wg      sync.WaitGroup
+	errc    chan error
+}
+
+func newLogger(cfg Config, w io.Writer) zerolog.Logger {
+	level, _ := zerolog.ParseLevel(cfg.LogLevel)
+	if cfg.LogFormat == "console" {
+		w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.RFC3339}
+	}
+	return zerolog.New(w).Level(level).With().Timestamp().Logger()
+}
+
+// start opens the data directory, creates the broker and starts every
+// configured listener.
+func start(cfg Config, logw io.Writer) (*instance, error) {
+	log := newLogger(cfg, logw)
+	if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
+		return nil, fmt.Errorf("data dir: %w", err)
+	}
+	b, err := core.New(core.Config{AddressSettings: cfg.AddressSettings, Logger: log.With().Str("component", "core").Logger()})
+	if err != nil {
+		return nil, err
+	}
+	in := &instance{log: log, broker: b, addrs: make(map[string]net.Addr), errc: make(chan error, 4)}
+	if cfg.Stomp.Listen != "" {
+		hb := cfg.Stomp.HeartBeat
+		if hb == 0 {
+			hb = -1
+		}
+		ss := stomp.New(stomp.Config{
+			MaxFrameSize:     int(cfg.Stomp.MaxFrameSize),
+			MaxHeaders:       cfg.Stomp.MaxHeaders,
+			MaxHeaderLength:  int(cfg.Stomp.MaxHeaderLength),
+			HeartBeatSend:    hb,
+			HeartBeatReceive: hb,
+			DefaultPrefetch:  cfg.Stomp.Prefetch,
+			ServerName:       "Junction/" + version,
+			Logger:           log.With().Str("component", "stomp").Logger(),
+		}, b)
+		if err := in.listen("stomp", cfg.Stomp.Listen, cfg.MaxConnections, ss.ServeConn, ss.Reject); err != nil {
+			in.stop(context.Background())
+			return nil, err
+		}
+	}
+	return in, nil
+}
+
+func (in *instance) listen(name, addr string, maxConns int, h transports.Handler, onLimit func(net.Conn)) error {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("%s listener: %w", name, err)
+	}
+	log := in.log.With().Str("listener", name).Logger()
+	srv := &transports.Server{
+		Name: name, Handler: h, MaxConns: maxConns, OnLimit: onLimit,
+		Events: transports.Events{
+			OnAcceptError: func(err error, d time.Duration) {
+				log.Warn().Err(err).Dur("retry_in", d).Msg("accept failed")
+			},
+		},
+	}
+	in.servers = append(in.servers, srv)
+	in.addrs[name] = l.Addr()
+	in.wg.Add(1)
+	go func() {
+		defer in.wg.Done()
+		if err := srv.Serve(l); err != nil && !errors.Is(err, transports.ErrServerClosed) {
+			in.errc <- fmt.Errorf("%s listener: %w", name, err)
+		}
+	}()
+	return nil
+}
+
+// stop shuts the listeners down gracefully within ctx, then the broker.
+func (in *instance) stop(ctx context.Context) error {
+	var errs []error
+	for _, s := range in.servers {
+		if err := s.Shutdown(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", s.Name, err))
+		}
+	}
+	in.wg.Wait()
+	errs = append(errs, in.broker.Close())
+	return errors.Join(errs...)
+}
+
+// serve runs the broker until ctx is cancelled. ready, if not nil,
+// receives the instance once every listener is up (for tests).
+func serve(ctx context.Context, cfg Config, logw io.Writer, ready func(*instance)) error {
+	in, err := start(cfg, logw)
+	if err != nil {
+		return err
+	}
+	ev := in.log.Info().Str("version", version).Str("data_dir", cfg.DataDir)
+	for name, a := range in.addrs {
+		ev = ev.Str(name, a.String())
+	}
+	ev.Msg("junction started")
+	if ready != nil {
+		ready(in)
+	}
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case runErr = <-in.errc:
+	}
+	in.log.Info().Dur("timeout", cfg.ShutdownTimeout).Msg("shutting down")
+	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+	defer cancel()
+	if err := in.stop(sctx); err != nil {
+		in.log.Warn().Err(err).Msg("shutdown was not clean")
+	}
+	in.log.Info().Msg("junction stopped")
+	return runErr
+}
