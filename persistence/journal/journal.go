@@ -170,6 +170,25 @@ func (j *Journal) Load(fn func(id uint64, userType uint16, payload []byte, updat
 	return nil
 }
 
+// Replay is Load with the updates flattened: add is called for each live
+// record and update for each of its updates, in order, with only builtin
+// types in the signature so that a consumer can declare it in its own
+// port (core.Journal) without importing this package. The same ownership
+// rules as Load apply.
+func (j *Journal) Replay(add, update func(id uint64, userType uint16, payload []byte) error) error {
+	return j.Load(func(id uint64, utype uint16, payload []byte, updates []Update) error {
+		if err := add(id, utype, payload); err != nil {
+			return err
+		}
+		for _, u := range updates {
+			if err := update(id, u.UserType, u.Payload); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
 func (j *Journal) kickWriter() {
 	select {
 	case j.kick <- struct{}{}:
