@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"sync"
@@ -27,6 +28,11 @@ type Config struct {
 	// Logger for broker events (dead-lettered messages dropped and the
 	// like). The zero value logs nothing.
 	Logger zerolog.Logger
+	// Messages journals durable messages; nil keeps everything in memory.
+	Messages MessageJournal
+	// Bindings journals durable queues and subscriptions; nil keeps them
+	// in memory. Needed with Messages, or restored messages have no queue.
+	Bindings Journal
 }
 
 // Broker routes messages from producers to queues and from queues to
@@ -46,8 +52,14 @@ type Broker struct {
 	gen       uint64              // guarded by mu: bumps on every binding change
 	closed    bool                // guarded by mu
 
+	msgs      MessageJournal
+	bindings  Journal
+	recovered RecoveryStats
+
 	msgID    atomic.Uint64
 	tmpID    atomic.Uint64
+	queueID  atomic.Uint64
+	txID     atomic.Uint64
 	routeGen atomic.Uint64 // mirrors gen for lock-free cache checks
 
 	done chan struct{}
@@ -76,7 +88,8 @@ type routeSet struct {
 	queues []*Queue
 }
 
-// New returns a running broker.
+// New returns a running broker. With journals configured it first
+// restores the durable queues and messages they hold.
 func New(cfg Config) (*Broker, error) {
 	st, err := newSettingsTable(cfg.AddressSettings)
 	if err != nil {
@@ -91,10 +104,20 @@ func New(cfg Config) (*Broker, error) {
 		queues:    make(map[string]*Queue),
 		clientIDs: make(map[string]*Session),
 		done:      make(chan struct{}),
+		msgs:      cfg.Messages,
+		bindings:  cfg.Bindings,
 	}
 	if b.auth == nil {
 		b.auth = AllowAll{}
 	}
+	if b.msgs != nil && b.bindings == nil {
+		return nil, errors.New("core: a message journal needs a bindings journal")
+	}
+	rs, err := b.recover()
+	if err != nil {
+		return nil, err
+	}
+	b.recovered = rs
 	if iv := cfg.ExpiryScanInterval; iv >= 0 {
 		if iv == 0 {
 			iv = time.Second
@@ -124,6 +147,9 @@ func (b *Broker) Close() error {
 	b.wg.Wait()
 	return nil
 }
+
+// Recovered reports what New restored from the journals.
+func (b *Broker) Recovered() RecoveryStats { return b.recovered }
 
 // Authenticate checks credentials with the configured Authenticator.
 func (b *Broker) Authenticate(ctx context.Context, login, passcode string) (string, error) {
@@ -182,8 +208,7 @@ func (b *Broker) CreateAddress(name string, rt RoutingType) error {
 		return ErrClosed
 	}
 	a := b.addressLocked(name, false)
-	b.addRoutingLocked(a, rt)
-	return nil
+	return b.addRoutingLocked(a, rt)
 }
 
 // DeleteAddress deletes an address and its queues. It fails with
@@ -212,9 +237,7 @@ func (b *Broker) DeleteAddress(name string) error {
 	b.bumpLocked()
 	b.mu.Unlock()
 	for _, q := range qs {
-		q.mu.Lock()
-		q.deleteLocked()
-		q.mu.Unlock()
+		b.dropQueue(q)
 	}
 	return nil
 }
@@ -242,9 +265,16 @@ func (b *Broker) deleteQueue(q *Queue) {
 		b.bumpLocked()
 	}
 	b.mu.Unlock()
+	b.dropQueue(q)
+}
+
+// dropQueue empties an unbound queue and forgets it in the journals.
+func (b *Broker) dropQueue(q *Queue) {
 	q.mu.Lock()
-	q.deleteLocked()
+	moves := q.deleteLocked(nil)
 	q.mu.Unlock()
+	b.carryOut(moves)
+	b.unpersistQueue(q)
 }
 
 // Queue returns the queue with the given name, or nil.
@@ -310,11 +340,15 @@ func (b *Broker) addressLocked(name string, auto bool) *address {
 	return a
 }
 
-func (b *Broker) addRoutingLocked(a *address, rt RoutingType) {
+func (b *Broker) addRoutingLocked(a *address, rt RoutingType) error {
 	switch rt {
 	case Anycast:
 		if a.anycast == nil {
 			q := b.newQueueLocked(a.name, a.name, Anycast, true, false, "")
+			if err := b.persistQueue(q); err != nil {
+				delete(b.queues, q.name)
+				return err
+			}
 			a.anycast = q
 			b.bumpLocked()
 		}
@@ -324,6 +358,7 @@ func (b *Broker) addRoutingLocked(a *address, rt RoutingType) {
 			b.bumpLocked()
 		}
 	}
+	return nil
 }
 
 func (b *Broker) newQueueLocked(name, addr string, rt RoutingType, durable, temporary bool, clientID string) *Queue {
@@ -424,7 +459,9 @@ func (b *Broker) resolve(m *Message) (*address, error) {
 		return nil, ErrClosed
 	}
 	a = b.addressLocked(m.Address, true)
-	b.addRoutingLocked(a, m.RoutingType)
+	if err := b.addRoutingLocked(a, m.RoutingType); err != nil {
+		return nil, err
+	}
 	return a, nil
 }
 
@@ -472,45 +509,51 @@ func (b *Broker) prepare(m *Message, user string, now time.Time) error {
 	return nil
 }
 
-// route hands a prepared message to the queues of its address.
-func (b *Broker) route(m *Message, now time.Time) error {
+// route hands a prepared message to the queues of its address. When the
+// message must be journaled it returns pending: done is then called once
+// the journal has synced it (or failed). Otherwise done is not called.
+func (b *Broker) route(m *Message, now time.Time, done func(error)) (pending bool, err error) {
 	a, err := b.resolve(m)
 	if err != nil {
-		return err
+		return false, err
 	}
-	b.deliver(a, m, now)
-	return nil
+	return b.deliver(a, m, now, done), nil
 }
 
-// deliver enqueues m on the queues of a resolved address.
-func (b *Broker) deliver(a *address, m *Message, now time.Time) {
-	if m.RoutingType == Anycast {
-		b.mu.RLock()
-		q := a.anycast
-		b.mu.RUnlock()
-		if q == nil {
-			a.unrouted.Add(1)
-			return
-		}
-		a.routed.Add(1)
-		q.enqueue(m, now)
-		return
-	}
-	qs := b.multicastRoutes(a)
+// deliver journals m if it must be (see route) and enqueues it on the
+// queues of a resolved address. A durable message becomes visible to
+// consumers at once; only its producer's confirmation waits for the sync.
+func (b *Broker) deliver(a *address, m *Message, now time.Time, done func(error)) (pending bool) {
+	var one [1]*Queue
+	qs := b.targetsOf(a, m, one[:0])
 	if len(qs) == 0 {
 		a.unrouted.Add(1)
-		return
+		return false
 	}
 	a.routed.Add(1)
+	if done != nil && b.persisted(m, qs) {
+		b.journalMessage(m, qs, done)
+		pending = true
+	}
 	for _, q := range qs {
 		q.enqueue(m, now)
 	}
+	return pending
 }
 
-// carryOut moves messages that left a queue unacked to the expiry or
-// dead-letter address of that queue. Called without any queue lock.
+// carryOut does what queue changes left to do outside the queue lock:
+// journal settled messages and delivery counts, and move messages to the
+// expiry or dead-letter address of their queue.
 func (b *Broker) carryOut(moves []move) {
 	for _, mv := range moves {
+		switch mv.reason {
+		case settled:
+			b.persistSettled(mv.r)
+			continue
+		case counted:
+			b.persistCount(mv.r)
+			continue
+		}
 		q := mv.r.q
 		target := q.settings.DeadLetterAddress
 		counter := &q.stats.deadLettered
@@ -524,6 +567,7 @@ func (b *Broker) carryOut(moves []move) {
 		if target == "" || target == q.address {
 			b.log.Warn().Str("queue", q.name).Uint64("message", m.ID).Str("reason", mv.reason.String()).
 				Msg("message dropped: no dead-letter or expiry address to move it to")
+			b.persistSettled(mv.r)
 			continue
 		}
 		c := m.copyFor(target, map[string]any{
@@ -533,17 +577,37 @@ func (b *Broker) carryOut(moves []move) {
 			PropReason:          mv.reason.String(),
 		})
 		now := time.Now()
-		if err := b.prepare(c, m.UserID, now); err == nil {
-			err = b.route(c, now)
-			if err != nil {
-				b.log.Warn().Err(err).Str("queue", q.name).Str("target", target).Uint64("message", m.ID).
-					Msg("message dropped: moving it failed")
-			}
+		err := b.prepare(c, m.UserID, now)
+		if err == nil {
+			// The copy is journaled before the original is settled, so a
+			// crash loses neither (at worst both survive).
+			_, err = b.route(c, now, b.logStoreErr)
 		}
+		if err != nil {
+			b.log.Warn().Err(err).Str("queue", q.name).Str("target", target).Uint64("message", m.ID).
+				Msg("message dropped: moving it failed")
+		}
+		b.persistSettled(mv.r)
 	}
 }
 
 // tempQueueName names a non-durable subscription's queue.
 func (b *Broker) tempQueueName(addr string) string {
 	return addr + "/" + strconv.FormatUint(b.tmpID.Add(1), 10)
+}
+
+// targetsOf returns the queues a message to a resolved address reaches;
+// an anycast queue is appended to buf (which the caller may keep on its
+// stack), multicast routes come from the shared cache and must not be
+// changed.
+func (b *Broker) targetsOf(a *address, m *Message, buf []*Queue) []*Queue {
+	if m.RoutingType == Anycast {
+		b.mu.RLock()
+		defer b.mu.RUnlock()
+		if a.anycast == nil {
+			return buf
+		}
+		return append(buf, a.anycast)
+	}
+	return b.multicastRoutes(a)
 }

@@ -19,10 +19,15 @@ type Delivery struct {
 	DeliveryCount uint32
 	// Consumer the message was delivered to.
 	Consumer *Consumer
+
+	recovered bool
 }
 
-// Redelivered reports whether an earlier delivery of the message failed.
-func (d Delivery) Redelivered() bool { return d.DeliveryCount > 0 }
+// Redelivered reports whether the message may have been delivered
+// before: an earlier delivery failed, or the message was recovered from
+// the journal after a restart (it may have been delivered, unacked,
+// before the broker stopped).
+func (d Delivery) Redelivered() bool { return d.DeliveryCount > 0 || d.recovered }
 
 // Handler receives deliveries. It is called with the queue's lock held,
 // so that a consumer sees messages in queue order: it must not block and
@@ -157,8 +162,10 @@ func (c *Consumer) Ack(id uint64) error {
 		q.mu.Unlock()
 		return ErrUnknownDelivery
 	}
-	q.ackedLocked(r)
+	var moves [1]move
+	m := q.ackedLocked(r, moves[:0])
 	q.mu.Unlock()
+	q.b.carryOut(m)
 	return nil
 }
 
@@ -166,12 +173,14 @@ func (c *Consumer) Ack(id uint64) error {
 // id (STOMP's cumulative "client" mode) and returns how many it acked.
 func (c *Consumer) AckUpTo(id uint64) (int, error) {
 	q := c.q
+	var moves []move
 	q.mu.Lock()
-	defer q.mu.Unlock()
 	refs := c.takeUpToLocked(id)
 	for _, r := range refs {
-		q.ackedLocked(r)
+		moves = q.ackedLocked(r, moves)
 	}
+	q.mu.Unlock()
+	q.b.carryOut(moves)
 	if len(refs) == 0 {
 		return 0, ErrUnknownDelivery
 	}

@@ -2,6 +2,7 @@ package core
 
 import (
 	"fmt"
+	"sync/atomic"
 	"time"
 )
 
@@ -95,6 +96,10 @@ type Message struct {
 	// UserID is the authenticated user that sent the message; set by the
 	// session, not trusted from the client.
 	UserID string
+
+	// durableRefs counts the journaled queue references not yet settled;
+	// the message record is deleted with the last one.
+	durableRefs atomic.Int32
 }
 
 // ValidateProperties checks that every property value has one of the
@@ -119,12 +124,11 @@ func (m *Message) Expired(now time.Time) bool {
 // message to a dead-letter or expiry address. Properties are copied so
 // that the added ones do not touch the original; the body is shared.
 func (m *Message) copyFor(address string, extra map[string]any) *Message {
-	c := *m
-	c.ID = 0
-	c.Address = address
-	c.RoutingType = Anycast
-	c.Expiration = time.Time{}
-	c.DeliveryTime = time.Time{}
+	c := Message{
+		Address: address, RoutingType: Anycast, Durable: m.Durable, Priority: m.Priority,
+		Timestamp: m.Timestamp, Body: m.Body, ContentType: m.ContentType,
+		CorrelationID: m.CorrelationID, ReplyTo: m.ReplyTo, GroupID: m.GroupID, UserID: m.UserID,
+	}
 	c.Properties = make(map[string]any, len(m.Properties)+len(extra))
 	for k, v := range m.Properties {
 		c.Properties[k] = v

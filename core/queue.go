@@ -16,22 +16,27 @@ type ref struct {
 	failures uint32 // failed delivery attempts so far
 	due      int64  // unix nanos when scheduled; 0 when ready
 
+	durable   bool // on a durable queue, and journaled
+	recovered bool // restored at start: it may have been delivered before
+
 	// While in flight:
 	consumer   *Consumer
 	deliveryID uint64
 }
 
-// moveReason says why a message leaves its queue without being acked.
-type moveReason uint8
+// effectKind says what must follow a change made under a queue lock.
+type effectKind uint8
 
 const (
-	moveExpired moveReason = iota + 1
-	moveRejected
-	moveMaxAttempts
+	moveExpired     effectKind = iota + 1 // to the expiry address
+	moveRejected                          // to the dead-letter address
+	moveMaxAttempts                       // to the dead-letter address
+	settled                               // acked: journal it
+	counted                               // failed attempt: journal the count
 )
 
-func (r moveReason) String() string {
-	switch r {
+func (k effectKind) String() string {
+	switch k {
 	case moveExpired:
 		return "expired"
 	case moveRejected:
@@ -40,18 +45,20 @@ func (r moveReason) String() string {
 	return "max delivery attempts exceeded"
 }
 
-// move is a message leaving a queue for the expiry or dead-letter
-// address. Moves are collected under the queue lock and carried out
-// after it is released, because they send to other queues.
+// move is a consequence of a queue change that must happen outside the
+// queue's lock: sending a message to another address, or a journal
+// write (which may block on back-pressure). Moves are collected under
+// the lock and carried out by Broker.carryOut after it is released.
 type move struct {
 	r      *ref
-	reason moveReason
+	reason effectKind
 }
 
 // Queue holds messages for its consumers: an anycast address's queue or
 // one subscription of a multicast address.
 type Queue struct {
 	b         *Broker
+	id        uint64 // in the bindings journal; 0 when not persisted
 	name      string
 	address   string // address, or wildcard pattern for a wildcard subscription
 	routing   RoutingType
@@ -94,7 +101,7 @@ func (q *Queue) Durable() bool { return q.durable }
 
 // enqueue adds a fresh reference to m and dispatches.
 func (q *Queue) enqueue(m *Message, now time.Time) {
-	r := &ref{msg: m, q: q}
+	r := &ref{msg: m, q: q, durable: q.durable && m.Durable && q.b.msgs != nil}
 	var moves []move
 	q.mu.Lock()
 	if q.deleted {
@@ -252,7 +259,7 @@ func (q *Queue) deliverLocked(c *Consumer, r *ref) {
 	c.inflight = append(c.inflight, slot{r.deliveryID, r})
 	c.live++
 	q.stats.inflight.Add(1)
-	c.handler(Delivery{ID: r.deliveryID, Message: r.msg, DeliveryCount: r.failures, Consumer: c})
+	c.handler(Delivery{ID: r.deliveryID, Message: r.msg, DeliveryCount: r.failures, Consumer: c, recovered: r.recovered})
 }
 
 // returnLocked puts an unacked message back after a failed or abandoned
@@ -268,6 +275,9 @@ func (q *Queue) returnLocked(r *ref, failed bool, now time.Time, moves []move) [
 	}
 	if failed {
 		r.failures++
+		if r.durable {
+			moves = append(moves, move{r, counted})
+		}
 		if max := q.settings.MaxDeliveryAttempts; max > 0 && int(r.failures) >= max {
 			return append(moves, move{r, moveMaxAttempts})
 		}
@@ -280,12 +290,17 @@ func (q *Queue) returnLocked(r *ref, failed bool, now time.Time, moves []move) [
 	return moves
 }
 
-// ackedLocked counts a message consumed for good.
-func (q *Queue) ackedLocked(r *ref) {
+// ackedLocked counts a message consumed for good; a durable one is
+// journaled after the lock is released.
+func (q *Queue) ackedLocked(r *ref, moves []move) []move {
 	r.consumer = nil
 	q.stats.inflight.Add(-1)
 	q.stats.depth.Add(-1)
 	q.stats.acked.Add(1)
+	if r.durable {
+		moves = append(moves, move{r, settled})
+	}
+	return moves
 }
 
 // expireScan moves expired messages that wait in the ready lists; those
@@ -309,20 +324,32 @@ func (q *Queue) expireScan(now time.Time) {
 	q.b.carryOut(moves)
 }
 
-// purgeLocked drops every message and stops the timer; the queue is
-// being deleted.
-func (q *Queue) deleteLocked() {
+// deleteLocked drops every message and stops the timer; the queue is
+// being deleted. Durable messages it held are returned as settled moves.
+func (q *Queue) deleteLocked(moves []move) []move {
 	q.deleted = true
 	if q.timer != nil {
 		q.timer.Stop()
 	}
 	for p := range q.ready {
+		d := &q.ready[p]
+		for i := 0; i < d.len(); i++ {
+			if r := d.at(i); r.durable {
+				moves = append(moves, move{r, settled})
+			}
+		}
 		q.ready[p] = deque{}
+	}
+	for _, r := range q.sched {
+		if r.durable {
+			moves = append(moves, move{r, settled})
+		}
 	}
 	q.nready = 0
 	q.sched = nil
 	q.stats.depth.Store(q.stats.inflight.Load())
 	q.stats.scheduled.Store(0)
+	return moves
 }
 
 // QueueStats is a snapshot of a queue's counters.

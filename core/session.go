@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"sync"
@@ -60,9 +61,41 @@ func (s *Session) User() string { return s.opts.User }
 func (s *Session) ClientID() string { return s.opts.ClientID }
 
 // Send routes m to the queues of its address (auto-creating it when the
-// address settings allow). It returns once the message is on every
-// queue. m must not be changed afterwards.
+// address settings allow) and returns once it is on every queue and, if
+// it is durable and reaches a durable queue, synced to the journal: a nil
+// error is the producer's confirmation. m must not be changed afterwards.
+// If ctx ends first, Send returns its error; the message may still be
+// confirmed later.
 func (s *Session) Send(ctx context.Context, m *Message) error {
+	if !m.Durable || s.b.msgs == nil {
+		// Nothing to wait for: no allocation on this path.
+		return s.send(m, nil)
+	}
+	ch := make(chan error, 1)
+	if err := s.send(m, func(err error) { ch <- err }); err != nil {
+		return err
+	}
+	select {
+	case err := <-ch:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// SendAsync is Send for producers that pipeline: it routes m and calls
+// done with the confirmation, at once (on this goroutine) when nothing is
+// journaled, or from the journal's goroutine after the sync. done must
+// not block.
+func (s *Session) SendAsync(m *Message, done func(error)) {
+	if err := s.send(m, done); err != nil {
+		done(err)
+	}
+}
+
+// send routes m; done, if not nil, gets the confirmation (at once when
+// nothing waits for the journal). An error means done is not called.
+func (s *Session) send(m *Message, done func(error)) error {
 	if err := s.check(); err != nil {
 		return err
 	}
@@ -70,7 +103,14 @@ func (s *Session) Send(ctx context.Context, m *Message) error {
 	if err := s.b.prepare(m, s.opts.User, now); err != nil {
 		return err
 	}
-	return s.b.route(m, now)
+	pending, err := s.b.route(m, now, done)
+	if err != nil {
+		return err
+	}
+	if !pending && done != nil {
+		done(nil)
+	}
+	return nil
 }
 
 func (s *Session) check() error {
@@ -186,7 +226,9 @@ func (s *Session) queueFor(o ConsumerOptions) (*Queue, error) {
 				return nil, fmt.Errorf("%w: %q", ErrQueueNotFound, o.Address)
 			}
 			a = b.addressLocked(o.Address, true)
-			b.addRoutingLocked(a, Anycast)
+			if err := b.addRoutingLocked(a, Anycast); err != nil {
+				return nil, err
+			}
 		}
 		return a.anycast, nil
 	}
@@ -217,11 +259,15 @@ func (s *Session) queueFor(o ConsumerOptions) (*Queue, error) {
 			return nil, fmt.Errorf("%w: %q", ErrSubscriptionInUse, name)
 		}
 		b.unbindLocked(q)
-		q.mu.Lock()
-		q.deleteLocked()
-		q.mu.Unlock()
+		b.bumpLocked()
+		// Outside b.mu: dropping journals settled messages.
+		defer b.dropQueue(q)
 	}
 	q := b.newQueueLocked(name, o.Address, Multicast, true, false, s.opts.ClientID)
+	if err := b.persistQueue(q); err != nil {
+		delete(b.queues, name)
+		return nil, err
+	}
 	b.bindSubscriptionLocked(q)
 	return q, nil
 }
@@ -344,7 +390,10 @@ func (t *Tx) AckUpTo(c *Consumer, id uint64) (int, error) {
 
 // Commit routes the transaction's messages and consumes its acked ones.
 // Every message is checked and its address resolved first; if any fails
-// nothing is sent, the acks are rolled back and the error returned.
+// nothing is sent, the acks are rolled back and the error returned. The
+// durable part (messages for durable queues, acks of journaled messages)
+// is written as one journal transaction and synced before anything takes
+// effect.
 func (t *Tx) Commit(ctx context.Context) error {
 	if t.done {
 		return ErrTxClosed
@@ -363,16 +412,75 @@ func (t *Tx) Commit(ctx context.Context) error {
 			return fmt.Errorf("core: transaction rolled back: %w", err)
 		}
 	}
+	if err := t.journal(addrs); err != nil {
+		t.rollback()
+		return fmt.Errorf("core: transaction rolled back: %w", err)
+	}
 	for i, m := range t.sends {
-		b.deliver(addrs[i], m, now)
+		b.deliver(addrs[i], m, now, nil)
 	}
 	for _, r := range t.acks {
 		q := r.q
 		q.mu.Lock()
-		q.ackedLocked(r)
+		q.ackedLocked(r, nil) // journaled with the transaction
 		q.mu.Unlock()
 	}
 	t.sends, t.acks = nil, nil
+	return nil
+}
+
+// journal writes the durable part of the transaction as one unit.
+func (t *Tx) journal(addrs []*address) error {
+	b := t.s.b
+	if b.msgs == nil {
+		return nil
+	}
+	txID := b.txID.Add(1)
+	n := 0
+	for i, m := range t.sends {
+		if !m.Durable {
+			continue
+		}
+		var ids []uint64
+		for _, q := range b.targetsOf(addrs[i], m, nil) {
+			if q.durable {
+				ids = append(ids, q.id)
+			}
+		}
+		if len(ids) == 0 {
+			continue
+		}
+		m.durableRefs.Store(int32(len(ids)))
+		b.msgs.AppendTx(txID, m.ID, recMessage, encodeMessage(m, ids))
+		n++
+	}
+	for _, r := range t.acks {
+		if !r.durable {
+			continue
+		}
+		if r.msg.durableRefs.Add(-1) <= 0 {
+			b.msgs.DeleteTx(txID, r.msg.ID)
+		} else {
+			b.msgs.UpdateTx(txID, r.msg.ID, recAckRef, binary.AppendUvarint(nil, r.q.id))
+		}
+		n++
+	}
+	if n == 0 {
+		return nil
+	}
+	// No ctx escape here: once submitted the commit may succeed, and
+	// memory must agree with the journal. The journal completes it.
+	ch := make(chan error, 1)
+	b.msgs.Commit(txID, func(err error) { ch <- err })
+	if err := <-ch; err != nil {
+		// Undo the reference counts taken above.
+		for _, r := range t.acks {
+			if r.durable {
+				r.msg.durableRefs.Add(1)
+			}
+		}
+		return fmt.Errorf("%w: %w", ErrPersistence, err)
+	}
 	return nil
 }
 

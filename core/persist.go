@@ -1,0 +1,292 @@
+package core
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Journal is the durable store core writes through. It knows record ids,
+// user types and bytes; persistence/journal satisfies it structurally.
+//
+// Append, Update and Delete call done exactly once, on another goroutine,
+// after the record is written (and synced, when sync is set); done may be
+// nil. Records of one goroutine are written in call order.
+type Journal interface {
+	Append(id uint64, userType uint16, payload []byte, sync bool, done func(error))
+	Update(id uint64, userType uint16, payload []byte, sync bool, done func(error))
+	Delete(id uint64, sync bool, done func(error))
+	// Replay calls add for every live record recovered at open, in order,
+	// and update for each update of it; payloads are valid during the call.
+	Replay(add, update func(id uint64, userType uint16, payload []byte) error) error
+	// MaxID is the largest record id the journal has seen.
+	MaxID() uint64
+}
+
+// TxJournal groups records into transactions that commit atomically.
+type TxJournal interface {
+	AppendTx(txID, id uint64, userType uint16, payload []byte)
+	UpdateTx(txID, id uint64, userType uint16, payload []byte)
+	DeleteTx(txID, id uint64)
+	// Commit writes the transaction's records as one unit and syncs.
+	Commit(txID uint64, done func(error))
+	Rollback(txID uint64, done func(error))
+}
+
+// MessageJournal is the store of durable messages.
+type MessageJournal interface {
+	Journal
+	TxJournal
+}
+
+// User record types. They are part of the on-disk format.
+const (
+	recQueue         uint16 = 1 // bindings journal: a durable queue
+	recMessage       uint16 = 1 // message journal: a durable message and its queues
+	recAckRef        uint16 = 2 // update: the message was acked on one queue (payload: queue id)
+	recDeliveryCount uint16 = 3 // update: failed deliveries on one queue (queue id, count)
+)
+
+// ErrPersistence wraps a journal failure reported to a producer: its
+// message was not confirmed.
+var ErrPersistence = errors.New("core: journal write failed")
+
+// persisted reports whether m must be written before it is confirmed:
+// a durable message reaching at least one durable queue of a broker with
+// a journal.
+func (b *Broker) persisted(m *Message, qs []*Queue) bool {
+	if !m.Durable || b.msgs == nil {
+		return false
+	}
+	for _, q := range qs {
+		if q.durable {
+			return true
+		}
+	}
+	return false
+}
+
+// journalMessage appends m for its durable queues; done follows the
+// journal's contract.
+func (b *Broker) journalMessage(m *Message, qs []*Queue, done func(error)) {
+	ids := make([]uint64, 0, len(qs))
+	for _, q := range qs {
+		if q.durable {
+			ids = append(ids, q.id)
+		}
+	}
+	m.durableRefs.Store(int32(len(ids)))
+	b.msgs.Append(m.ID, recMessage, encodeMessage(m, ids), true, wrapPersist(done))
+}
+
+// wrapPersist marks journal errors reported to producers.
+func wrapPersist(done func(error)) func(error) {
+	return func(err error) {
+		if err != nil {
+			err = fmt.Errorf("%w: %w", ErrPersistence, err)
+		}
+		done(err)
+	}
+}
+
+// persistSettled records that r left its queue for good (acked,
+// dead-lettered, expired or its queue deleted): the message record is
+// deleted with its last durable reference. Not synced: losing it in a
+// crash means a redelivery, which at-least-once allows.
+func (b *Broker) persistSettled(r *ref) {
+	if !r.durable || b.msgs == nil {
+		return
+	}
+	m := r.msg
+	if m.durableRefs.Add(-1) <= 0 {
+		b.msgs.Delete(m.ID, false, b.logStoreErr)
+		return
+	}
+	b.msgs.Update(m.ID, recAckRef, binary.AppendUvarint(nil, r.q.id), false, b.logStoreErr)
+}
+
+// persistCount records r's failed delivery attempts so that the
+// redelivered flag and max-delivery-attempts survive a restart.
+func (b *Broker) persistCount(r *ref) {
+	if !r.durable || b.msgs == nil {
+		return
+	}
+	p := binary.AppendUvarint(nil, r.q.id)
+	p = binary.AppendUvarint(p, uint64(r.failures))
+	b.msgs.Update(r.msg.ID, recDeliveryCount, p, false, b.logStoreErr)
+}
+
+func (b *Broker) logStoreErr(err error) {
+	if err != nil {
+		b.log.Error().Err(err).Msg("journal write failed")
+	}
+}
+
+// persistQueue writes a durable queue's binding and waits for the sync,
+// so no confirmed message can name a queue the journal does not know.
+func (b *Broker) persistQueue(q *Queue) error {
+	if b.bindings == nil || !q.durable {
+		return nil
+	}
+	q.id = b.queueID.Add(1)
+	ch := make(chan error, 1)
+	b.bindings.Append(q.id, recQueue, encodeQueue(q), true, func(err error) { ch <- err })
+	if err := <-ch; err != nil {
+		return fmt.Errorf("%w: queue %q: %w", ErrPersistence, q.name, err)
+	}
+	return nil
+}
+
+func (b *Broker) unpersistQueue(q *Queue) {
+	if b.bindings != nil && q.id != 0 {
+		b.bindings.Delete(q.id, true, b.logStoreErr)
+	}
+}
+
+// recover rebuilds durable queues from the bindings journal and their
+// messages from the message journal.
+func (b *Broker) recover() (RecoveryStats, error) {
+	start := time.Now()
+	var st RecoveryStats
+	byID := make(map[uint64]*Queue)
+	if b.bindings != nil {
+		b.queueID.Store(b.bindings.MaxID())
+		err := b.bindings.Replay(func(id uint64, ut uint16, p []byte) error {
+			if ut != recQueue {
+				return fmt.Errorf("%w: bindings record type %d", errCorruptRecord, ut)
+			}
+			rec, err := decodeQueue(p)
+			if err != nil {
+				return err
+			}
+			q := b.restoreQueue(rec)
+			q.id = id
+			byID[id] = q
+			st.Queues++
+			return nil
+		}, func(uint64, uint16, []byte) error { return nil })
+		if err != nil {
+			return st, fmt.Errorf("core: recovering bindings: %w", err)
+		}
+	}
+	if b.msgs == nil {
+		return st, nil
+	}
+	b.msgID.Store(b.msgs.MaxID())
+	// A message's record comes with its updates; collect them, then
+	// enqueue when the next message starts (or at the end).
+	type pending struct {
+		m      *Message
+		queues []uint64
+		counts map[uint64]uint32
+	}
+	var cur *pending
+	now := time.Now()
+	var orphans []uint64
+	flush := func() {
+		if cur == nil {
+			return
+		}
+		var live int32
+		for _, qid := range cur.queues {
+			if byID[qid] != nil {
+				live++
+			}
+		}
+		cur.m.durableRefs.Store(live)
+		if live == 0 {
+			orphans = append(orphans, cur.m.ID)
+		}
+		for _, qid := range cur.queues {
+			if q := byID[qid]; q != nil {
+				q.restore(cur.m, cur.counts[qid], now)
+				st.Messages++
+			}
+		}
+		cur = nil
+	}
+	err := b.msgs.Replay(func(id uint64, ut uint16, p []byte) error {
+		flush()
+		if ut != recMessage {
+			return fmt.Errorf("%w: message record type %d", errCorruptRecord, ut)
+		}
+		m, qs, err := decodeMessage(p)
+		if err != nil {
+			return err
+		}
+		cur = &pending{m: m, queues: qs}
+		return nil
+	}, func(id uint64, ut uint16, p []byte) error {
+		d := &decoder{b: p}
+		switch ut {
+		case recAckRef:
+			qid := d.uvarint()
+			for i, x := range cur.queues {
+				if x == qid {
+					cur.queues = append(cur.queues[:i], cur.queues[i+1:]...)
+					break
+				}
+			}
+		case recDeliveryCount:
+			qid, n := d.uvarint(), d.uvarint()
+			if cur.counts == nil {
+				cur.counts = make(map[uint64]uint32)
+			}
+			cur.counts[qid] = uint32(n)
+		default:
+			return fmt.Errorf("%w: update type %d", errCorruptRecord, ut)
+		}
+		return d.err
+	})
+	flush()
+	if err != nil {
+		return st, fmt.Errorf("core: recovering messages: %w", err)
+	}
+	for _, id := range orphans {
+		b.msgs.Delete(id, false, b.logStoreErr)
+	}
+	st.Duration = time.Since(start)
+	return st, nil
+}
+
+// RecoveryStats says what a broker restored from its journals at start.
+type RecoveryStats struct {
+	Queues   int           // durable queues and subscriptions
+	Messages int           // message references put back on queues
+	Duration time.Duration // time spent replaying
+}
+
+// restoreQueue recreates a durable queue (and its address) from its
+// binding, without writing it again.
+func (b *Broker) restoreQueue(rec queueRecord) *Queue {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if rec.routing == Anycast {
+		a := b.addressLocked(rec.address, true)
+		q := b.newQueueLocked(rec.name, rec.address, Anycast, true, false, "")
+		a.anycast = q
+		b.bumpLocked()
+		return q
+	}
+	q := b.newQueueLocked(rec.name, rec.address, Multicast, true, false, rec.clientID)
+	b.bindSubscriptionLocked(q)
+	return q
+}
+
+// restore puts a recovered message back on q with its delivery count.
+func (q *Queue) restore(m *Message, failures uint32, now time.Time) {
+	r := &ref{msg: m, q: q, durable: true, failures: failures, recovered: true}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.seq++
+	r.seq = q.seq
+	q.stats.enqueued.Add(1)
+	q.stats.depth.Add(1)
+	if !m.DeliveryTime.IsZero() && m.DeliveryTime.After(now) {
+		q.scheduleLocked(r, m.DeliveryTime.UnixNano())
+		return
+	}
+	q.ready[m.Priority].pushBack(r)
+	q.nready++
+}

@@ -1,0 +1,370 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+)
+
+// memJournal is an in-memory Journal for core's tests: it applies
+// records at once and keeps counts of what was written.
+type memJournal struct {
+	mu      sync.Mutex
+	order   []uint64
+	recs    map[uint64]*memRec
+	txs     map[uint64][]func()
+	maxID   uint64
+	appends int
+	fail    error
+}
+
+type memRec struct {
+	utype   uint16
+	payload []byte
+	updates []memUpdate
+}
+
+type memUpdate struct {
+	utype   uint16
+	payload []byte
+}
+
+func newMemJournal() *memJournal {
+	return &memJournal{recs: make(map[uint64]*memRec), txs: make(map[uint64][]func())}
+}
+
+func (j *memJournal) complete(done func(error), err error) {
+	if done != nil {
+		go done(err)
+	}
+}
+
+func (j *memJournal) addLocked(id uint64, ut uint16, p []byte) {
+	j.recs[id] = &memRec{utype: ut, payload: slices.Clone(p)}
+	j.order = append(j.order, id)
+	j.maxID = max(j.maxID, id)
+	j.appends++
+}
+
+func (j *memJournal) updLocked(id uint64, ut uint16, p []byte) {
+	if r := j.recs[id]; r != nil {
+		r.updates = append(r.updates, memUpdate{ut, slices.Clone(p)})
+	}
+}
+
+func (j *memJournal) Append(id uint64, ut uint16, p []byte, sync bool, done func(error)) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.fail != nil {
+		j.complete(done, j.fail)
+		return
+	}
+	j.addLocked(id, ut, p)
+	j.complete(done, nil)
+}
+
+func (j *memJournal) Update(id uint64, ut uint16, p []byte, sync bool, done func(error)) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.updLocked(id, ut, p)
+	j.complete(done, nil)
+}
+
+func (j *memJournal) Delete(id uint64, sync bool, done func(error)) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	delete(j.recs, id)
+	j.complete(done, nil)
+}
+
+func (j *memJournal) AppendTx(tx, id uint64, ut uint16, p []byte) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	p = slices.Clone(p)
+	j.txs[tx] = append(j.txs[tx], func() { j.addLocked(id, ut, p) })
+}
+
+func (j *memJournal) UpdateTx(tx, id uint64, ut uint16, p []byte) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	p = slices.Clone(p)
+	j.txs[tx] = append(j.txs[tx], func() { j.updLocked(id, ut, p) })
+}
+
+func (j *memJournal) DeleteTx(tx, id uint64) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.txs[tx] = append(j.txs[tx], func() { delete(j.recs, id) })
+}
+
+func (j *memJournal) Commit(tx uint64, done func(error)) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.fail != nil {
+		delete(j.txs, tx)
+		j.complete(done, j.fail)
+		return
+	}
+	for _, f := range j.txs[tx] {
+		f()
+	}
+	delete(j.txs, tx)
+	j.complete(done, nil)
+}
+
+func (j *memJournal) Rollback(tx uint64, done func(error)) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	delete(j.txs, tx)
+	j.complete(done, nil)
+}
+
+func (j *memJournal) Replay(add, update func(uint64, uint16, []byte) error) error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	for _, id := range j.order {
+		r := j.recs[id]
+		if r == nil {
+			continue
+		}
+		if err := add(id, r.utype, r.payload); err != nil {
+			return err
+		}
+		for _, u := range r.updates {
+			if err := update(id, u.utype, u.payload); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (j *memJournal) MaxID() uint64 {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.maxID
+}
+
+func (j *memJournal) live() int {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return len(j.recs)
+}
+
+func durableBroker(t *testing.T, msgs, bindings *memJournal) *Broker {
+	t.Helper()
+	b, err := New(Config{Messages: msgs, Bindings: bindings, ExpiryScanInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return b
+}
+
+func sendDurable(t *testing.T, s *Session, addr string, rt RoutingType, body string) {
+	t.Helper()
+	if err := s.Send(context.Background(), &Message{Address: addr, RoutingType: rt, Durable: true, Priority: DefaultPriority, Body: []byte(body)}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitLive waits for the journal's asynchronous acks to land.
+func waitLive(t *testing.T, j *memJournal, n int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for j.live() != n {
+		if time.Now().After(deadline) {
+			t.Fatalf("journal holds %d live records, want %d", j.live(), n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func TestDurableMessagesSurviveRestart(t *testing.T) {
+	msgs, bindings := newMemJournal(), newMemJournal()
+	b1 := durableBroker(t, msgs, bindings)
+	s1, _ := b1.NewSession(SessionOptions{ClientID: "app"})
+	// A durable subscription and a non-durable one.
+	sub, subCol := subscribe(t, s1, ConsumerOptions{Address: "events", RoutingType: Multicast, SubscriptionName: "audit", Credit: 100})
+	subscribe(t, s1, ConsumerOptions{Address: "events", RoutingType: Multicast, Credit: 100})
+	for i := range 4 {
+		sendDurable(t, s1, "orders", Anycast, fmt.Sprint(i))
+	}
+	send(t, s1, "orders", Anycast, "not durable")
+	sendDurable(t, s1, "events", Multicast, "e1")
+	sendDurable(t, s1, "events", Multicast, "e2")
+	if got := msgs.appends; got != 6 {
+		t.Fatalf("%d message records written, want 6 (durable ones once each, multicast once)", got)
+	}
+	// Ack one order, fail another once, ack e1 on the durable subscription.
+	c, col := subscribe(t, s1, ConsumerOptions{Address: "orders", RoutingType: Anycast, Credit: 2})
+	d0, d1 := col.next(t), col.next(t)
+	if err := c.Ack(d0.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Release(d1.ID, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := sub.Ack(subCol.next(t).ID); err != nil {
+		t.Fatal(err)
+	}
+	s1.Close()
+	b1.Close()
+
+	b2 := durableBroker(t, msgs, bindings)
+	if rs := b2.Recovered(); rs.Messages != 4 || rs.Queues < 2 {
+		t.Fatalf("recovered %+v, want 4 message references", rs)
+	}
+	s2 := newSession(t, b2, "app")
+	_, col2 := subscribe(t, s2, ConsumerOptions{Address: "orders", RoutingType: Anycast, Credit: 10})
+	for _, want := range []struct {
+		body  string
+		count uint32
+	}{{"1", 1}, {"2", 0}, {"3", 0}} {
+		d := col2.next(t)
+		if body(d) != want.body || d.DeliveryCount != want.count || !d.Redelivered() {
+			t.Fatalf("got %q count %d redelivered %v, want %q count %d redelivered", body(d), d.DeliveryCount, d.Redelivered(), want.body, want.count)
+		}
+	}
+	col2.none(t, 20*time.Millisecond)
+	sub2, scol := subscribe(t, s2, ConsumerOptions{Address: "events", RoutingType: Multicast, SubscriptionName: "audit", Credit: 10})
+	if d := scol.next(t); body(d) != "e2" {
+		t.Fatalf("durable subscription got %q", body(d))
+	}
+	scol.none(t, 20*time.Millisecond)
+	_ = sub2
+}
+
+func TestDurableMessageToNonDurableQueueIsNotJournaled(t *testing.T) {
+	msgs, bindings := newMemJournal(), newMemJournal()
+	b := durableBroker(t, msgs, bindings)
+	s := newSession(t, b, "")
+	subscribe(t, s, ConsumerOptions{Address: "t", RoutingType: Multicast, Credit: 10})
+	sendDurable(t, s, "t", Multicast, "x")
+	send(t, s, "q", Anycast, "plain")
+	if msgs.appends != 0 {
+		t.Fatalf("%d records written", msgs.appends)
+	}
+}
+
+func TestMulticastRecordDeletedWithLastReference(t *testing.T) {
+	msgs, bindings := newMemJournal(), newMemJournal()
+	b := durableBroker(t, msgs, bindings)
+	s := newSession(t, b, "c")
+	a, acol := subscribe(t, s, ConsumerOptions{Address: "t", RoutingType: Multicast, SubscriptionName: "a", Credit: 10})
+	c, ccol := subscribe(t, s, ConsumerOptions{Address: "t", RoutingType: Multicast, SubscriptionName: "b", Credit: 10})
+	sendDurable(t, s, "t", Multicast, "x")
+	if err := a.Ack(acol.next(t).ID); err != nil {
+		t.Fatal(err)
+	}
+	waitLive(t, msgs, 1)
+	if err := c.Ack(ccol.next(t).ID); err != nil {
+		t.Fatal(err)
+	}
+	waitLive(t, msgs, 0)
+}
+
+func TestJournalFailureFailsTheSend(t *testing.T) {
+	msgs, bindings := newMemJournal(), newMemJournal()
+	b := durableBroker(t, msgs, bindings)
+	s := newSession(t, b, "")
+	sendDurable(t, s, "q", Anycast, "ok") // creates the queue
+	msgs.mu.Lock()
+	msgs.fail = errors.New("disk full")
+	msgs.mu.Unlock()
+	err := s.Send(context.Background(), &Message{Address: "q", RoutingType: Anycast, Durable: true})
+	if !errors.Is(err, ErrPersistence) {
+		t.Fatalf("send during a journal failure: %v", err)
+	}
+	tx, _ := s.Begin()
+	tx.Send(&Message{Address: "q", RoutingType: Anycast, Durable: true})
+	if err := tx.Commit(context.Background()); !errors.Is(err, ErrPersistence) {
+		t.Fatalf("commit during a journal failure: %v", err)
+	}
+}
+
+func TestTransactionJournaledAsOneUnit(t *testing.T) {
+	msgs, bindings := newMemJournal(), newMemJournal()
+	b1 := durableBroker(t, msgs, bindings)
+	s := newSession(t, b1, "")
+	sendDurable(t, s, "q", Anycast, "old")
+	c, col := subscribe(t, s, ConsumerOptions{Address: "q", RoutingType: Anycast, Credit: 10})
+	d := col.next(t)
+	tx, _ := s.Begin()
+	tx.Send(&Message{Address: "q", RoutingType: Anycast, Durable: true, Body: []byte("new")})
+	if err := tx.Ack(c, d.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	tx2, _ := s.Begin()
+	tx2.Send(&Message{Address: "q", RoutingType: Anycast, Durable: true, Body: []byte("rolled back")})
+	tx2.Rollback()
+	s.Close()
+	b1.Close()
+	b2 := durableBroker(t, msgs, bindings)
+	s2 := newSession(t, b2, "")
+	_, col2 := subscribe(t, s2, ConsumerOptions{Address: "q", RoutingType: Anycast, Credit: 10})
+	if got := body(col2.next(t)); got != "new" {
+		t.Fatalf("after restart got %q", got)
+	}
+	col2.none(t, 20*time.Millisecond)
+}
+
+func TestScheduledMessageSurvivesRestart(t *testing.T) {
+	msgs, bindings := newMemJournal(), newMemJournal()
+	b1 := durableBroker(t, msgs, bindings)
+	s := newSession(t, b1, "")
+	due := time.Now().Add(150 * time.Millisecond)
+	if err := s.Send(context.Background(), &Message{Address: "q", RoutingType: Anycast, Durable: true, Body: []byte("later"), DeliveryTime: due}); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	b1.Close()
+	b2 := durableBroker(t, msgs, bindings)
+	s2 := newSession(t, b2, "")
+	_, col := subscribe(t, s2, ConsumerOptions{Address: "q", RoutingType: Anycast, Credit: 10})
+	d := col.next(t)
+	if body(d) != "later" || time.Now().Before(due) {
+		t.Fatalf("got %q at %v before its time %v", body(d), time.Now(), due)
+	}
+}
+
+func TestDeletedQueueDropsItsRecords(t *testing.T) {
+	msgs, bindings := newMemJournal(), newMemJournal()
+	b := durableBroker(t, msgs, bindings)
+	s := newSession(t, b, "")
+	sendDurable(t, s, "gone", Anycast, "x")
+	if err := b.DeleteQueue("gone"); err != nil {
+		t.Fatal(err)
+	}
+	waitLive(t, msgs, 0)
+	waitLive(t, bindings, 0)
+}
+
+func FuzzDecodeMessage(f *testing.F) {
+	m := &Message{ID: 7, Address: "a.b", RoutingType: Multicast, Durable: true, Priority: 9,
+		Timestamp: time.Unix(1, 2), Expiration: time.Unix(3, 4), ContentType: "text/plain",
+		Properties: map[string]any{"s": "v", "i": int64(-1), "f": 1.5, "b": true, "y": []byte{0}, "n": nil},
+		Body:       []byte("body")}
+	f.Add(encodeMessage(m, []uint64{1, 2}))
+	f.Add(encodeMessage(&Message{Address: "q"}, nil))
+	f.Add([]byte{1})
+	f.Fuzz(func(t *testing.T, p []byte) {
+		m, qs, err := decodeMessage(p)
+		if err != nil {
+			return
+		}
+		again := encodeMessage(m, qs)
+		m2, qs2, err := decodeMessage(again)
+		if err != nil || m2.ID != m.ID || m2.Address != m.Address || string(m2.Body) != string(m.Body) ||
+			!slices.Equal(qs, qs2) || len(m2.Properties) != len(m.Properties) {
+			t.Fatalf("round trip changed the message: %v", err)
+		}
+	})
+}
