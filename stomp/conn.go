@@ -93,6 +93,7 @@ type conn struct {
 	subSeq    uint64
 	txs       map[string]*core.Tx
 	readIdle  time.Duration // max silence from the client; 0 = none
+	deferred  bool          // the frame being handled is answered later
 
 	// The writer's queue, guarded by outMu.
 	outMu     sync.Mutex
@@ -104,7 +105,21 @@ type conn struct {
 	wdone     chan struct{} // closed when the writer exits
 	werr      error         // why the writer stopped, guarded by outMu
 	stopping  bool          // no more items accepted, guarded by outMu
+	// slots hold the answers (RECEIPT, or ERROR when the journal failed)
+	// to frames still waiting for the journal, and to the frames after
+	// them, so that answers leave in frame order. Guarded by outMu.
+	slots []*answerSlot
 }
+
+// answerSlot is the answer to one frame, ready once its work is done.
+type answerSlot struct {
+	item  outItem // zero when the frame wants no answer
+	ready bool
+}
+
+// maxPendingSends bounds the durable SENDs of a connection that wait
+// for the journal; past it the read loop waits.
+const maxPendingSends = 4096
 
 func newConn(s *Server, nc net.Conn) *conn {
 	id := s.nextID.Add(1)
@@ -231,17 +246,67 @@ func (c *conn) handle(ctx context.Context, f *frame.Frame) error {
 	if err != nil {
 		return err
 	}
+	if c.deferred {
+		c.deferred = false // answered when the journal completes
+		return nil
+	}
 	c.receipt(f, false)
 	return nil
 }
 
-// receipt answers a frame's receipt header.
+// receipt answers a frame's receipt header, after the answers still
+// waiting for the journal.
 func (c *conn) receipt(f *frame.Frame, closeAfter bool) {
 	id, ok := f.Header.Contains(frame.Receipt)
 	if !ok {
 		return
 	}
-	c.push(outItem{f: frame.New(frame.RECEIPT, frame.ReceiptId, id), close: closeAfter})
+	it := outItem{f: frame.New(frame.RECEIPT, frame.ReceiptId, id), close: closeAfter}
+	c.outMu.Lock()
+	if len(c.slots) > 0 {
+		// Only the read loop adds slots, so none can appear between this
+		// check and push below.
+		c.slots = append(c.slots, &answerSlot{item: it, ready: true})
+		c.outMu.Unlock()
+		return
+	}
+	c.outMu.Unlock()
+	c.push(it)
+}
+
+// awaitJournal reserves the answer slot of a frame whose work completes
+// later (a durable SEND): its receipt, and the receipts after it, wait.
+func (c *conn) awaitJournal(f *frame.Frame) *answerSlot {
+	s := &answerSlot{}
+	if id, ok := f.Header.Contains(frame.Receipt); ok {
+		s.item = outItem{f: frame.New(frame.RECEIPT, frame.ReceiptId, id)}
+	}
+	c.outMu.Lock()
+	c.slots = append(c.slots, s)
+	c.outMu.Unlock()
+	return s
+}
+
+// journaled completes a slot; a failure turns its answer into an ERROR
+// that closes the connection (the message was not confirmed).
+func (c *conn) journaled(s *answerSlot, f *frame.Frame, err error) {
+	c.outMu.Lock()
+	s.ready = true
+	if err != nil {
+		c.log.Warn().Err(err).Msg("durable send failed")
+		s.item = outItem{f: errorFrame(&protocolError{msg: "send failed", detail: err.Error()}, f), close: true}
+	}
+	n := 0
+	for n < len(c.slots) && c.slots[n].ready {
+		if it := c.slots[n].item; it.f != nil {
+			c.pushLocked(it)
+		}
+		n++
+	}
+	c.slots = c.slots[n:]
+	c.drained.Broadcast()
+	c.outMu.Unlock()
+	c.kick()
 }
 
 // onConnect negotiates the version and heart-beats and opens the session.
@@ -351,6 +416,14 @@ func (c *conn) onSend(ctx context.Context, f *frame.Frame) error {
 		if err := tx.Send(m); err != nil {
 			return protoErr("send failed", "%v", err)
 		}
+		return nil
+	}
+	if m.Durable {
+		// Confirm once the journal has it, without holding up the frames
+		// that follow: a producer may pipeline.
+		slot := c.awaitJournal(f)
+		c.session.SendAsync(m, func(err error) { c.journaled(slot, f, err) })
+		c.deferred = true
 		return nil
 	}
 	if err := c.session.Send(ctx, m); err != nil {
@@ -581,6 +654,13 @@ func (c *conn) onTx(ctx context.Context, f *frame.Frame) error {
 // sendError queues an ERROR frame for pe and marks the connection to
 // close once it is written. about is the frame at fault, if any.
 func (c *conn) sendError(pe *protocolError, about *frame.Frame) {
+	c.log.Debug().Str("error", pe.msg).Str("detail", pe.detail).Msg("stomp error sent")
+	c.push(outItem{f: errorFrame(pe, about), close: true})
+}
+
+// errorFrame builds the ERROR frame for pe, naming the receipt of the
+// frame at fault, if any.
+func errorFrame(pe *protocolError, about *frame.Frame) *frame.Frame {
 	h := []string{frame.Message, pe.msg, frame.ContentType, "text/plain"}
 	if about != nil {
 		if id, ok := about.Header.Contains(frame.Receipt); ok {
@@ -589,8 +669,7 @@ func (c *conn) sendError(pe *protocolError, about *frame.Frame) {
 	}
 	f := frame.New(frame.ERROR, h...)
 	f.Body = []byte(pe.detail)
-	c.log.Debug().Str("error", pe.msg).Str("detail", pe.detail).Msg("stomp error sent")
-	c.push(outItem{f: f, close: true})
+	return f
 }
 
 // push queues an item for the writer. After the connection started
@@ -598,8 +677,13 @@ func (c *conn) sendError(pe *protocolError, about *frame.Frame) {
 // core and return to their queue when the session closes.
 func (c *conn) push(it outItem) {
 	c.outMu.Lock()
+	c.pushLocked(it)
+	c.outMu.Unlock()
+	c.kick()
+}
+
+func (c *conn) pushLocked(it outItem) {
 	if c.stopping {
-		c.outMu.Unlock()
 		return
 	}
 	c.out = append(c.out, it)
@@ -609,7 +693,10 @@ func (c *conn) push(it outItem) {
 	if it.close {
 		c.stopping = true
 	}
-	c.outMu.Unlock()
+}
+
+// kick wakes the writer.
+func (c *conn) kick() {
 	select {
 	case c.wake <- struct{}{}:
 	default:
@@ -620,7 +707,7 @@ func (c *conn) push(it outItem) {
 func (c *conn) waitWritable() error {
 	c.outMu.Lock()
 	defer c.outMu.Unlock()
-	for c.ctrl >= outHighWater && c.werr == nil {
+	for (c.ctrl >= outHighWater || len(c.slots) >= maxPendingSends) && c.werr == nil {
 		c.drained.Wait()
 	}
 	return c.werr
@@ -636,6 +723,21 @@ func (c *conn) writerErr() error {
 // for the writer to flush what is queued, and closes the socket.
 func (c *conn) finish() {
 	c.outMu.Lock()
+	// Answers still waiting for the journal go out first (a DISCONNECT
+	// receipt among them), bounded by the write timeout.
+	if len(c.slots) > 0 && c.werr == nil {
+		timedOut := false
+		t := time.AfterFunc(c.s.cfg.WriteTimeout, func() {
+			c.outMu.Lock()
+			timedOut = true
+			c.drained.Broadcast()
+			c.outMu.Unlock()
+		})
+		for len(c.slots) > 0 && !timedOut && c.werr == nil {
+			c.drained.Wait()
+		}
+		t.Stop()
+	}
 	if !c.stopping {
 		c.stopping = true
 		c.out = append(c.out, outItem{close: true})
