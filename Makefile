@@ -5,7 +5,7 @@ FUZZTIME  ?= 10s
 BENCHTIME ?= 2s
 ROUNDS    ?= 10
 
-.PHONY: help run build test race lint bench bench-stomp fuzz clean
+.PHONY: help run build test race lint bench bench-stomp crash-test fuzz clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -22,6 +22,9 @@ test: ## run every test (short fuzz seeds included)
 
 race: ## run every test under the race detector
 	$(GO) test -race -count=1 $(PKGS)
+
+crash-test: ## kill -9 the broker under durable load ROUNDS times, restart, count lost/unexpected/corrupt
+	JUNCTION_CRASH_ROUNDS=$(ROUNDS) $(GO) test -count=1 -run '^TestCrashKill9$$' -v -timeout 60m ./cmd/junction/
 
 lint: ## gofmt, go vet, go mod tidy and the import-graph rules
 	$(GO) test -count=1 ./internal/lint/
@@ -54,6 +57,7 @@ fuzz: ## run each fuzz target for FUZZTIME
 	$(GO) test -run='^$$' -fuzz='^FuzzReader$$' -fuzztime=$(FUZZTIME) -fuzzminimizetime=5s ./stomp/internal/wire/
 	$(GO) test -run='^$$' -fuzz='^FuzzDifferential$$' -fuzztime=$(FUZZTIME) -fuzzminimizetime=5s ./stomp/internal/wire/
 	$(GO) test -run='^$$' -fuzz='^FuzzRecordReader$$' -fuzztime=$(FUZZTIME) -fuzzminimizetime=5s ./persistence/journal/
+	$(GO) test -run='^$$' -fuzz='^FuzzDecodeMessage$$' -fuzztime=$(FUZZTIME) -fuzzminimizetime=5s ./core/
 
 clean: ## remove build output
 	rm -rf bin

@@ -21,12 +21,13 @@ import (
 // defaultConfig; a YAML file (--config), JUNCTION_* environment variables
 // and flags override them, in that order.
 type Config struct {
-	DataDir         string        `yaml:"data-dir"`
-	LogLevel        string        `yaml:"log-level"`
-	LogFormat       string        `yaml:"log-format"`
-	ShutdownTimeout time.Duration `yaml:"shutdown-timeout"`
-	MaxConnections  int           `yaml:"max-connections"`
-	Stomp           StompConfig   `yaml:"stomp"`
+	DataDir         string            `yaml:"data-dir"`
+	LogLevel        string            `yaml:"log-level"`
+	LogFormat       string            `yaml:"log-format"`
+	ShutdownTimeout time.Duration     `yaml:"shutdown-timeout"`
+	MaxConnections  int               `yaml:"max-connections"`
+	Stomp           StompConfig       `yaml:"stomp"`
+	Persistence     PersistenceConfig `yaml:"persistence"`
 	// AddressSettings override the default address policies by pattern.
 	AddressSettings []core.AddressSettings `yaml:"address-settings"`
 }
@@ -56,7 +57,31 @@ func defaultConfig() Config {
 			HeartBeat:       10 * time.Second,
 			Prefetch:        1000,
 		},
+		Persistence: PersistenceConfig{
+			Enabled:         true,
+			FileSize:        10 << 20,
+			MinFiles:        2,
+			PoolFiles:       8,
+			CompactMinRatio: 0.3,
+			CompactMinFiles: 10,
+			Recovery:        "strict",
+		},
 	}
+}
+
+// PersistenceConfig configures the journals under the data directory.
+type PersistenceConfig struct {
+	// Enabled keeps durable messages and definitions on disk; off, the
+	// broker keeps everything in memory and never touches the disk.
+	Enabled         bool     `yaml:"enabled"`
+	FileSize        ByteSize `yaml:"journal-file-size"`
+	MinFiles        int      `yaml:"journal-min-files"`
+	PoolFiles       int      `yaml:"journal-pool-files"`
+	CompactMinRatio float64  `yaml:"compact-min-ratio"`
+	CompactMinFiles int      `yaml:"compact-min-files"`
+	// Recovery is "strict" (refuse to start on damage in the middle of
+	// the journal) or "salvage" (keep what validates, report the rest).
+	Recovery string `yaml:"recovery"`
 }
 
 // ByteSize is a size in bytes, written as a number with an optional
@@ -149,6 +174,32 @@ func sizeOpt(name, path, usage string, field func(*Config) *ByteSize) option {
 		func(c *Config) string { return strconv.FormatInt(int64(*field(c)), 10) }}
 }
 
+func boolOpt(name, path, usage string, field func(*Config) *bool) option {
+	return option{name, path, usage,
+		func(c *Config, v string) error {
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				return fmt.Errorf("invalid boolean %q", v)
+			}
+			*field(c) = b
+			return nil
+		},
+		func(c *Config) string { return strconv.FormatBool(*field(c)) }}
+}
+
+func floatOpt(name, path, usage string, field func(*Config) *float64) option {
+	return option{name, path, usage,
+		func(c *Config, v string) error {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				return fmt.Errorf("invalid number %q", v)
+			}
+			*field(c) = f
+			return nil
+		},
+		func(c *Config) string { return strconv.FormatFloat(*field(c), 'g', -1, 64) }}
+}
+
 var options = []option{
 	stringOpt("data-dir", "data-dir", "directory for the broker's data", func(c *Config) *string { return &c.DataDir }),
 	stringOpt("stomp", "stomp.listen", "STOMP listen address (empty disables)", func(c *Config) *string { return &c.Stomp.Listen }),
@@ -161,6 +212,11 @@ var options = []option{
 	sizeOpt("stomp-max-header-length", "stomp.max-header-length", "longest STOMP header line", func(c *Config) *ByteSize { return &c.Stomp.MaxHeaderLength }),
 	durationOpt("stomp-heart-beat", "stomp.heart-beat", "STOMP heart-beat interval offered and asked for (0 disables)", func(c *Config) *time.Duration { return &c.Stomp.HeartBeat }),
 	intOpt("stomp-prefetch", "stomp.prefetch", "default STOMP subscription prefetch window", func(c *Config) *int { return &c.Stomp.Prefetch }),
+	boolOpt("persistence", "persistence.enabled", "keep durable messages in the journal (false: memory only)", func(c *Config) *bool { return &c.Persistence.Enabled }),
+	sizeOpt("journal-file-size", "persistence.journal-file-size", "size of each journal file", func(c *Config) *ByteSize { return &c.Persistence.FileSize }),
+	intOpt("journal-pool-files", "persistence.journal-pool-files", "empty journal files kept for reuse", func(c *Config) *int { return &c.Persistence.PoolFiles }),
+	floatOpt("journal-compact-ratio", "persistence.compact-min-ratio", "compact when live data falls below this share of the journal (negative disables)", func(c *Config) *float64 { return &c.Persistence.CompactMinRatio }),
+	stringOpt("journal-recovery", "persistence.recovery", "on damage in the middle of the journal: strict (refuse to start) or salvage", func(c *Config) *string { return &c.Persistence.Recovery }),
 }
 
 func envName(flag string) string {
@@ -276,6 +332,25 @@ func (c *Config) validate() []fieldError {
 	}
 	if c.Stomp.Prefetch < 1 {
 		bad("stomp.prefetch", "must be at least 1")
+	}
+	p := &c.Persistence
+	if p.FileSize < 64<<10 {
+		bad("persistence.journal-file-size", "must be at least 64KiB")
+	}
+	if p.MinFiles < 1 {
+		bad("persistence.journal-min-files", "must be at least 1")
+	}
+	if p.PoolFiles < p.MinFiles {
+		bad("persistence.journal-pool-files", "must be at least journal-min-files")
+	}
+	if p.CompactMinRatio >= 1 {
+		bad("persistence.compact-min-ratio", "must be below 1 (negative disables compaction)")
+	}
+	if p.CompactMinFiles < 1 {
+		bad("persistence.compact-min-files", "must be at least 1")
+	}
+	if p.Recovery != "strict" && p.Recovery != "salvage" {
+		bad("persistence.recovery", "must be strict or salvage; got %q", p.Recovery)
 	}
 	for i := range c.AddressSettings {
 		if err := c.AddressSettings[i].Validate(); err != nil {

@@ -234,3 +234,18 @@ func TestRunFailsOnBusyPort(t *testing.T) {
 		t.Fatalf("error does not wrap the cause: %v", err)
 	}
 }
+
+// quiet silences go-stomp's logging of the ERRORs it sees when a test
+// stops or kills the broker under it.
+var quiet = gostomp.ConnOpt.Logger(nopLogger{})
+
+type nopLogger struct{}
+
+func (nopLogger) Debugf(string, ...interface{})   {}
+func (nopLogger) Debug(string)                    {}
+func (nopLogger) Infof(string, ...interface{})    {}
+func (nopLogger) Info(string)                     {}
+func (nopLogger) Warningf(string, ...interface{}) {}
+func (nopLogger) Warning(string)                  {}
+func (nopLogger) Errorf(string, ...interface{})   {}
+func (nopLogger) Error(string)                    {}

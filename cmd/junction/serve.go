@@ -7,12 +7,14 @@ import (
 	"io"
 	"net"
 	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
 	"github.com/rs/zerolog"
 
 	"github.com/junctionmq/junction/core"
+	"github.com/junctionmq/junction/persistence/journal"
 	"github.com/junctionmq/junction/stomp"
 	"github.com/junctionmq/junction/transports"
 )
@@ -22,9 +24,11 @@ type instance struct {
 	log     zerolog.Logger
 	broker  *core.Broker
 	servers []*transports.Server
-	addrs   map[string]net.Addr
-	wg      sync.WaitGroup
-	errc    chan error
+	// The journals, nil with persistence off; closed after the broker.
+	msgs, bindings *journal.Journal
+	addrs          map[string]net.Addr
+	wg             sync.WaitGroup
+	errc           chan error
 }
 
 func newLogger(cfg Config, w io.Writer) zerolog.Logger {
@@ -35,6 +39,50 @@ func newLogger(cfg Config, w io.Writer) zerolog.Logger {
 	return zerolog.New(w).Level(level).With().Timestamp().Logger()
 }
 
+// The journal satisfies core's ports structurally; this is where that is
+// checked.
+var (
+	_ core.MessageJournal = (*journal.Journal)(nil)
+	_ core.Journal        = (*journal.Journal)(nil)
+)
+
+// openJournals opens the message and bindings journals under the data
+// directory.
+func openJournals(cfg Config, log zerolog.Logger) (msgs, bindings *journal.Journal, err error) {
+	p := cfg.Persistence
+	mode := journal.Strict
+	if p.Recovery == "salvage" {
+		mode = journal.Salvage
+	}
+	events := func(name string) journal.EventListener {
+		l := log.With().Str("journal", name).Logger()
+		return journal.EventListener{
+			OnTornTail: func(file string, offset, n int64) {
+				l.Warn().Str("file", file).Int64("offset", offset).Int64("bytes", n).
+					Msg("recovered: cut off a torn, never-confirmed tail")
+			},
+		}
+	}
+	msgs, err = journal.Open(journal.Config{
+		Dir: filepath.Join(cfg.DataDir, "journal"), FileSize: int64(p.FileSize),
+		MinFiles: p.MinFiles, PoolFiles: p.PoolFiles,
+		CompactMinRatio: p.CompactMinRatio, CompactMinFiles: p.CompactMinFiles,
+		Recovery: mode, Events: events("messages"),
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("message journal: %w", err)
+	}
+	bindings, err = journal.Open(journal.Config{
+		Dir: filepath.Join(cfg.DataDir, "bindings"), FileSize: 1 << 20,
+		MinFiles: 1, PoolFiles: 2, Recovery: mode, Events: events("bindings"),
+	})
+	if err != nil {
+		msgs.Close()
+		return nil, nil, fmt.Errorf("bindings journal: %w", err)
+	}
+	return msgs, bindings, nil
+}
+
 // start opens the data directory, creates the broker and starts every
 // configured listener.
 func start(cfg Config, logw io.Writer) (*instance, error) {
@@ -42,11 +90,24 @@ func start(cfg Config, logw io.Writer) (*instance, error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
 		return nil, fmt.Errorf("data dir: %w", err)
 	}
-	b, err := core.New(core.Config{AddressSettings: cfg.AddressSettings, Logger: log.With().Str("component", "core").Logger()})
+	bcfg := core.Config{AddressSettings: cfg.AddressSettings, Logger: log.With().Str("component", "core").Logger()}
+	var msgs, bindings *journal.Journal
+	if cfg.Persistence.Enabled {
+		var err error
+		if msgs, bindings, err = openJournals(cfg, log); err != nil {
+			return nil, err
+		}
+		bcfg.Messages, bcfg.Bindings = msgs, bindings
+	}
+	b, err := core.New(bcfg)
 	if err != nil {
+		if msgs != nil {
+			msgs.Close()
+			bindings.Close()
+		}
 		return nil, err
 	}
-	in := &instance{log: log, broker: b, addrs: make(map[string]net.Addr), errc: make(chan error, 4)}
+	in := &instance{log: log, broker: b, msgs: msgs, bindings: bindings, addrs: make(map[string]net.Addr), errc: make(chan error, 4)}
 	if cfg.Stomp.Listen != "" {
 		hb := cfg.Stomp.HeartBeat
 		if hb == 0 {
@@ -106,6 +167,9 @@ func (in *instance) stop(ctx context.Context) error {
 	}
 	in.wg.Wait()
 	errs = append(errs, in.broker.Close())
+	if in.msgs != nil {
+		errs = append(errs, in.msgs.Close(), in.bindings.Close())
+	}
 	return errors.Join(errs...)
 }
 
@@ -117,6 +181,13 @@ func serve(ctx context.Context, cfg Config, logw io.Writer, ready func(*instance
 		return err
 	}
 	ev := in.log.Info().Str("version", version).Str("data_dir", cfg.DataDir)
+	if in.msgs != nil {
+		rs := in.broker.Recovered()
+		ev = ev.Str("journal", filepath.Join(cfg.DataDir, "journal")).Int("recovered_messages", rs.Messages).
+			Int("recovered_queues", rs.Queues).Dur("recovery_time", rs.Duration)
+	} else {
+		ev = ev.Str("journal", "off (persistence disabled: nothing survives a restart)")
+	}
 	for name, a := range in.addrs {
 		ev = ev.Str(name, a.String())
 	}
