@@ -33,6 +33,11 @@ type Config struct {
 	// Bindings journals durable queues and subscriptions; nil keeps them
 	// in memory. Needed with Messages, or restored messages have no queue.
 	Bindings Journal
+	// Large stores durable bodies above LargeMessageThreshold (zero means
+	// DefaultLargeMessageThreshold) in files of their own; nil keeps them
+	// in the journal.
+	Large                 LargeStore
+	LargeMessageThreshold int
 }
 
 // Broker routes messages from producers to queues and from queues to
@@ -52,9 +57,11 @@ type Broker struct {
 	gen       uint64              // guarded by mu: bumps on every binding change
 	closed    bool                // guarded by mu
 
-	msgs      MessageJournal
-	bindings  Journal
-	recovered RecoveryStats
+	msgs           MessageJournal
+	bindings       Journal
+	large          LargeStore
+	largeThreshold int
+	recovered      RecoveryStats
 
 	msgID    atomic.Uint64
 	tmpID    atomic.Uint64
@@ -106,6 +113,11 @@ func New(cfg Config) (*Broker, error) {
 		done:      make(chan struct{}),
 		msgs:      cfg.Messages,
 		bindings:  cfg.Bindings,
+		large:     cfg.Large,
+	}
+	b.largeThreshold = cfg.LargeMessageThreshold
+	if b.largeThreshold <= 0 {
+		b.largeThreshold = DefaultLargeMessageThreshold
 	}
 	if b.auth == nil {
 		b.auth = AllowAll{}

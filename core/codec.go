@@ -19,7 +19,8 @@ var errCorruptRecord = errors.New("core: corrupt journal record")
 //	uv  message id
 //	str address
 //	u8  routing type
-//	u8  flags: bit0 durable
+//	u8  flags: bit0 durable, bit1 large (body in the large-message
+//	    store, not here)
 //	u8  priority
 //	i64 timestamp, expiration, delivery time (unix nanos; 0 = none)
 //	str content type, correlation id, reply-to, group id, user id
@@ -64,6 +65,9 @@ func encodeMessage(m *Message, queues []uint64) []byte {
 	if m.Durable {
 		flags |= 1
 	}
+	if m.large {
+		flags |= 2
+	}
 	b = append(b, flags, m.Priority)
 	b = appendTime(b, m.Timestamp)
 	b = appendTime(b, m.Expiration)
@@ -98,7 +102,11 @@ func encodeMessage(m *Message, queues []uint64) []byte {
 			b = append(b, propNil)
 		}
 	}
-	b = appendStr(b, string(m.Body))
+	if m.large {
+		b = appendStr(b, "")
+	} else {
+		b = appendStr(b, string(m.Body))
+	}
 	b = appendUvarint(b, uint64(len(queues)))
 	for _, q := range queues {
 		b = appendUvarint(b, q)
@@ -193,6 +201,7 @@ func decodeMessage(p []byte) (*Message, []uint64, error) {
 	m.RoutingType = RoutingType(d.byte())
 	flags := d.byte()
 	m.Durable = flags&1 != 0
+	m.large = flags&2 != 0
 	m.Priority = d.byte()
 	m.Timestamp = d.time()
 	m.Expiration = d.time()

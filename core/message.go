@@ -100,6 +100,8 @@ type Message struct {
 	// durableRefs counts the journaled queue references not yet settled;
 	// the message record is deleted with the last one.
 	durableRefs atomic.Int32
+	// large is set when the body is stored in the large-message store.
+	large bool
 }
 
 // ValidateProperties checks that every property value has one of the

@@ -40,6 +40,20 @@ type MessageJournal interface {
 	TxJournal
 }
 
+// LargeStore keeps message bodies above Config.LargeMessageThreshold in
+// files of their own, so that big bodies do not bloat journal files.
+// persistence/large satisfies it. Write must be durable when it returns.
+type LargeStore interface {
+	Write(id uint64, body []byte) error
+	Read(id uint64) ([]byte, error)
+	Remove(id uint64) error
+	List() ([]uint64, error)
+}
+
+// DefaultLargeMessageThreshold is the body size above which a durable
+// message's body goes to the large-message store.
+const DefaultLargeMessageThreshold = 1 << 20
+
 // User record types. They are part of the on-disk format.
 const (
 	recQueue         uint16 = 1 // bindings journal: a durable queue
@@ -76,8 +90,25 @@ func (b *Broker) journalMessage(m *Message, qs []*Queue, done func(error)) {
 			ids = append(ids, q.id)
 		}
 	}
+	rec, err := b.messageRecord(m, ids)
+	if err != nil {
+		done(err)
+		return
+	}
+	b.msgs.Append(m.ID, recMessage, rec, true, wrapPersist(done))
+}
+
+// messageRecord encodes m for the journal, first writing a large body to
+// its own file (durably, so a synced record never names a missing file).
+func (b *Broker) messageRecord(m *Message, ids []uint64) ([]byte, error) {
 	m.durableRefs.Store(int32(len(ids)))
-	b.msgs.Append(m.ID, recMessage, encodeMessage(m, ids), true, wrapPersist(done))
+	if b.large != nil && len(m.Body) > b.largeThreshold {
+		if err := b.large.Write(m.ID, m.Body); err != nil {
+			return nil, fmt.Errorf("%w: large message body: %w", ErrPersistence, err)
+		}
+		m.large = true
+	}
+	return encodeMessage(m, ids), nil
 }
 
 // wrapPersist marks journal errors reported to producers.
@@ -100,6 +131,17 @@ func (b *Broker) persistSettled(r *ref) {
 	}
 	m := r.msg
 	if m.durableRefs.Add(-1) <= 0 {
+		if m.large {
+			// The file goes once the delete is on disk: a crash before
+			// that finds the record with its file.
+			b.msgs.Delete(m.ID, true, func(err error) {
+				if err == nil {
+					err = b.large.Remove(m.ID)
+				}
+				b.logStoreErr(err)
+			})
+			return
+		}
 		b.msgs.Delete(m.ID, false, b.logStoreErr)
 		return
 	}
@@ -184,6 +226,7 @@ func (b *Broker) recover() (RecoveryStats, error) {
 	var cur *pending
 	now := time.Now()
 	var orphans []uint64
+	largeIDs := make(map[uint64]bool)
 	flush := func() {
 		if cur == nil {
 			return
@@ -215,6 +258,15 @@ func (b *Broker) recover() (RecoveryStats, error) {
 		if err != nil {
 			return err
 		}
+		if m.large {
+			if b.large == nil {
+				return fmt.Errorf("%w: message %d has its body in the large-message store, which is not configured", errCorruptRecord, id)
+			}
+			if m.Body, err = b.large.Read(id); err != nil {
+				return fmt.Errorf("core: body of large message %d: %w", id, err)
+			}
+			largeIDs[id] = true
+		}
 		cur = &pending{m: m, queues: qs}
 		return nil
 	}, func(id uint64, ut uint16, p []byte) error {
@@ -245,6 +297,19 @@ func (b *Broker) recover() (RecoveryStats, error) {
 	}
 	for _, id := range orphans {
 		b.msgs.Delete(id, false, b.logStoreErr)
+	}
+	if b.large != nil {
+		// Bodies no live record names: written before a crash cut off
+		// their record, or left when a delete outran the file removal.
+		ids, err := b.large.List()
+		if err != nil {
+			return st, fmt.Errorf("core: listing large messages: %w", err)
+		}
+		for _, id := range ids {
+			if !largeIDs[id] {
+				b.logStoreErr(b.large.Remove(id))
+			}
+		}
 	}
 	st.Duration = time.Since(start)
 	return st, nil

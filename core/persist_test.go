@@ -368,3 +368,108 @@ func FuzzDecodeMessage(f *testing.F) {
 		}
 	})
 }
+
+// memLarge is an in-memory LargeStore.
+type memLarge struct {
+	mu     sync.Mutex
+	bodies map[uint64][]byte
+}
+
+func (l *memLarge) Write(id uint64, b []byte) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.bodies[id] = slices.Clone(b)
+	return nil
+}
+
+func (l *memLarge) Read(id uint64) ([]byte, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	b, ok := l.bodies[id]
+	if !ok {
+		return nil, errors.New("no such body")
+	}
+	return slices.Clone(b), nil
+}
+
+func (l *memLarge) Remove(id uint64) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.bodies, id)
+	return nil
+}
+
+func (l *memLarge) List() ([]uint64, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var ids []uint64
+	for id := range l.bodies {
+		ids = append(ids, id)
+	}
+	return ids, nil
+}
+
+func (l *memLarge) count() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.bodies)
+}
+
+func TestLargeMessagesLiveInTheirOwnFiles(t *testing.T) {
+	msgs, bindings, large := newMemJournal(), newMemJournal(), &memLarge{bodies: map[uint64][]byte{}}
+	open := func() *Broker {
+		b, err := New(Config{Messages: msgs, Bindings: bindings, Large: large, LargeMessageThreshold: 64, ExpiryScanInterval: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { b.Close() })
+		return b
+	}
+	big := bytesOf(1000)
+	b1 := open()
+	s := newSession(t, b1, "")
+	if err := s.Send(context.Background(), &Message{Address: "q", RoutingType: Anycast, Durable: true, Priority: DefaultPriority, Body: big}); err != nil {
+		t.Fatal(err)
+	}
+	sendDurable(t, s, "q", Anycast, "small")
+	if large.count() != 1 {
+		t.Fatalf("%d large bodies stored, want 1", large.count())
+	}
+	for _, id := range msgs.order {
+		if r := msgs.recs[id]; r != nil && len(r.payload) > 500 {
+			t.Fatalf("record %d holds %d bytes: the large body went into the journal", id, len(r.payload))
+		}
+	}
+	large.Write(999, []byte("orphan")) // a body whose record never made it
+	s.Close()
+	b1.Close()
+
+	b2 := open()
+	if large.count() != 1 {
+		t.Fatalf("orphan not removed at recovery: %d bodies", large.count())
+	}
+	s2 := newSession(t, b2, "")
+	c, col := subscribe(t, s2, ConsumerOptions{Address: "q", RoutingType: Anycast, Credit: 10})
+	d := col.next(t)
+	if !slices.Equal(d.Message.Body, big) {
+		t.Fatalf("large body not restored (%d bytes)", len(d.Message.Body))
+	}
+	if err := c.Ack(d.ID); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for large.count() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("large body not removed after its message was acked")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func bytesOf(n int) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(i)
+	}
+	return b
+}

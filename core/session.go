@@ -450,16 +450,24 @@ func (t *Tx) journal(addrs []*address) error {
 		if len(ids) == 0 {
 			continue
 		}
-		m.durableRefs.Store(int32(len(ids)))
-		b.msgs.AppendTx(txID, m.ID, recMessage, encodeMessage(m, ids))
+		rec, err := b.messageRecord(m, ids)
+		if err != nil {
+			b.msgs.Rollback(txID, nil)
+			return err
+		}
+		b.msgs.AppendTx(txID, m.ID, recMessage, rec)
 		n++
 	}
+	var largeGone []uint64
 	for _, r := range t.acks {
 		if !r.durable {
 			continue
 		}
 		if r.msg.durableRefs.Add(-1) <= 0 {
 			b.msgs.DeleteTx(txID, r.msg.ID)
+			if r.msg.large {
+				largeGone = append(largeGone, r.msg.ID)
+			}
 		} else {
 			b.msgs.UpdateTx(txID, r.msg.ID, recAckRef, binary.AppendUvarint(nil, r.q.id))
 		}
@@ -480,6 +488,9 @@ func (t *Tx) journal(addrs []*address) error {
 			}
 		}
 		return fmt.Errorf("%w: %w", ErrPersistence, err)
+	}
+	for _, id := range largeGone {
+		b.logStoreErr(b.large.Remove(id))
 	}
 	return nil
 }
