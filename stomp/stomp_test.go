@@ -9,7 +9,6 @@ import (
 	"time"
 
 	gostomp "github.com/go-stomp/stomp/v3"
-	"github.com/go-stomp/stomp/v3/frame"
 
 	"github.com/junctionmq/junction/core"
 	"github.com/junctionmq/junction/stomp"
@@ -392,22 +391,29 @@ func TestExpiredMessageIsNotDelivered(t *testing.T) {
 func TestDurableSubscriptionOfflineDelivery(t *testing.T) {
 	tb := startBroker(t, stomp.Config{})
 	p := tb.dial(t)
-	durable := []func(*frame.Frame) error{gostomp.SubscribeOpt.Header("activemq.subscriptionName", "audit")}
-	c1, err := gostomp.Dial("tcp", tb.addr, gostomp.ConnOpt.HeartBeat(0, 0), quiet, gostomp.ConnOpt.Header("client-id", "auditor"))
-	if err != nil {
-		t.Fatal(err)
+	// UNSUBSCRIBE is driven by hand: go-stomp's Subscription.Unsubscribe
+	// can miss the RECEIPT's wake-up (its waitWithTimeout starts the
+	// cond.Wait in a new goroutine, after the Broadcast may have happened)
+	// and then times out after 30s.
+	r := tb.raw(t)
+	r.connect("client-id:auditor\n")
+	r.write("SUBSCRIBE\ndestination:/topic/events\nid:1\nack:client-individual\nactivemq.subscriptionName:audit\nreceipt:s\n\n\x00")
+	if f := r.frame(); header(f, "receipt-id") != "s" {
+		t.Fatalf("got %q", f)
 	}
-	s1 := subscribe(t, c1, "/topic/events", gostomp.AckClientIndividual, durable...)
 	send(t, p, "/topic/events", "1")
-	if err := c1.Ack(next(t, s1)); err != nil {
-		t.Fatal(err)
+	f := r.frame()
+	if !strings.HasSuffix(f, "\n\n1") {
+		t.Fatalf("got %q", f)
 	}
 	// A plain UNSUBSCRIBE detaches but keeps the subscription.
-	if err := s1.Unsubscribe(); err != nil {
-		t.Fatal(err)
+	r.write("ACK\nid:" + header(f, "ack") + "\n\n\x00UNSUBSCRIBE\nid:1\nreceipt:u\n\n\x00")
+	if f := r.frame(); header(f, "receipt-id") != "u" {
+		t.Fatalf("got %q", f)
 	}
 	send(t, p, "/topic/events", "2")
-	c1.Disconnect()
+	r.write("DISCONNECT\nreceipt:d\n\n\x00")
+	r.frame()
 	send(t, p, "/topic/events", "3", gostomp.SendOpt.Receipt)
 	if st := tb.broker.Queue("auditor.audit").Stats(); st.Depth != 2 {
 		t.Fatalf("durable subscription holds %d messages while away, want 2", st.Depth)
@@ -423,11 +429,17 @@ func TestDurableSubscriptionOfflineDelivery(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	c2.Disconnect()
 	// UNSUBSCRIBE naming the subscription deletes it.
-	if err := s2.Unsubscribe(gostomp.SubscribeOpt.Header("activemq.subscriptionName", "audit")); err != nil {
-		t.Fatal(err)
+	r2 := tb.raw(t)
+	r2.connect("client-id:auditor\n")
+	r2.write("UNSUBSCRIBE\nactivemq.subscriptionName:audit\nreceipt:del\n\n\x00")
+	if f := r2.frame(); header(f, "receipt-id") != "del" {
+		t.Fatalf("got %q", f)
 	}
-	waitFor(t, func() bool { return tb.broker.Queue("auditor.audit") == nil })
+	if tb.broker.Queue("auditor.audit") != nil {
+		t.Fatal("UNSUBSCRIBE with the subscription name left the durable subscription")
+	}
 }
 
 func TestVersions(t *testing.T) {

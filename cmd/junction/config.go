@@ -65,6 +65,8 @@ func defaultConfig() Config {
 			CompactMinRatio: 0.3,
 			CompactMinFiles: 10,
 			Recovery:        "strict",
+
+			LargeMessageThreshold: 1 << 20,
 		},
 	}
 }
@@ -82,6 +84,9 @@ type PersistenceConfig struct {
 	// Recovery is "strict" (refuse to start on damage in the middle of
 	// the journal) or "salvage" (keep what validates, report the rest).
 	Recovery string `yaml:"recovery"`
+	// LargeMessageThreshold: durable bodies above it go to files of their
+	// own under data-dir/large instead of the journal.
+	LargeMessageThreshold ByteSize `yaml:"large-message-threshold"`
 }
 
 // ByteSize is a size in bytes, written as a number with an optional
@@ -216,6 +221,7 @@ var options = []option{
 	sizeOpt("journal-file-size", "persistence.journal-file-size", "size of each journal file", func(c *Config) *ByteSize { return &c.Persistence.FileSize }),
 	intOpt("journal-pool-files", "persistence.journal-pool-files", "empty journal files kept for reuse", func(c *Config) *int { return &c.Persistence.PoolFiles }),
 	floatOpt("journal-compact-ratio", "persistence.compact-min-ratio", "compact when live data falls below this share of the journal (negative disables)", func(c *Config) *float64 { return &c.Persistence.CompactMinRatio }),
+	sizeOpt("large-message-threshold", "persistence.large-message-threshold", "durable bodies above this size are stored in files of their own", func(c *Config) *ByteSize { return &c.Persistence.LargeMessageThreshold }),
 	stringOpt("journal-recovery", "persistence.recovery", "on damage in the middle of the journal: strict (refuse to start) or salvage", func(c *Config) *string { return &c.Persistence.Recovery }),
 }
 
@@ -348,6 +354,9 @@ func (c *Config) validate() []fieldError {
 	}
 	if p.CompactMinFiles < 1 {
 		bad("persistence.compact-min-files", "must be at least 1")
+	}
+	if p.LargeMessageThreshold < 1024 {
+		bad("persistence.large-message-threshold", "must be at least 1KiB")
 	}
 	if p.Recovery != "strict" && p.Recovery != "salvage" {
 		bad("persistence.recovery", "must be strict or salvage; got %q", p.Recovery)

@@ -159,8 +159,9 @@ func TestCrashKill9(t *testing.T) {
 	dir := t.TempDir()
 	data := filepath.Join(dir, "data")
 	conf := filepath.Join(dir, "crash.yaml")
-	// Small files: every round rolls over, reuses files and compacts.
-	os.WriteFile(conf, []byte("persistence:\n  journal-file-size: 256KiB\n  journal-min-files: 1\n  journal-pool-files: 2\n  compact-min-ratio: 0.5\n  compact-min-files: 3\n"), 0o600)
+	// Small files: every round rolls over, reuses files and compacts; a
+	// third of the bodies are over the large-message threshold.
+	os.WriteFile(conf, []byte("persistence:\n  journal-file-size: 256KiB\n  journal-min-files: 1\n  journal-pool-files: 2\n  compact-min-ratio: 0.5\n  compact-min-files: 3\n  large-message-threshold: 2KiB\n"), 0o600)
 	rounds := crashRounds(t)
 	var total struct{ confirmed, acked, drained int }
 	for round := range rounds {
@@ -324,6 +325,10 @@ drain:
 	}
 	conn.Disconnect()
 	p2.stop(t)
+	// Everything was consumed: no large body may be left behind.
+	if left, _ := filepath.Glob(filepath.Join(data, "large", "*.msg")); len(left) > 0 {
+		t.Fatalf("round %d: %d large-message files left after the queue was drained", round, len(left))
+	}
 	t.Logf("round %d: %d sent, %d confirmed, %d delivered before the kill (%d acked), %d delivered after restart",
 		round, len(sent), len(confirmed), len(seen), len(acked), len(drained))
 	if lost+unexpected+corrupt+unflagged > 0 {

@@ -14,7 +14,9 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/junctionmq/junction/core"
+	"github.com/junctionmq/junction/persistence/fs"
 	"github.com/junctionmq/junction/persistence/journal"
+	"github.com/junctionmq/junction/persistence/large"
 	"github.com/junctionmq/junction/stomp"
 	"github.com/junctionmq/junction/transports"
 )
@@ -44,6 +46,7 @@ func newLogger(cfg Config, w io.Writer) zerolog.Logger {
 var (
 	_ core.MessageJournal = (*journal.Journal)(nil)
 	_ core.Journal        = (*journal.Journal)(nil)
+	_ core.LargeStore     = (*large.Store)(nil)
 )
 
 // openJournals opens the message and bindings journals under the data
@@ -98,6 +101,13 @@ func start(cfg Config, logw io.Writer) (*instance, error) {
 			return nil, err
 		}
 		bcfg.Messages, bcfg.Bindings = msgs, bindings
+		ls, err := large.Open(filepath.Join(cfg.DataDir, "large"), fs.OS())
+		if err != nil {
+			msgs.Close()
+			bindings.Close()
+			return nil, fmt.Errorf("large-message store: %w", err)
+		}
+		bcfg.Large, bcfg.LargeMessageThreshold = ls, int(cfg.Persistence.LargeMessageThreshold)
 	}
 	b, err := core.New(bcfg)
 	if err != nil {
