@@ -343,15 +343,6 @@ func (b *Broker) restoreQueue(rec queueRecord) *Queue {
 func (q *Queue) restore(m *Message, failures uint32, now time.Time) {
 	r := &ref{msg: m, q: q, durable: true, failures: failures, recovered: true}
 	q.mu.Lock()
-	defer q.mu.Unlock()
-	q.seq++
-	r.seq = q.seq
-	q.stats.enqueued.Add(1)
-	q.stats.depth.Add(1)
-	if !m.DeliveryTime.IsZero() && m.DeliveryTime.After(now) {
-		q.scheduleLocked(r, m.DeliveryTime.UnixNano())
-		return
-	}
-	q.ready[m.Priority].pushBack(r)
-	q.nready++
+	q.addLocked(r, now) // no consumers yet: nothing to dispatch
+	q.mu.Unlock()
 }

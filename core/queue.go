@@ -104,23 +104,31 @@ func (q *Queue) enqueue(m *Message, now time.Time) {
 	r := &ref{msg: m, q: q, durable: q.durable && m.Durable && q.b.msgs != nil}
 	var moves []move
 	q.mu.Lock()
+	if q.addLocked(r, now) {
+		moves = q.dispatchLocked(now, moves)
+	}
+	q.mu.Unlock()
+	q.b.carryOut(moves)
+}
+
+// addLocked appends a new reference, held back until its delivery time
+// if it has one. It reports whether r is ready for dispatch.
+func (q *Queue) addLocked(r *ref, now time.Time) bool {
 	if q.deleted {
-		q.mu.Unlock()
-		return
+		return false
 	}
 	q.seq++
 	r.seq = q.seq
 	q.stats.enqueued.Add(1)
 	q.stats.depth.Add(1)
+	m := r.msg
 	if !m.DeliveryTime.IsZero() && m.DeliveryTime.After(now) {
 		q.scheduleLocked(r, m.DeliveryTime.UnixNano())
-	} else {
-		q.ready[m.Priority].pushBack(r)
-		q.nready++
-		moves = q.dispatchLocked(now, moves)
+		return false
 	}
-	q.mu.Unlock()
-	q.b.carryOut(moves)
+	q.ready[m.Priority].pushBack(r)
+	q.nready++
+	return true
 }
 
 // scheduleLocked holds r back until due and arms the timer if r is now

@@ -15,6 +15,7 @@ import (
 	"github.com/go-stomp/stomp/v3/frame"
 
 	"github.com/junctionmq/junction/core"
+	"github.com/junctionmq/junction/internal/stomptest"
 	"github.com/junctionmq/junction/stomp"
 )
 
@@ -205,17 +206,5 @@ func header(f, name string) string {
 	return ""
 }
 
-// quiet silences go-stomp's own logging of the ERRORs it sees on
-// subscriptions when a test disconnects.
-var quiet = gostomp.ConnOpt.Logger(nopLogger{})
-
-type nopLogger struct{}
-
-func (nopLogger) Debugf(string, ...interface{})   {}
-func (nopLogger) Debug(string)                    {}
-func (nopLogger) Infof(string, ...interface{})    {}
-func (nopLogger) Info(string)                     {}
-func (nopLogger) Warningf(string, ...interface{}) {}
-func (nopLogger) Warning(string)                  {}
-func (nopLogger) Errorf(string, ...interface{})   {}
-func (nopLogger) Error(string)                    {}
+// quiet silences go-stomp's logging in tests.
+var quiet = stomptest.Quiet

@@ -299,7 +299,7 @@ drain:
 		select {
 		case m := <-sub.C:
 			if m.Err != nil {
-				t.Fatalf("drain: %v", m.Err)
+				t.Fatalf("round %d: drain: %v\nbroker log after restart:\n%s", round, m.Err, p2.log())
 			}
 			key, _, _, ok := crashKey(m.Body)
 			want, wasSent := sent[key]

@@ -5,7 +5,6 @@ import (
 	"net"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -17,6 +16,7 @@ import (
 	"github.com/junctionmq/junction/persistence/fs"
 	"github.com/junctionmq/junction/persistence/journal"
 	"github.com/junctionmq/junction/stomp"
+	"github.com/junctionmq/junction/transports"
 )
 
 // TestDurableSendDuringDiskFault drives a broker whose message journal
@@ -117,7 +117,8 @@ func TestDurableSendDuringDiskFault(t *testing.T) {
 	}
 }
 
-// serveStomp serves STOMP for b on a loopback port.
+// serveStomp serves STOMP for b on a loopback port through the real
+// listener.
 func serveStomp(t *testing.T, b *core.Broker) (string, func()) {
 	t.Helper()
 	srv := stomp.New(stomp.Config{}, b)
@@ -125,30 +126,12 @@ func serveStomp(t *testing.T, b *core.Broker) (string, func()) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			nc, err := l.Accept()
-			if err != nil {
-				return
-			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				srv.ServeConn(ctx, nc)
-			}()
-		}
-	}()
-	var once sync.Once
+	ts := &transports.Server{Name: "stomp", Handler: srv.ServeConn}
+	go ts.Serve(l)
 	stop := func() {
-		once.Do(func() {
-			l.Close()
-			cancel()
-			wg.Wait()
-		})
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		ts.Shutdown(ctx)
 	}
 	t.Cleanup(stop)
 	return l.Addr().String(), stop

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	gostomp "github.com/go-stomp/stomp/v3"
+
+	"github.com/junctionmq/junction/internal/stomptest"
 )
 
 func noEnv(string) string { return "" }
@@ -235,17 +237,5 @@ func TestRunFailsOnBusyPort(t *testing.T) {
 	}
 }
 
-// quiet silences go-stomp's logging of the ERRORs it sees when a test
-// stops or kills the broker under it.
-var quiet = gostomp.ConnOpt.Logger(nopLogger{})
-
-type nopLogger struct{}
-
-func (nopLogger) Debugf(string, ...interface{})   {}
-func (nopLogger) Debug(string)                    {}
-func (nopLogger) Infof(string, ...interface{})    {}
-func (nopLogger) Info(string)                     {}
-func (nopLogger) Warningf(string, ...interface{}) {}
-func (nopLogger) Warning(string)                  {}
-func (nopLogger) Errorf(string, ...interface{})   {}
-func (nopLogger) Error(string)                    {}
+// quiet silences go-stomp's logging in tests.
+var quiet = stomptest.Quiet

@@ -20,6 +20,7 @@ var allowed = map[string][]string{
 	"stomp":              {"core"},
 	"cmd/junction-bench": {},
 	"internal/lint":      {},
+	"internal/stomptest": {},
 }
 
 // tree returns the top-level tree of one of our import paths

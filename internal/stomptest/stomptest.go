@@ -1,0 +1,21 @@
+// Package stomptest holds what tests that drive Junction with the go-stomp
+// client share. It is imported by tests only.
+package stomptest
+
+import gostomp "github.com/go-stomp/stomp/v3"
+
+// Quiet is a go-stomp connection option that silences the client's own
+// logging of the ERRORs it sees when a test disconnects, stops or kills
+// the broker under it.
+var Quiet = gostomp.ConnOpt.Logger(nopLogger{})
+
+type nopLogger struct{}
+
+func (nopLogger) Debugf(string, ...any)   {}
+func (nopLogger) Debug(string)            {}
+func (nopLogger) Infof(string, ...any)    {}
+func (nopLogger) Info(string)             {}
+func (nopLogger) Warningf(string, ...any) {}
+func (nopLogger) Warning(string)          {}
+func (nopLogger) Errorf(string, ...any)   {}
+func (nopLogger) Error(string)            {}
