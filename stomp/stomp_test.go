@@ -631,3 +631,29 @@ func TestDetect(t *testing.T) {
 		}
 	}
 }
+
+// A subscription on a queue that already holds messages is sent some
+// during SUBSCRIBE itself, before the connection has recorded the
+// consumer; the writer must still ack them (auto mode) through the
+// delivery's own consumer. (Found by the crash test: a nil consumer.)
+func TestAutoAckOfDeliveriesDuringSubscribe(t *testing.T) {
+	tb := startBroker(t, stomp.Config{})
+	p := tb.dial(t)
+	for i := range 500 {
+		send(t, p, "/queue/backlog", fmt.Sprint(i))
+	}
+	barrier(t, p)
+	c := tb.dial(t)
+	// No barrier here: go-stomp cannot take a RECEIPT while its
+	// subscription channel is full of the backlog we have not read yet.
+	s, err := c.Subscribe("/queue/backlog", gostomp.AckAuto)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 500 {
+		if m := next(t, s); string(m.Body) != fmt.Sprint(i) {
+			t.Fatalf("got %q want %d", m.Body, i)
+		}
+	}
+	waitFor(t, func() bool { return tb.broker.Queue("backlog").Stats().Dequeued == 500 })
+}

@@ -17,7 +17,7 @@ const flushSize = 64 << 10
 // autoAck collects, per auto-ack subscription, the deliveries written in
 // one batch: they are acked and their credit returned after the write.
 type autoAck struct {
-	sub  *subscription
+	cons *core.Consumer
 	last uint64
 	n    int
 }
@@ -77,7 +77,9 @@ func (c *conn) writeLoop() {
 			} else if it.sub != nil {
 				buf = c.appendMessage(buf, it.d, it.sub)
 				if it.sub.ack == ackAuto {
-					acks = noteAuto(acks, it.sub, it.d.ID)
+					// The delivery names its consumer: sub.consumer may not
+					// be set yet when Subscribe's first deliveries arrive.
+					acks = noteAuto(acks, it.d.Consumer, it.d.ID)
 				}
 			}
 			if it.close {
@@ -99,8 +101,8 @@ func (c *conn) writeLoop() {
 		}
 		for i := range acks {
 			a := &acks[i]
-			if n, err := a.sub.consumer.AckUpTo(a.last); err == nil {
-				a.sub.consumer.Flow(n)
+			if n, err := a.cons.AckUpTo(a.last); err == nil {
+				a.cons.Flow(n)
 			}
 		}
 		clear(acks)
@@ -112,15 +114,15 @@ func (c *conn) writeLoop() {
 	}
 }
 
-func noteAuto(acks []autoAck, sub *subscription, id uint64) []autoAck {
+func noteAuto(acks []autoAck, cons *core.Consumer, id uint64) []autoAck {
 	for i := range acks {
-		if acks[i].sub == sub {
+		if acks[i].cons == cons {
 			acks[i].last = id
 			acks[i].n++
 			return acks
 		}
 	}
-	return append(acks, autoAck{sub: sub, last: id, n: 1})
+	return append(acks, autoAck{cons: cons, last: id, n: 1})
 }
 
 // write sends buf and empties it. On failure it stops the writer and
