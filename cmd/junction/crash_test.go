@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -64,17 +65,21 @@ type brokerProc struct {
 	logs *strings.Builder
 	mu   sync.Mutex
 	done chan struct{}
+	// events counts what the journal did, from the broker's log.
+	events *journalEvents
 }
 
-func startProc(t *testing.T, bin, dataDir, configFile string) *brokerProc {
+type journalEvents struct{ rolls, reclaims, compactions atomic.Int64 }
+
+func startProc(t *testing.T, bin, dataDir, configFile string, ev *journalEvents) *brokerProc {
 	t.Helper()
 	cmd := exec.Command(bin, "--config", configFile, "--data-dir", dataDir, "--stomp", "127.0.0.1:0",
-		"--log-format", "json", "--stomp-heart-beat", "0")
+		"--log-format", "json", "--log-level", "debug", "--stomp-heart-beat", "0")
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &brokerProc{cmd: cmd, logs: &strings.Builder{}, done: make(chan struct{})}
+	p := &brokerProc{cmd: cmd, logs: &strings.Builder{}, done: make(chan struct{}), events: ev}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -85,12 +90,24 @@ func startProc(t *testing.T, bin, dataDir, configFile string) *brokerProc {
 		sc.Buffer(make([]byte, 64<<10), 1<<20)
 		for sc.Scan() {
 			line := sc.Text()
-			p.mu.Lock()
-			p.logs.WriteString(line + "\n")
-			p.mu.Unlock()
+			if !strings.Contains(line, `"level":"debug"`) {
+				p.mu.Lock()
+				p.logs.WriteString(line + "\n")
+				p.mu.Unlock()
+			}
 			var ev map[string]any
-			if json.Unmarshal([]byte(line), &ev) == nil && ev["message"] == "junction started" {
+			if json.Unmarshal([]byte(line), &ev) != nil {
+				continue
+			}
+			switch ev["message"] {
+			case "junction started":
 				ready <- fmt.Sprint(ev["stomp"])
+			case "journal file rolled":
+				p.events.rolls.Add(1)
+			case "dead journal file returned to the pool":
+				p.events.reclaims.Add(1)
+			case "journal compacted":
+				p.events.compactions.Add(1)
 			}
 		}
 	}()
@@ -164,23 +181,28 @@ func TestCrashKill9(t *testing.T) {
 	os.WriteFile(conf, []byte("persistence:\n  journal-file-size: 256KiB\n  journal-min-files: 1\n  journal-pool-files: 2\n  compact-min-ratio: 0.5\n  compact-min-files: 3\n  large-message-threshold: 2KiB\n"), 0o600)
 	rounds := crashRounds(t)
 	var total struct{ confirmed, acked, drained int }
+	ev := &journalEvents{}
 	for round := range rounds {
-		c := crashRound(t, bin, data, conf, round)
+		c := crashRound(t, bin, data, conf, round, ev)
 		total.confirmed += c.confirmed
 		total.acked += c.acked
 		total.drained += c.drained
 	}
 	t.Logf("%d rounds: %d confirmed, %d acked before the kill, %d delivered after restart; lost=0 unexpected=0 corrupt=0 unflagged=0",
 		rounds, total.confirmed, total.acked, total.drained)
+	t.Logf("the journal rolled %d files, reused %d and compacted %d times", ev.rolls.Load(), ev.reclaims.Load(), ev.compactions.Load())
+	if ev.rolls.Load() == 0 || ev.reclaims.Load() == 0 {
+		t.Fatal("the journal never rolled or reused a file: the test did not exercise them")
+	}
 }
 
 type roundCounts struct{ confirmed, acked, drained int }
 
-func crashRound(t *testing.T, bin, data, conf string, round int) roundCounts {
+func crashRound(t *testing.T, bin, data, conf string, round int, ev *journalEvents) roundCounts {
 	t.Helper()
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), uint64(round)))
 	dest := "/queue/crash"
-	p := startProc(t, bin, data, conf)
+	p := startProc(t, bin, data, conf, ev)
 
 	var mu sync.Mutex
 	sent := map[string]string{}    // every key a producer tried, with its body
@@ -281,7 +303,7 @@ func crashRound(t *testing.T, bin, data, conf string, round int) roundCounts {
 	wg.Wait()
 
 	// Restart on the same data and drain.
-	p2 := startProc(t, bin, data, conf)
+	p2 := startProc(t, bin, data, conf, ev)
 	conn, err := gostomp.Dial("tcp", p2.addr, gostomp.ConnOpt.HeartBeat(0, 0), quiet)
 	if err != nil {
 		t.Fatal(err)

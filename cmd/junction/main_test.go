@@ -239,3 +239,34 @@ func TestRunFailsOnBusyPort(t *testing.T) {
 
 // quiet silences go-stomp's logging in tests.
 var quiet = stomptest.Quiet
+
+func TestSecondBrokerOnOneDataDirIsRefused(t *testing.T) {
+	cfg := testConfig(t)
+	startServe(t, cfg)
+	err := serve(context.Background(), cfg, io.Discard, nil)
+	if err == nil || !strings.Contains(err.Error(), "locked") {
+		t.Fatalf("second broker on the same data dir: %v", err)
+	}
+}
+
+func TestPersistenceOffNeverTouchesTheDisk(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Persistence.Enabled = false
+	addr, stop := startServe(t, cfg)
+	c, err := gostomp.Dial("tcp", addr, gostomp.ConnOpt.HeartBeat(0, 0), quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Send("/queue/q", "text/plain", []byte("x"), gostomp.SendOpt.Receipt, gostomp.SendOpt.Header("persistent", "true")); err != nil {
+		t.Fatal(err)
+	}
+	c.Disconnect()
+	stop()
+	entries, err := os.ReadDir(cfg.DataDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) != 0 {
+		t.Fatalf("persistence off, yet the data dir holds %d entries", len(entries))
+	}
+}

@@ -64,6 +64,15 @@ func openJournals(cfg Config, log zerolog.Logger) (msgs, bindings *journal.Journ
 				l.Warn().Str("file", file).Int64("offset", offset).Int64("bytes", n).
 					Msg("recovered: cut off a torn, never-confirmed tail")
 			},
+			OnRoll: func(sealed, next string) {
+				l.Debug().Str("sealed", sealed).Str("next", next).Msg("journal file rolled")
+			},
+			OnReclaim: func(file string) {
+				l.Debug().Str("file", file).Msg("dead journal file returned to the pool")
+			},
+			OnCompact: func(files, copied int, d time.Duration) {
+				l.Info().Int("files", files).Int("records_copied", copied).Dur("took", d).Msg("journal compacted")
+			},
 		}
 	}
 	msgs, err = journal.Open(journal.Config{
