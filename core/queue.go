@@ -392,3 +392,7 @@ func (q *Queue) Stats() QueueStats {
 		DeadLettered: q.stats.deadLettered.Load(),
 	}
 }
+
+// RoutingType returns Anycast for an address's queue, Multicast for a
+// subscription.
+func (q *Queue) RoutingType() RoutingType { return q.routing }

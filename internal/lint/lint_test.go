@@ -18,6 +18,7 @@ var allowed = map[string][]string{
 	"core":               {},
 	"transports":         {},
 	"stomp":              {"core"},
+	"mqtt":               {"core"},
 	"cmd/junction-bench": {},
 	"internal/lint":      {},
 	"internal/stomptest": {},

@@ -1,0 +1,260 @@
+package mqtt
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	mochi "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/packets"
+	"github.com/rs/zerolog"
+
+	"github.com/junctionmq/junction/core"
+)
+
+// Property names the bridge adds to core messages.
+const (
+	// PropOrigin marks a message that came from MQTT, so the bridge does
+	// not hand it back to mochi, which delivered it to MQTT already.
+	PropOrigin = "_JUNCTION_ORIGIN"
+	// PropRetain records an MQTT publish's retain flag.
+	PropRetain = "mqtt.retain"
+	originMQTT = "mqtt"
+)
+
+// bridge is the mochi hook that carries publishes into core, and the
+// core consumer that carries other protocols' messages into mochi.
+type bridge struct {
+	mochi.HookBase
+	s   *Server
+	b   *core.Broker
+	log zerolog.Logger
+
+	mu       sync.Mutex
+	users    map[*mochi.Client]string        // guarded by mu: authenticated, not yet established
+	sessions map[*mochi.Client]*core.Session // guarded by mu
+
+	inject *mochi.Client  // the internal client core's messages are published as
+	sess   *core.Session  // the bridge's own core session
+	cons   *core.Consumer // on "#": every multicast message
+	in     chan core.Delivery
+	done   chan struct{}
+	wg     sync.WaitGroup
+	once   sync.Once
+}
+
+func newBridge(s *Server, b *core.Broker) (*bridge, error) {
+	br := &bridge{
+		s: s, b: b, log: s.cfg.Logger,
+		users:    make(map[*mochi.Client]string),
+		sessions: make(map[*mochi.Client]*core.Session),
+		in:       make(chan core.Delivery, s.cfg.BridgeCredit),
+		done:     make(chan struct{}),
+	}
+	br.inject = s.mochi.NewClient(nil, "local", "junction-bridge", true)
+	br.inject.Properties.ProtocolVersion = 5 // so MQTT 5 properties pass through
+	sess, err := b.NewSession(core.SessionOptions{User: "mqtt-bridge"})
+	if err != nil {
+		return nil, err
+	}
+	br.sess = sess
+	// Deliveries wait in a channel as large as the credit, so the
+	// handler (called under a queue lock) never blocks.
+	br.cons, err = sess.Subscribe(core.ConsumerOptions{
+		Address: "#", RoutingType: core.Multicast, Credit: s.cfg.BridgeCredit,
+		Handler: func(d core.Delivery) { br.in <- d },
+	})
+	if err != nil {
+		sess.Close()
+		return nil, fmt.Errorf("mqtt: bridge subscription: %w", err)
+	}
+	br.wg.Add(1)
+	go br.run()
+	return br, nil
+}
+
+// ID implements mochi.Hook.
+func (br *bridge) ID() string { return "junction-bridge" }
+
+// Provides implements mochi.Hook.
+func (br *bridge) Provides(b byte) bool {
+	switch b {
+	case mochi.OnConnectAuthenticate, mochi.OnACLCheck, mochi.OnSessionEstablished,
+		mochi.OnDisconnect, mochi.OnPublish:
+		return true
+	}
+	return false
+}
+
+// OnConnectAuthenticate checks the client's credentials with core's
+// authenticator, the one every protocol uses.
+func (br *bridge) OnConnectAuthenticate(cl *mochi.Client, pk packets.Packet) bool {
+	user, err := br.b.Authenticate(context.Background(), string(pk.Connect.Username), string(pk.Connect.Password))
+	if err != nil {
+		br.log.Debug().Err(err).Str("client", cl.ID).Msg("mqtt authentication failed")
+		return false
+	}
+	br.mu.Lock()
+	br.users[cl] = user
+	br.mu.Unlock()
+	return true
+}
+
+// OnACLCheck allows every topic; authorization comes with core's policy.
+func (br *bridge) OnACLCheck(*mochi.Client, string, bool) bool { return true }
+
+// OnSessionEstablished opens the client's core session.
+func (br *bridge) OnSessionEstablished(cl *mochi.Client, _ packets.Packet) {
+	br.mu.Lock()
+	user := br.users[cl]
+	delete(br.users, cl)
+	br.mu.Unlock()
+	sess, err := br.b.NewSession(core.SessionOptions{User: user})
+	if err != nil {
+		br.log.Warn().Err(err).Str("client", cl.ID).Msg("mqtt: no core session")
+		br.s.mochi.DisconnectClient(cl, packets.ErrServerUnavailable)
+		return
+	}
+	br.mu.Lock()
+	br.sessions[cl] = sess
+	br.mu.Unlock()
+}
+
+// OnDisconnect closes the client's core session.
+func (br *bridge) OnDisconnect(cl *mochi.Client, _ error, _ bool) {
+	br.mu.Lock()
+	sess := br.sessions[cl]
+	delete(br.sessions, cl)
+	delete(br.users, cl)
+	br.mu.Unlock()
+	if sess != nil {
+		sess.Close()
+	}
+}
+
+// OnPublish sends an MQTT publish into core before mochi acknowledges it
+// (QoS 1 and 2 wait for the journal when the message reaches a durable
+// queue) and lets mochi deliver it to MQTT subscribers itself.
+func (br *bridge) OnPublish(cl *mochi.Client, pk packets.Packet) (packets.Packet, error) {
+	if cl.Net.Inline || len(pk.TopicName) > 0 && pk.TopicName[0] == '$' {
+		return pk, nil // the bridge's own injection, or $SYS
+	}
+	br.mu.Lock()
+	sess := br.sessions[cl]
+	br.mu.Unlock()
+	if sess == nil {
+		return pk, nil
+	}
+	m := messageFromPublish(pk)
+	if q := br.b.Queue(m.Address); q != nil && q.RoutingType() == core.Anycast {
+		m.RoutingType = core.Anycast // a device feeding a work queue
+	}
+	if err := sess.Send(context.Background(), m); err != nil {
+		br.log.Warn().Err(err).Str("client", cl.ID).Str("topic", pk.TopicName).Msg("mqtt publish not accepted")
+		if cl.Properties.ProtocolVersion == 5 && pk.FixedHeader.Qos > 0 {
+			return pk, packets.ErrUnspecifiedError // PUBACK/PUBREC with reason 0x80
+		}
+		// MQTT 3 has no negative acknowledgement: close the connection
+		// rather than confirm what was not stored [MQTT-4.8.0-1].
+		br.s.mochi.DisconnectClient(cl, packets.ErrUnspecifiedError)
+		return pk, packets.ErrRejectPacket
+	}
+	return pk, nil
+}
+
+// messageFromPublish maps a PUBLISH to a core message (see the package
+// doc for the table).
+func messageFromPublish(pk packets.Packet) *core.Message {
+	m := &core.Message{
+		Address:       TopicToAddress(pk.TopicName),
+		RoutingType:   core.Multicast,
+		Durable:       pk.FixedHeader.Qos > 0,
+		Priority:      core.DefaultPriority,
+		Body:          append([]byte(nil), pk.Payload...), // mochi reuses its buffers
+		ContentType:   pk.Properties.ContentType,
+		CorrelationID: string(pk.Properties.CorrelationData),
+		Properties:    map[string]any{PropOrigin: originMQTT},
+	}
+	if pk.Properties.ResponseTopic != "" {
+		m.ReplyTo = TopicToAddress(pk.Properties.ResponseTopic)
+	}
+	if e := pk.Properties.MessageExpiryInterval; e > 0 {
+		m.Expiration = time.Now().Add(time.Duration(e) * time.Second)
+	}
+	if pk.FixedHeader.Retain {
+		m.Properties[PropRetain] = true
+	}
+	for _, u := range pk.Properties.User {
+		if _, taken := m.Properties[u.Key]; !taken {
+			m.Properties[u.Key] = u.Val // MQTT allows repeats; the first wins, as in STOMP
+		}
+	}
+	return m
+}
+
+// publishFromMessage maps a core message to the PUBLISH injected into
+// mochi: QoS 1 for a durable message (mochi caps it to each
+// subscription's QoS), else 0.
+func publishFromMessage(m *core.Message, now time.Time) packets.Packet {
+	var qos byte
+	if m.Durable {
+		qos = 1
+	}
+	pk := packets.Packet{
+		FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: qos},
+		TopicName:   AddressToTopic(m.Address),
+		Payload:     m.Body,
+		PacketID:    uint16(qos), // mochi checks inline publishes for a packet id
+	}
+	pk.Properties.ContentType = m.ContentType
+	if m.CorrelationID != "" {
+		pk.Properties.CorrelationData = []byte(m.CorrelationID)
+	}
+	if m.ReplyTo != "" {
+		pk.Properties.ResponseTopic = AddressToTopic(m.ReplyTo)
+	}
+	if !m.Expiration.IsZero() {
+		pk.Properties.MessageExpiryInterval = uint32(max(1, m.Expiration.Sub(now)/time.Second))
+	}
+	for k, v := range m.Properties {
+		if s, ok := v.(string); ok && k != PropOrigin {
+			pk.Properties.User = append(pk.Properties.User, packets.UserProperty{Key: k, Val: s})
+		}
+	}
+	return pk
+}
+
+// run injects core's multicast messages into mochi, then acks them and
+// returns the credit. Messages of MQTT origin were delivered by mochi
+// already and are only acked.
+func (br *bridge) run() {
+	defer br.wg.Done()
+	for {
+		select {
+		case <-br.done:
+			return
+		case d := <-br.in:
+			m := d.Message
+			if m.Properties[PropOrigin] != originMQTT && !m.Expired(time.Now()) {
+				if err := br.s.mochi.InjectPacket(br.inject, publishFromMessage(m, time.Now())); err != nil {
+					br.log.Warn().Err(err).Str("address", m.Address).Msg("mqtt: delivery to MQTT subscribers failed")
+				}
+			}
+			if err := br.cons.Ack(d.ID); err != nil && !errors.Is(err, core.ErrUnknownDelivery) {
+				br.log.Warn().Err(err).Msg("mqtt: bridge ack failed")
+			}
+			br.cons.Flow(1)
+		}
+	}
+}
+
+// close stops the bridge goroutine and its core session.
+func (br *bridge) close() {
+	br.once.Do(func() {
+		close(br.done)
+		br.wg.Wait()
+		br.sess.Close()
+	})
+}

@@ -1,0 +1,311 @@
+package mqtt_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	paho "github.com/eclipse/paho.mqtt.golang"
+	"github.com/eclipse/paho.mqtt.golang/packets"
+
+	"github.com/junctionmq/junction/core"
+	"github.com/junctionmq/junction/mqtt"
+)
+
+type testBroker struct {
+	addr   string
+	broker *core.Broker
+	srv    *mqtt.Server
+}
+
+// denyBob is an authenticator that turns away the user bob.
+type denyBob struct{}
+
+func (denyBob) Authenticate(_ context.Context, login, _ string) (string, error) {
+	if login == "bob" {
+		return "", core.ErrAuthFailed
+	}
+	return login, nil
+}
+
+func startBroker(t *testing.T) *testBroker {
+	t.Helper()
+	b, err := core.New(core.Config{Authenticator: denyBob{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := mqtt.New(mqtt.Config{}, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			nc, err := l.Accept()
+			if err != nil {
+				return
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				srv.ServeConn(ctx, nc)
+			}()
+		}
+	}()
+	t.Cleanup(func() {
+		l.Close()
+		srv.Close()
+		cancel()
+		wg.Wait()
+		b.Close()
+	})
+	return &testBroker{addr: l.Addr().String(), broker: b, srv: srv}
+}
+
+func (tb *testBroker) client(t *testing.T, id string, opts ...func(*paho.ClientOptions)) paho.Client {
+	t.Helper()
+	o := paho.NewClientOptions().AddBroker("tcp://" + tb.addr).SetClientID(id).
+		SetAutoReconnect(false).SetConnectRetry(false).SetConnectTimeout(5 * time.Second)
+	for _, f := range opts {
+		f(o)
+	}
+	c := paho.NewClient(o)
+	if tok := c.Connect(); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
+		t.Fatalf("connect %s: %v", id, tok.Error())
+	}
+	t.Cleanup(func() { c.Disconnect(100) })
+	return c
+}
+
+func wait(t *testing.T, tok paho.Token) {
+	t.Helper()
+	if !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
+		t.Fatalf("token: %v", tok.Error())
+	}
+}
+
+// inbox collects messages of a subscription.
+func inbox(t *testing.T, c paho.Client, filter string, qos byte) chan paho.Message {
+	t.Helper()
+	ch := make(chan paho.Message, 1000)
+	wait(t, c.Subscribe(filter, qos, func(_ paho.Client, m paho.Message) { ch <- m }))
+	return ch
+}
+
+func next(t *testing.T, ch chan paho.Message) paho.Message {
+	t.Helper()
+	select {
+	case m := <-ch:
+		return m
+	case <-time.After(5 * time.Second):
+		t.Fatal("no message within 5s")
+	}
+	return nil
+}
+
+func none(t *testing.T, ch chan paho.Message, d time.Duration) {
+	t.Helper()
+	select {
+	case m := <-ch:
+		t.Fatalf("unexpected message %q on %s", m.Payload(), m.Topic())
+	case <-time.After(d):
+	}
+}
+
+func TestMQTTRoundTripQoS0And1AndWildcards(t *testing.T) {
+	tb := startBroker(t)
+	sub := tb.client(t, "sub")
+	pub := tb.client(t, "pub")
+	exact := inbox(t, sub, "sensors/kitchen/temp", 1)
+	plus := inbox(t, sub, "sensors/+/temp", 1)
+	hash := inbox(t, sub, "sensors/#", 0)
+	wait(t, pub.Publish("sensors/kitchen/temp", 1, false, "21"))
+	wait(t, pub.Publish("sensors/kitchen/humidity", 0, false, "40"))
+	for _, ch := range []chan paho.Message{exact, plus} {
+		m := next(t, ch)
+		if string(m.Payload()) != "21" || m.Qos() != 1 || m.Topic() != "sensors/kitchen/temp" {
+			t.Fatalf("got %q qos %d on %s", m.Payload(), m.Qos(), m.Topic())
+		}
+		none(t, ch, 30*time.Millisecond) // exactly once: mochi delivers, the bridge does not repeat
+	}
+	got := map[string]bool{}
+	got[string(next(t, hash).Payload())] = true
+	got[string(next(t, hash).Payload())] = true
+	if !got["21"] || !got["40"] {
+		t.Fatalf("# subscriber got %v", got)
+	}
+	none(t, hash, 30*time.Millisecond)
+}
+
+func TestMQTTPublishReachesCoreConsumers(t *testing.T) {
+	tb := startBroker(t)
+	s, _ := tb.broker.NewSession(core.SessionOptions{})
+	defer s.Close()
+	got := make(chan core.Delivery, 10)
+	if _, err := s.Subscribe(core.ConsumerOptions{Address: "a.*", RoutingType: core.Multicast, Credit: 10,
+		Handler: func(d core.Delivery) { got <- d }}); err != nil {
+		t.Fatal(err)
+	}
+	// An anycast queue named like a topic takes that topic's publishes.
+	if err := tb.broker.CreateAddress("jobs.new", core.Anycast); err != nil {
+		t.Fatal(err)
+	}
+	pub := tb.client(t, "pub")
+	wait(t, pub.Publish("a/b", 1, true, "hello"))
+	wait(t, pub.Publish("jobs/new", 1, false, "job-1"))
+	select {
+	case d := <-got:
+		m := d.Message
+		if string(m.Body) != "hello" || m.Address != "a.b" || !m.Durable || m.Properties[mqtt.PropRetain] != true {
+			t.Fatalf("core got %q at %s durable=%v props=%v", m.Body, m.Address, m.Durable, m.Properties)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("MQTT publish did not reach core")
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for tb.broker.Queue("jobs.new").Stats().Depth != 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("MQTT publish did not reach the anycast queue")
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+func TestCoreMessagesReachMQTTSubscribers(t *testing.T) {
+	tb := startBroker(t)
+	// Two clients: one client's overlapping subscriptions get one copy at
+	// the highest QoS, as MQTT allows.
+	q1 := inbox(t, tb.client(t, "sub1"), "news/+", 1)
+	q0 := inbox(t, tb.client(t, "sub0"), "news/#", 0)
+	s, _ := tb.broker.NewSession(core.SessionOptions{})
+	defer s.Close()
+	send := func(durable bool, body string) {
+		err := s.Send(context.Background(), &core.Message{Address: "news.today", RoutingType: core.Multicast,
+			Durable: durable, Body: []byte(body), Priority: core.DefaultPriority})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	send(true, "durable")
+	send(false, "volatile")
+	for _, want := range []struct {
+		body string
+		qos  byte
+	}{{"durable", 1}, {"volatile", 0}} {
+		m := next(t, q1)
+		if string(m.Payload()) != want.body || m.Qos() != want.qos || m.Topic() != "news/today" {
+			t.Fatalf("QoS 1 subscriber got %q qos %d on %s, want %q qos %d", m.Payload(), m.Qos(), m.Topic(), want.body, want.qos)
+		}
+		if m := next(t, q0); m.Qos() != 0 {
+			t.Fatalf("QoS 0 subscriber got qos %d", m.Qos())
+		}
+	}
+	none(t, q1, 30*time.Millisecond)
+}
+
+func TestRetainedMessages(t *testing.T) {
+	tb := startBroker(t)
+	pub := tb.client(t, "pub")
+	wait(t, pub.Publish("state/door", 1, true, "open"))
+	wait(t, pub.Publish("state/door", 1, true, "closed")) // replaces
+	c := tb.client(t, "late")
+	ch := inbox(t, c, "state/#", 1)
+	if m := next(t, ch); string(m.Payload()) != "closed" || !m.Retained() {
+		t.Fatalf("retained: got %q retained=%v", m.Payload(), m.Retained())
+	}
+	wait(t, pub.Publish("state/door", 1, true, "")) // clears
+	c2 := tb.client(t, "later")
+	none(t, inbox(t, c2, "state/#", 1), 50*time.Millisecond)
+}
+
+func TestAuthenticationThroughCore(t *testing.T) {
+	tb := startBroker(t)
+	o := paho.NewClientOptions().AddBroker("tcp://" + tb.addr).SetClientID("x").SetUsername("bob").SetPassword("pw").
+		SetAutoReconnect(false).SetConnectRetry(false)
+	c := paho.NewClient(o)
+	tok := c.Connect()
+	if !tok.WaitTimeout(5 * time.Second) {
+		t.Fatal("no CONNACK")
+	}
+	// mochi answers a failed authentication of an MQTT 3 client with
+	// CONNACK return code 5, "not authorized".
+	if err := tok.Error(); !errors.Is(err, packets.ErrorRefusedNotAuthorised) && !errors.Is(err, packets.ErrorRefusedBadUsernameOrPassword) {
+		t.Fatalf("bob connected: %v", err)
+	}
+	tb.client(t, "alice", func(o *paho.ClientOptions) { o.SetUsername("alice") })
+}
+
+func TestCloseIsIdempotentAndDisconnectsClients(t *testing.T) {
+	tb := startBroker(t)
+	lost := make(chan error, 1)
+	tb.client(t, "c", func(o *paho.ClientOptions) {
+		o.SetConnectionLostHandler(func(_ paho.Client, err error) { lost <- err })
+	})
+	tb.srv.Close()
+	tb.srv.Close()
+	select {
+	case <-lost:
+	case <-time.After(5 * time.Second):
+		t.Fatal("client still connected after Close")
+	}
+}
+
+func TestDetect(t *testing.T) {
+	for in, want := range map[string]bool{
+		"\x10\x0c\x00\x04MQTT\x04\x02\x00\x3c": true,
+		"\x10\x8c\x01\x00\x04MQTT\x05":         true,
+		"\x10\x0e\x00\x06MQIsdp\x03":           true,
+		"CONNECT\naccept-version:1.2\n":        false,
+		"\x20\x02\x00\x00":                     false,
+		"\x10":                                 false,
+	} {
+		if got := mqtt.Detect([]byte(in)); got != want {
+			t.Errorf("Detect(%q) = %v", in, got)
+		}
+	}
+}
+
+func TestMalformedPacketClosesOnlyThatConnection(t *testing.T) {
+	tb := startBroker(t)
+	good := tb.client(t, "good")
+	ch := inbox(t, good, "ok/#", 1)
+	for i, bad := range [][]byte{
+		{0x10, 0xff, 0xff, 0xff, 0xff, 0x7f},             // remaining length over 4 bytes
+		[]byte("\x10\x0c\x00\x04MQTT\x09\x02\x00\x3cxx"), // unknown protocol level 9
+		[]byte("GET / HTTP/1.1\r\n\r\n"),                 // not MQTT at all
+		[]byte("\x30\x05\x00\x01"),                       // PUBLISH before CONNECT
+	} {
+		nc, err := net.Dial("tcp", tb.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		nc.Write(bad)
+		nc.SetReadDeadline(time.Now().Add(5 * time.Second))
+		buf := make([]byte, 64)
+		for {
+			_, err := nc.Read(buf)
+			if err != nil {
+				var ne net.Error
+				if errors.As(err, &ne) && ne.Timeout() {
+					t.Fatalf("case %d: connection not closed", i)
+				}
+				break // closed, after a CONNACK with a reason code where one applies
+			}
+		}
+		nc.Close()
+		wait(t, good.Publish("ok/still", 1, false, "alive"))
+		if m := next(t, ch); string(m.Payload()) != "alive" {
+			t.Fatalf("good client got %q", m.Payload())
+		}
+	}
+}

@@ -1,0 +1,162 @@
+package mqtt
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	mochi "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/listeners"
+	"github.com/rs/zerolog"
+
+	"github.com/junctionmq/junction/core"
+)
+
+// listenerID names the stub listener Junction's connections are
+// established under, so that mochi's Close reaches them.
+const listenerID = "junction"
+
+// Config configures a Server. Zero fields take the defaults given.
+type Config struct {
+	// MaxPacketSize bounds an MQTT packet. Default 10 MiB (mochi's own
+	// default is unlimited).
+	MaxPacketSize int
+	// MaxSessionExpiry caps how long a disconnected persistent session is
+	// kept. Default 1 hour (mochi's default is about 136 years).
+	MaxSessionExpiry time.Duration
+	// ReceiveMaximum is the number of QoS 1 and 2 messages in flight to a
+	// client. Default 1024.
+	ReceiveMaximum int
+	// MaxWritesPending bounds the packets queued for one client; past it
+	// mochi drops QoS 0 deliveries to that client (counted), so a slow
+	// subscriber never delays another client. Default 8192.
+	MaxWritesPending int
+	// BridgeCredit is the window of messages the bridge takes from core
+	// before injecting them into mochi. Default 1024.
+	BridgeCredit int
+	// Logger receives mochi's logs and the bridge's. Zero logs nothing.
+	Logger zerolog.Logger
+}
+
+func (c Config) withDefaults() Config {
+	if c.MaxPacketSize <= 0 {
+		c.MaxPacketSize = 10 << 20
+	}
+	if c.MaxSessionExpiry <= 0 {
+		c.MaxSessionExpiry = time.Hour
+	}
+	if c.ReceiveMaximum <= 0 {
+		c.ReceiveMaximum = 1024
+	}
+	if c.MaxWritesPending <= 0 {
+		c.MaxWritesPending = 8192
+	}
+	if c.BridgeCredit <= 0 {
+		c.BridgeCredit = 1024
+	}
+	return c
+}
+
+// Server is the MQTT front-end: a mochi engine without listeners of its
+// own and the bridge between it and core.
+type Server struct {
+	cfg    Config
+	mochi  *mochi.Server
+	bridge *bridge
+
+	stub      *stubListener
+	closeOnce sync.Once
+}
+
+// New starts an MQTT front-end over broker b.
+func New(cfg Config, b *core.Broker) (*Server, error) {
+	cfg = cfg.withDefaults()
+	caps := mochi.NewDefaultServerCapabilities()
+	caps.MaximumPacketSize = uint32(cfg.MaxPacketSize)
+	caps.MaximumSessionExpiryInterval = uint32(cfg.MaxSessionExpiry / time.Second)
+	caps.ReceiveMaximum = uint16(min(cfg.ReceiveMaximum, 65535))
+	caps.MaximumClientWritesPending = int32(cfg.MaxWritesPending)
+	ms := mochi.New(&mochi.Options{
+		Capabilities: caps,
+		Logger:       slog.New(zerolog.NewSlogHandler(cfg.Logger.With().Str("component", "mochi").Logger())),
+	})
+	s := &Server{cfg: cfg, mochi: ms, stub: &stubListener{done: make(chan struct{})}}
+	br, err := newBridge(s, b)
+	if err != nil {
+		return nil, err
+	}
+	s.bridge = br
+	if err := ms.AddHook(br, nil); err != nil {
+		br.close()
+		return nil, err
+	}
+	if err := ms.AddListener(s.stub); err != nil {
+		br.close()
+		return nil, err
+	}
+	if err := ms.Serve(); err != nil {
+		br.close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// ServeConn serves one MQTT connection until it ends, or until ctx is
+// cancelled (then the connection is closed).
+func (s *Server) ServeConn(ctx context.Context, nc net.Conn) {
+	stop := context.AfterFunc(ctx, func() { nc.Close() })
+	defer stop()
+	err := s.mochi.EstablishConnection(listenerID, nc)
+	if err != nil && !errors.Is(err, net.ErrClosed) {
+		s.cfg.Logger.Debug().Err(err).Str("remote", nc.RemoteAddr().String()).Msg("mqtt connection ended")
+	}
+}
+
+// Close disconnects every MQTT client (MQTT 5 clients get DISCONNECT with
+// "server shutting down"), stops mochi and the bridge. Idempotent: mochi
+// panics on a second Close of its own.
+func (s *Server) Close() error {
+	s.closeOnce.Do(func() {
+		s.mochi.Close()
+		s.bridge.close()
+	})
+	return nil
+}
+
+// Detect reports whether prefix starts an MQTT CONNECT packet: type 1 in
+// the first byte, a remaining length, then the protocol name "MQTT"
+// (3.1.1 and 5) or "MQIsdp" (3.1).
+func Detect(prefix []byte) bool {
+	if len(prefix) < 2 || prefix[0] != 0x10 {
+		return false
+	}
+	i := 1
+	for ; i < len(prefix) && i < 5 && prefix[i]&0x80 != 0; i++ {
+	}
+	i++ // last byte of the remaining length
+	rest := prefix[min(i, len(prefix)):]
+	return bytes.HasPrefix(rest, []byte("\x00\x04MQTT")) || bytes.HasPrefix(rest, []byte("\x00\x06MQIsdp"))
+}
+
+// stubListener is registered with mochi so that mochi's Close reaches
+// the connections Junction hands it; it accepts nothing itself.
+type stubListener struct {
+	done chan struct{}
+	once sync.Once
+}
+
+func (l *stubListener) Init(*slog.Logger) error { return nil }
+func (l *stubListener) Serve(listeners.EstablishFn) {
+	<-l.done
+}
+func (l *stubListener) ID() string       { return listenerID }
+func (l *stubListener) Address() string  { return "" }
+func (l *stubListener) Protocol() string { return "tcp" }
+func (l *stubListener) Close(closeClients listeners.CloseFn) {
+	l.once.Do(func() { close(l.done) })
+	closeClients(listenerID)
+}
