@@ -43,7 +43,7 @@ SCENARIOS  ?= queue fanout
 BENCH_ARGS ?= -size 1024 -duration 10s -warmup 2s
 bench-stomp: build ## STOMP end to end over loopback, side by side with ActiveMQ when it runs
 	@dir=$$(mktemp -d); \
-	./bin/junction --data-dir $$dir/data --stomp $(BENCH_ADDR) --log-level warn & pid=$$!; \
+	./bin/junction --data-dir $$dir/data --stomp $(BENCH_ADDR) --mqtt '' --log-level warn & pid=$$!; \
 	trap 'kill $$pid 2>/dev/null; rm -rf '"$$dir" EXIT; \
 	for i in $$(seq 50); do (exec 3<>/dev/tcp/$${BENCH_ADDR%:*}/$${BENCH_ADDR#*:}) 2>/dev/null && break; sleep 0.1; done; \
 	amq=$$(cat $${PEERS_DIR:-/tmp/broker-peers-$$(id -u)}/activemq/activemq.pid 2>/dev/null); \

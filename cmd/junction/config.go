@@ -27,6 +27,7 @@ type Config struct {
 	ShutdownTimeout time.Duration     `yaml:"shutdown-timeout"`
 	MaxConnections  int               `yaml:"max-connections"`
 	Stomp           StompConfig       `yaml:"stomp"`
+	MQTT            MQTTConfig        `yaml:"mqtt"`
 	Persistence     PersistenceConfig `yaml:"persistence"`
 	// AddressSettings override the default address policies by pattern.
 	AddressSettings []core.AddressSettings `yaml:"address-settings"`
@@ -57,6 +58,12 @@ func defaultConfig() Config {
 			HeartBeat:       10 * time.Second,
 			Prefetch:        1000,
 		},
+		MQTT: MQTTConfig{
+			Listen:         "127.0.0.1:1883",
+			MaxPacketSize:  10 << 20,
+			SessionExpiry:  time.Hour,
+			ReceiveMaximum: 1024,
+		},
 		Persistence: PersistenceConfig{
 			Enabled:         true,
 			FileSize:        10 << 20,
@@ -69,6 +76,14 @@ func defaultConfig() Config {
 			LargeMessageThreshold: 1 << 20,
 		},
 	}
+}
+
+// MQTTConfig configures the MQTT listener.
+type MQTTConfig struct {
+	Listen         string        `yaml:"listen"`
+	MaxPacketSize  ByteSize      `yaml:"max-packet-size"`
+	SessionExpiry  time.Duration `yaml:"max-session-expiry"`
+	ReceiveMaximum int           `yaml:"receive-maximum"`
 }
 
 // PersistenceConfig configures the journals under the data directory.
@@ -217,6 +232,9 @@ var options = []option{
 	sizeOpt("stomp-max-header-length", "stomp.max-header-length", "longest STOMP header line", func(c *Config) *ByteSize { return &c.Stomp.MaxHeaderLength }),
 	durationOpt("stomp-heart-beat", "stomp.heart-beat", "STOMP heart-beat interval offered and asked for (0 disables)", func(c *Config) *time.Duration { return &c.Stomp.HeartBeat }),
 	intOpt("stomp-prefetch", "stomp.prefetch", "default STOMP subscription prefetch window", func(c *Config) *int { return &c.Stomp.Prefetch }),
+	stringOpt("mqtt", "mqtt.listen", "MQTT listen address (empty disables)", func(c *Config) *string { return &c.MQTT.Listen }),
+	sizeOpt("mqtt-max-packet-size", "mqtt.max-packet-size", "largest MQTT packet accepted", func(c *Config) *ByteSize { return &c.MQTT.MaxPacketSize }),
+	durationOpt("mqtt-max-session-expiry", "mqtt.max-session-expiry", "longest time a disconnected MQTT session is kept", func(c *Config) *time.Duration { return &c.MQTT.SessionExpiry }),
 	boolOpt("persistence", "persistence.enabled", "keep durable messages in the journal (false: memory only)", func(c *Config) *bool { return &c.Persistence.Enabled }),
 	sizeOpt("journal-file-size", "persistence.journal-file-size", "size of each journal file", func(c *Config) *ByteSize { return &c.Persistence.FileSize }),
 	intOpt("journal-pool-files", "persistence.journal-pool-files", "empty journal files kept for reuse", func(c *Config) *int { return &c.Persistence.PoolFiles }),
@@ -338,6 +356,20 @@ func (c *Config) validate() []fieldError {
 	}
 	if c.Stomp.Prefetch < 1 {
 		bad("stomp.prefetch", "must be at least 1")
+	}
+	if c.MQTT.Listen != "" {
+		if _, _, err := net.SplitHostPort(c.MQTT.Listen); err != nil {
+			bad("mqtt.listen", "not a host:port address: %v", err)
+		}
+	}
+	if c.MQTT.MaxPacketSize < 1024 || c.MQTT.MaxPacketSize > 256<<20 {
+		bad("mqtt.max-packet-size", "must be between 1KiB and 256MiB (MQTT's limit)")
+	}
+	if c.MQTT.SessionExpiry < time.Second {
+		bad("mqtt.max-session-expiry", "must be at least 1s")
+	}
+	if c.MQTT.ReceiveMaximum < 1 || c.MQTT.ReceiveMaximum > 65535 {
+		bad("mqtt.receive-maximum", "must be between 1 and 65535")
 	}
 	p := &c.Persistence
 	if p.FileSize < 64<<10 {

@@ -73,7 +73,7 @@ type journalEvents struct{ rolls, reclaims, compactions atomic.Int64 }
 
 func startProc(t *testing.T, bin, dataDir, configFile string, ev *journalEvents) *brokerProc {
 	t.Helper()
-	cmd := exec.Command(bin, "--config", configFile, "--data-dir", dataDir, "--stomp", "127.0.0.1:0",
+	cmd := exec.Command(bin, "--config", configFile, "--data-dir", dataDir, "--stomp", "127.0.0.1:0", "--mqtt", "",
 		"--log-format", "json", "--log-level", "debug", "--stomp-heart-beat", "0")
 	stderr, err := cmd.StderrPipe()
 	if err != nil {

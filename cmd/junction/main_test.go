@@ -45,6 +45,7 @@ func startServe(t *testing.T, cfg Config) (string, func() error) {
 			return serveErr
 		}
 		t.Cleanup(func() { stop() })
+		lastInstance = in
 		return in.addrs["stomp"].String(), stop
 	case err := <-done:
 		cancel()
@@ -56,10 +57,15 @@ func startServe(t *testing.T, cfg Config) (string, func() error) {
 	return "", nil
 }
 
+// lastInstance is the instance startServe started last, for tests that
+// need its other listeners.
+var lastInstance *instance
+
 func testConfig(t *testing.T) Config {
 	cfg := defaultConfig()
 	cfg.DataDir = t.TempDir()
 	cfg.Stomp.Listen = "127.0.0.1:0"
+	cfg.MQTT.Listen = "127.0.0.1:0"
 	cfg.LogLevel = "debug"
 	return cfg
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/junctionmq/junction/core"
+	"github.com/junctionmq/junction/mqtt"
 	"github.com/junctionmq/junction/persistence/fs"
 	"github.com/junctionmq/junction/persistence/journal"
 	"github.com/junctionmq/junction/persistence/large"
@@ -28,9 +29,12 @@ type instance struct {
 	servers []*transports.Server
 	// The journals, nil with persistence off; closed after the broker.
 	msgs, bindings *journal.Journal
-	addrs          map[string]net.Addr
-	wg             sync.WaitGroup
-	errc           chan error
+	// protocols are closed first at shutdown, so each says goodbye its
+	// own way (MQTT 5: DISCONNECT "server shutting down").
+	protocols []io.Closer
+	addrs     map[string]net.Addr
+	wg        sync.WaitGroup
+	errc      chan error
 }
 
 func newLogger(cfg Config, w io.Writer) zerolog.Logger {
@@ -127,6 +131,23 @@ func start(cfg Config, logw io.Writer) (*instance, error) {
 		return nil, err
 	}
 	in := &instance{log: log, broker: b, msgs: msgs, bindings: bindings, addrs: make(map[string]net.Addr), errc: make(chan error, 4)}
+	if cfg.MQTT.Listen != "" {
+		ms, err := mqtt.New(mqtt.Config{
+			MaxPacketSize:    int(cfg.MQTT.MaxPacketSize),
+			MaxSessionExpiry: cfg.MQTT.SessionExpiry,
+			ReceiveMaximum:   cfg.MQTT.ReceiveMaximum,
+			Logger:           log.With().Str("component", "mqtt").Logger(),
+		}, b)
+		if err != nil {
+			in.stop(context.Background())
+			return nil, fmt.Errorf("mqtt: %w", err)
+		}
+		in.protocols = append(in.protocols, ms)
+		if err := in.listen("mqtt", cfg.MQTT.Listen, cfg.MaxConnections, ms.ServeConn, nil); err != nil {
+			in.stop(context.Background())
+			return nil, err
+		}
+	}
 	if cfg.Stomp.Listen != "" {
 		hb := cfg.Stomp.HeartBeat
 		if hb == 0 {
@@ -179,6 +200,9 @@ func (in *instance) listen(name, addr string, maxConns int, h transports.Handler
 // stop shuts the listeners down gracefully within ctx, then the broker.
 func (in *instance) stop(ctx context.Context) error {
 	var errs []error
+	for _, p := range in.protocols {
+		errs = append(errs, p.Close())
+	}
 	for _, s := range in.servers {
 		if err := s.Shutdown(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", s.Name, err))

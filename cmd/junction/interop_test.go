@@ -1,0 +1,109 @@
+package main
+
+import (
+	"testing"
+	"time"
+
+	paho "github.com/eclipse/paho.mqtt.golang"
+	gostomp "github.com/go-stomp/stomp/v3"
+)
+
+// Cross-protocol: STOMP and MQTT clients exchange messages through one
+// broker, in both directions, over real sockets.
+func TestStompAndMQTTInterop(t *testing.T) {
+	stompAddr, _ := startServe(t, testConfig(t))
+	mqttAddr := lastInstance.addrs["mqtt"].String()
+
+	st, err := gostomp.Dial("tcp", stompAddr, gostomp.ConnOpt.HeartBeat(0, 0), quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Disconnect()
+	mq := paho.NewClient(paho.NewClientOptions().AddBroker("tcp://" + mqttAddr).SetClientID("device").
+		SetAutoReconnect(false).SetConnectRetry(false))
+	if tok := mq.Connect(); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
+		t.Fatalf("mqtt connect: %v", tok.Error())
+	}
+	defer mq.Disconnect(100)
+
+	mqttExact := make(chan paho.Message, 10)
+	mqttPlus := make(chan paho.Message, 10)
+	for filter, ch := range map[string]chan paho.Message{"a/b": mqttExact, "a/+": mqttPlus} {
+		ch := ch
+		if tok := mq.Subscribe(filter, 1, func(_ paho.Client, m paho.Message) { ch <- m }); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
+			t.Fatal(tok.Error())
+		}
+	}
+	stTopic, err := st.Subscribe("/topic/a.b", gostomp.AckAuto)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stWild, err := st.Subscribe("/topic/a.*", gostomp.AckAuto)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stQueue, err := st.Subscribe("/queue/work.items", gostomp.AckClientIndividual)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Barrier: the subscriptions above are in place once this returns.
+	if err := st.Send("/queue/barrier", "", nil, gostomp.SendOpt.Receipt); err != nil {
+		t.Fatal(err)
+	}
+
+	// STOMP → MQTT.
+	if err := st.Send("/topic/a.b", "text/plain", []byte("from stomp"), gostomp.SendOpt.Receipt, gostomp.SendOpt.Header("persistent", "true")); err != nil {
+		t.Fatal(err)
+	}
+	for name, ch := range map[string]chan paho.Message{"a/b": mqttExact, "a/+": mqttPlus} {
+		select {
+		case m := <-ch:
+			if string(m.Payload()) != "from stomp" || m.Topic() != "a/b" || m.Qos() != 1 {
+				t.Fatalf("MQTT %s got %q on %s qos %d", name, m.Payload(), m.Topic(), m.Qos())
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("MQTT subscriber %s did not get the STOMP message", name)
+		}
+	}
+	// STOMP's own topic subscribers got it too; drain them.
+	<-stTopic.C
+	<-stWild.C
+
+	// MQTT → STOMP, topic and wildcard.
+	if tok := mq.Publish("a/b", 1, false, "from mqtt"); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
+		t.Fatal(tok.Error())
+	}
+	for name, sub := range map[string]*gostomp.Subscription{"/topic/a.b": stTopic, "/topic/a.*": stWild} {
+		select {
+		case m := <-sub.C:
+			if string(m.Body) != "from mqtt" || m.Destination != "/topic/a.b" || m.Header.Get("persistent") != "true" {
+				t.Fatalf("STOMP %s got %q at %s (persistent %q)", name, m.Body, m.Destination, m.Header.Get("persistent"))
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("STOMP subscriber %s did not get the MQTT message", name)
+		}
+	}
+	// The MQTT subscribers get the MQTT publish once each, not again from core.
+	for _, ch := range []chan paho.Message{mqttExact, mqttPlus} {
+		<-ch
+		select {
+		case m := <-ch:
+			t.Fatalf("duplicate delivery %q", m.Payload())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+
+	// MQTT → STOMP work queue: the queue exists, so the topic feeds it.
+	if tok := mq.Publish("work/items", 1, false, "job-1"); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
+		t.Fatal(tok.Error())
+	}
+	select {
+	case m := <-stQueue.C:
+		if string(m.Body) != "job-1" || m.Destination != "/queue/work.items" {
+			t.Fatalf("queue consumer got %q at %s", m.Body, m.Destination)
+		}
+		st.Ack(m)
+	case <-time.After(5 * time.Second):
+		t.Fatal("MQTT publish did not feed the STOMP queue")
+	}
+}
