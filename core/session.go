@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -525,4 +526,29 @@ func (t *Tx) rollback() {
 		q.b.carryOut(moves)
 	}
 	t.sends, t.acks = nil, nil
+}
+
+// SubscriptionInfo describes a durable subscription.
+type SubscriptionInfo struct {
+	Name    string // the subscription name given at Subscribe
+	Address string // the address or wildcard pattern it is bound to
+}
+
+// DurableSubscriptions lists the durable subscriptions of the session's
+// client id, so that a front-end can resume them (MQTT persistent
+// sessions) or drop them (MQTT clean start).
+func (s *Session) DurableSubscriptions() []SubscriptionInfo {
+	if s.opts.ClientID == "" {
+		return nil
+	}
+	prefix := s.opts.ClientID + "."
+	s.b.mu.RLock()
+	defer s.b.mu.RUnlock()
+	var out []SubscriptionInfo
+	for name, q := range s.b.queues {
+		if q.clientID == s.opts.ClientID && strings.HasPrefix(name, prefix) {
+			out = append(out, SubscriptionInfo{Name: name[len(prefix):], Address: q.address})
+		}
+	}
+	return out
 }

@@ -24,6 +24,21 @@ const (
 	originMQTT = "mqtt"
 )
 
+// clientState is what the bridge keeps per MQTT connection.
+type clientState struct {
+	cl   *mochi.Client
+	sess *core.Session
+	p    *pclient // non-nil for a persistent session
+}
+
+func (cs *clientState) close() {
+	if cs.p != nil {
+		cs.p.close() // closes sess too
+		return
+	}
+	cs.sess.Close()
+}
+
 // bridge is the mochi hook that carries publishes into core, and the
 // core consumer that carries other protocols' messages into mochi.
 type bridge struct {
@@ -33,8 +48,9 @@ type bridge struct {
 	log zerolog.Logger
 
 	mu       sync.Mutex
-	users    map[*mochi.Client]string        // guarded by mu: authenticated, not yet established
-	sessions map[*mochi.Client]*core.Session // guarded by mu
+	users    map[*mochi.Client]string       // guarded by mu: authenticated, not yet established
+	sessions map[*mochi.Client]*clientState // guarded by mu
+	byID     map[string]*clientState        // guarded by mu: the current connection of each client id
 
 	inject *mochi.Client  // the internal client core's messages are published as
 	sess   *core.Session  // the bridge's own core session
@@ -49,7 +65,8 @@ func newBridge(s *Server, b *core.Broker) (*bridge, error) {
 	br := &bridge{
 		s: s, b: b, log: s.cfg.Logger,
 		users:    make(map[*mochi.Client]string),
-		sessions: make(map[*mochi.Client]*core.Session),
+		sessions: make(map[*mochi.Client]*clientState),
+		byID:     make(map[string]*clientState),
 		in:       make(chan core.Delivery, s.cfg.BridgeCredit),
 		done:     make(chan struct{}),
 	}
@@ -82,7 +99,8 @@ func (br *bridge) ID() string { return "junction-bridge" }
 func (br *bridge) Provides(b byte) bool {
 	switch b {
 	case mochi.OnConnectAuthenticate, mochi.OnACLCheck, mochi.OnSessionEstablished,
-		mochi.OnDisconnect, mochi.OnPublish:
+		mochi.OnDisconnect, mochi.OnPublish, mochi.OnSubscribed, mochi.OnUnsubscribed,
+		mochi.OnPacketRead:
 		return true
 	}
 	return false
@@ -105,33 +123,81 @@ func (br *bridge) OnConnectAuthenticate(cl *mochi.Client, pk packets.Packet) boo
 // OnACLCheck allows every topic; authorization comes with core's policy.
 func (br *bridge) OnACLCheck(*mochi.Client, string, bool) bool { return true }
 
-// OnSessionEstablished opens the client's core session.
+// OnSessionEstablished opens the client's core session (see openSession).
 func (br *bridge) OnSessionEstablished(cl *mochi.Client, _ packets.Packet) {
 	br.mu.Lock()
 	user := br.users[cl]
 	delete(br.users, cl)
+	prev := br.byID[cl.ID]
+	if prev != nil {
+		// Session takeover: the previous connection of this client id
+		// lets go of the core session before the new one opens it.
+		delete(br.byID, cl.ID)
+		delete(br.sessions, prev.cl)
+	}
 	br.mu.Unlock()
-	sess, err := br.b.NewSession(core.SessionOptions{User: user})
+	if prev != nil {
+		prev.close()
+	}
+	sess, p, err := br.openSession(cl, user)
 	if err != nil {
 		br.log.Warn().Err(err).Str("client", cl.ID).Msg("mqtt: no core session")
 		br.s.mochi.DisconnectClient(cl, packets.ErrServerUnavailable)
 		return
 	}
+	cs := &clientState{cl: cl, sess: sess, p: p}
 	br.mu.Lock()
-	br.sessions[cl] = sess
+	br.sessions[cl] = cs
+	br.byID[cl.ID] = cs
 	br.mu.Unlock()
 }
 
-// OnDisconnect closes the client's core session.
+// OnDisconnect closes the client's core session; a persistent session's
+// durable subscriptions keep its messages for the next connection.
 func (br *bridge) OnDisconnect(cl *mochi.Client, _ error, _ bool) {
 	br.mu.Lock()
-	sess := br.sessions[cl]
+	cs := br.sessions[cl]
 	delete(br.sessions, cl)
 	delete(br.users, cl)
-	br.mu.Unlock()
-	if sess != nil {
-		sess.Close()
+	if cs != nil && br.byID[cl.ID] == cs {
+		delete(br.byID, cl.ID)
 	}
+	br.mu.Unlock()
+	if cs != nil {
+		cs.close()
+	}
+}
+
+func (br *bridge) state(cl *mochi.Client) *clientState {
+	br.mu.Lock()
+	defer br.mu.Unlock()
+	return br.sessions[cl]
+}
+
+// OnSubscribed hands a persistent session's subscriptions to core.
+func (br *bridge) OnSubscribed(cl *mochi.Client, pk packets.Packet, codes []byte) {
+	if cs := br.state(cl); cs != nil && cs.p != nil {
+		br.onSubscribed(cs.p, pk, codes)
+	}
+}
+
+// OnUnsubscribed deletes a persistent session's durable subscriptions.
+func (br *bridge) OnUnsubscribed(cl *mochi.Client, pk packets.Packet) {
+	if cs := br.state(cl); cs != nil && cs.p != nil {
+		for _, f := range pk.Filters {
+			cs.p.unsubscribe(f.Filter)
+		}
+	}
+}
+
+// OnPacketRead watches for the PUBACKs of persistent-session deliveries.
+func (br *bridge) OnPacketRead(cl *mochi.Client, pk packets.Packet) (packets.Packet, error) {
+	if pk.FixedHeader.Type == packets.Puback {
+		if cs := br.state(cl); cs != nil && cs.p != nil {
+			cs.p.acked(pk.PacketID)
+		}
+	}
+	return pk, nil
 }
 
 // OnPublish sends an MQTT publish into core before mochi acknowledges it
@@ -141,12 +207,11 @@ func (br *bridge) OnPublish(cl *mochi.Client, pk packets.Packet) (packets.Packet
 	if cl.Net.Inline || len(pk.TopicName) > 0 && pk.TopicName[0] == '$' {
 		return pk, nil // the bridge's own injection, or $SYS
 	}
-	br.mu.Lock()
-	sess := br.sessions[cl]
-	br.mu.Unlock()
-	if sess == nil {
+	cs := br.state(cl)
+	if cs == nil {
 		return pk, nil
 	}
+	sess := cs.sess
 	m := messageFromPublish(pk)
 	if q := br.b.Queue(m.Address); q != nil && q.RoutingType() == core.Anycast {
 		m.RoutingType = core.Anycast // a device feeding a work queue

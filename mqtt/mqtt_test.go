@@ -3,6 +3,7 @@ package mqtt_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"sync"
 	"testing"
@@ -307,5 +308,89 @@ func TestMalformedPacketClosesOnlyThatConnection(t *testing.T) {
 		if m := next(t, ch); string(m.Payload()) != "alive" {
 			t.Fatalf("good client got %q", m.Payload())
 		}
+	}
+}
+
+func TestPersistentSessionQueuesWhileAway(t *testing.T) {
+	tb := startBroker(t)
+	persistent := func(o *paho.ClientOptions) { o.SetCleanSession(false) }
+	dev := tb.client(t, "device-1", persistent)
+	wait(t, dev.Subscribe("cmd/#", 1, nil))
+	dev.Disconnect(100)
+
+	pub := tb.client(t, "ctl")
+	for i := range 5 {
+		wait(t, pub.Publish("cmd/reboot", 1, false, fmt.Sprint(i)))
+	}
+	wait(t, pub.Publish("cmd/volatile", 0, false, "qos0")) // non-durable: QoS 0, still queued
+
+	got := make(chan paho.Message, 100)
+	tb.client(t, "device-1", persistent, func(o *paho.ClientOptions) {
+		o.SetDefaultPublishHandler(func(_ paho.Client, m paho.Message) { got <- m })
+	})
+	for i := range 5 {
+		m := next(t, got)
+		if string(m.Payload()) != fmt.Sprint(i) || m.Qos() != 1 || m.Topic() != "cmd/reboot" {
+			t.Fatalf("offline message %d: got %q qos %d on %s", i, m.Payload(), m.Qos(), m.Topic())
+		}
+	}
+	if m := next(t, got); string(m.Payload()) != "qos0" || m.Qos() != 0 {
+		t.Fatalf("got %q qos %d", m.Payload(), m.Qos())
+	}
+	none(t, got, 50*time.Millisecond)
+	// Acked messages are gone from the session's queue.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		q := tb.broker.Queue("mqtt/device-1.q1/cmd/#")
+		if q != nil && q.Stats().Depth == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("persistent session queue not drained: %+v", q)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+func TestCleanStartDiscardsThePersistentSession(t *testing.T) {
+	tb := startBroker(t)
+	dev := tb.client(t, "d", func(o *paho.ClientOptions) { o.SetCleanSession(false) })
+	wait(t, dev.Subscribe("x", 1, nil))
+	dev.Disconnect(100)
+	if tb.broker.Queue("mqtt/d.q1/x") == nil {
+		t.Fatal("no durable subscription for the persistent session")
+	}
+	tb.client(t, "d") // clean session
+	// mochi sends CONNACK before the bridge's session hook runs: poll.
+	deadline := time.Now().Add(5 * time.Second)
+	for tb.broker.Queue("mqtt/d.q1/x") != nil {
+		if time.Now().After(deadline) {
+			t.Fatal("clean start left the old session's subscription")
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+func TestPersistentSessionReceivesOtherProtocolsAndOnce(t *testing.T) {
+	tb := startBroker(t)
+	got := make(chan paho.Message, 100)
+	dev := tb.client(t, "p", func(o *paho.ClientOptions) {
+		o.SetCleanSession(false)
+		o.SetDefaultPublishHandler(func(_ paho.Client, m paho.Message) { got <- m })
+	})
+	wait(t, dev.Subscribe("t/+", 1, nil))
+	s, _ := tb.broker.NewSession(core.SessionOptions{})
+	defer s.Close()
+	if err := s.Send(context.Background(), &core.Message{Address: "t.a", RoutingType: core.Multicast, Durable: true, Body: []byte("core")}); err != nil {
+		t.Fatal(err)
+	}
+	pub := tb.client(t, "pub")
+	wait(t, pub.Publish("t/b", 1, false, "mqtt"))
+	seen := map[string]int{}
+	seen[string(next(t, got).Payload())]++
+	seen[string(next(t, got).Payload())]++
+	none(t, got, 50*time.Millisecond)
+	if seen["core"] != 1 || seen["mqtt"] != 1 {
+		t.Fatalf("deliveries %v, want each once", seen)
 	}
 }

@@ -1,0 +1,312 @@
+package mqtt
+
+import (
+	"errors"
+	"strings"
+	"sync"
+	"time"
+
+	mochi "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/packets"
+
+	"github.com/junctionmq/junction/core"
+)
+
+// A persistent MQTT session (MQTT 3 clean session false, or MQTT 5 with a
+// session expiry interval) is served from core, not from mochi: each of
+// its subscriptions is a durable core subscription of the client id
+// "mqtt/<client id>", named "q<QoS>/<filter>". So its messages are
+// journaled like any durable queue's: they wait while the client is
+// away, survive a restart and kill -9, and an MQTT publisher's PUBACK
+// waits for them to be on disk. mochi keeps the subscription in the
+// client's session state (for SUBACK and UNSUBSCRIBE) but not in its
+// fan-out index, so each message is delivered once, by the bridge.
+
+// clientIDPrefix namespaces MQTT client ids among core's.
+const clientIDPrefix = "mqtt/"
+
+// persistentSession reports whether cl's session outlives its connection.
+func persistentSession(cl *mochi.Client) bool {
+	if cl.Properties.ProtocolVersion == 5 {
+		return cl.Properties.Props.SessionExpiryInterval > 0
+	}
+	return !cl.Properties.Clean
+}
+
+func subName(filter string, qos byte) string {
+	return "q" + string('0'+qos) + "/" + filter
+}
+
+func parseSubName(name string) (filter string, qos byte, ok bool) {
+	if len(name) < 3 || name[0] != 'q' || name[2] != '/' || name[1] < '0' || name[1] > '2' {
+		return "", 0, false
+	}
+	return name[3:], name[1] - '0', true
+}
+
+// pclient delivers a persistent session's core messages to its
+// connection. Its writer goroutine owns the packet ids it hands out.
+type pclient struct {
+	br   *bridge
+	cl   *mochi.Client
+	sess *core.Session
+
+	mu      sync.Mutex
+	subs    map[string]*psub     // guarded by mu, by filter
+	pending map[uint16]delivered // guarded by mu: QoS 1 deliveries awaiting PUBACK
+	queue   []outgoing           // guarded by mu
+	nextID  uint16               // guarded by mu
+	closed  bool                 // guarded by mu
+
+	wake chan struct{}
+	done chan struct{}
+	wg   sync.WaitGroup
+}
+
+type psub struct {
+	filter string
+	qos    byte
+	cons   *core.Consumer
+}
+
+type outgoing struct {
+	d   core.Delivery
+	sub *psub
+}
+
+type delivered struct {
+	cons *core.Consumer
+	id   uint64
+}
+
+func newPClient(br *bridge, cl *mochi.Client, sess *core.Session) *pclient {
+	p := &pclient{
+		br: br, cl: cl, sess: sess,
+		subs: make(map[string]*psub), pending: make(map[uint16]delivered),
+		wake: make(chan struct{}, 1), done: make(chan struct{}),
+	}
+	p.wg.Add(1)
+	go p.writeLoop()
+	return p
+}
+
+// resume re-attaches the session's durable subscriptions (after a
+// reconnect or a broker restart), or drops them on a clean start.
+func (p *pclient) resume(clean bool) {
+	for _, info := range p.sess.DurableSubscriptions() {
+		filter, qos, ok := parseSubName(info.Name)
+		if !ok {
+			continue
+		}
+		if clean {
+			p.sess.Unsubscribe(info.Name)
+			continue
+		}
+		p.subscribe(filter, qos)
+	}
+}
+
+// subscribe attaches (creating if needed) the durable subscription for
+// filter at qos, replacing one at another QoS.
+func (p *pclient) subscribe(filter string, qos byte) {
+	p.mu.Lock()
+	old := p.subs[filter]
+	p.mu.Unlock()
+	if old != nil {
+		if old.qos == qos {
+			return
+		}
+		old.cons.Close()
+		p.sess.Unsubscribe(subName(filter, old.qos))
+	}
+	s := &psub{filter: filter, qos: qos}
+	cons, err := p.sess.Subscribe(core.ConsumerOptions{
+		Address:          FilterToPattern(filter),
+		RoutingType:      core.Multicast,
+		SubscriptionName: subName(filter, qos),
+		Credit:           p.br.s.cfg.ReceiveMaximum,
+		Handler:          func(d core.Delivery) { p.push(outgoing{d, s}) },
+	})
+	if err != nil {
+		p.br.log.Warn().Err(err).Str("client", p.cl.ID).Str("filter", filter).Msg("mqtt: durable subscription failed")
+		return
+	}
+	s.cons = cons
+	p.mu.Lock()
+	p.subs[filter] = s
+	p.mu.Unlock()
+}
+
+// unsubscribe deletes the durable subscription for filter.
+func (p *pclient) unsubscribe(filter string) {
+	p.mu.Lock()
+	s := p.subs[filter]
+	delete(p.subs, filter)
+	p.mu.Unlock()
+	if s == nil {
+		return
+	}
+	s.cons.Close()
+	p.sess.Unsubscribe(subName(filter, s.qos))
+}
+
+// push queues a delivery for the writer; called under a core queue lock,
+// so it only appends.
+func (p *pclient) push(o outgoing) {
+	p.mu.Lock()
+	p.queue = append(p.queue, o)
+	p.mu.Unlock()
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+// writeLoop writes deliveries as PUBLISH packets: QoS 1 for a durable
+// message on a QoS 1 or 2 subscription (acked in core on PUBACK), else
+// QoS 0 (acked once written).
+func (p *pclient) writeLoop() {
+	defer p.wg.Done()
+	var batch []outgoing
+	for {
+		select {
+		case <-p.done:
+			return
+		case <-p.wake:
+		}
+		p.mu.Lock()
+		batch, p.queue = p.queue, batch[:0]
+		p.mu.Unlock()
+		for _, o := range batch {
+			m := o.d.Message
+			pk := publishFromMessage(m, time.Now())
+			pk.FixedHeader.Qos = 0
+			if m.Durable && o.sub.qos > 0 {
+				pk.FixedHeader.Qos = 1
+				pk.FixedHeader.Dup = o.d.DeliveryCount > 0
+				pk.PacketID = p.allocID(delivered{o.sub.cons, o.d.ID})
+			} else {
+				pk.PacketID = 0
+			}
+			if err := p.cl.WritePacket(pk); err != nil {
+				// The connection is gone; OnDisconnect closes the
+				// consumers and their deliveries return to the queues.
+				return
+			}
+			if pk.FixedHeader.Qos == 0 {
+				o.sub.cons.Ack(o.d.ID)
+				o.sub.cons.Flow(1)
+			}
+		}
+		clear(batch)
+	}
+}
+
+// allocID hands out a packet id not in use by this session's deliveries
+// nor by mochi's own in-flight messages to the client.
+func (p *pclient) allocID(d delivered) uint16 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for {
+		p.nextID++
+		if p.nextID == 0 {
+			p.nextID = 1
+		}
+		if _, used := p.pending[p.nextID]; used {
+			continue
+		}
+		if _, used := p.cl.State.Inflight.Get(p.nextID); used {
+			continue
+		}
+		p.pending[p.nextID] = d
+		return p.nextID
+	}
+}
+
+// acked settles the delivery a PUBACK names.
+func (p *pclient) acked(id uint16) {
+	p.mu.Lock()
+	d, ok := p.pending[id]
+	delete(p.pending, id)
+	p.mu.Unlock()
+	if ok {
+		d.cons.Ack(d.id)
+		d.cons.Flow(1)
+	}
+}
+
+// close stops the writer and detaches the consumers; their unacked
+// messages go back to the durable subscriptions for the next connection.
+func (p *pclient) close() {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return
+	}
+	p.closed = true
+	p.mu.Unlock()
+	close(p.done)
+	p.wg.Wait()
+	p.sess.Close()
+}
+
+// isShared reports an MQTT 5 shared subscription filter, which stays
+// with mochi.
+func isShared(filter string) bool { return strings.HasPrefix(filter, "$share/") }
+
+// openSession opens the client's core session: with a client id for a
+// persistent session, whose durable subscriptions it resumes.
+func (br *bridge) openSession(cl *mochi.Client, user string) (*core.Session, *pclient, error) {
+	if !persistentSession(cl) {
+		// A clean, non-persistent client may have left a persistent
+		// session behind: a clean start discards it [MQTT-3.1.2-6].
+		if old, err := br.claim(core.SessionOptions{ClientID: clientIDPrefix + cl.ID}); err == nil {
+			for _, info := range old.DurableSubscriptions() {
+				old.Unsubscribe(info.Name)
+			}
+			old.Close()
+		}
+		s, err := br.b.NewSession(core.SessionOptions{User: user})
+		return s, nil, err
+	}
+	s, err := br.claim(core.SessionOptions{User: user, ClientID: clientIDPrefix + cl.ID})
+	if err != nil {
+		return nil, nil, err
+	}
+	p := newPClient(br, cl, s)
+	p.resume(cl.Properties.Clean)
+	// mochi put the subscriptions it inherited from the previous
+	// connection back into its fan-out index; core serves them.
+	for _, sub := range cl.State.Subscriptions.GetAll() {
+		if !isShared(sub.Filter) {
+			br.s.mochi.Topics.Unsubscribe(sub.Filter, cl.ID)
+		}
+	}
+	return s, p, nil
+}
+
+// onSubscribed moves a persistent session's new subscriptions from
+// mochi's fan-out to core.
+func (br *bridge) onSubscribed(p *pclient, pk packets.Packet, codes []byte) {
+	for i, sub := range pk.Filters {
+		if i >= len(codes) || codes[i] >= packets.ErrUnspecifiedError.Code || isShared(sub.Filter) {
+			continue
+		}
+		p.subscribe(sub.Filter, min(sub.Qos, 2))
+		br.s.mochi.Topics.Unsubscribe(sub.Filter, p.cl.ID)
+	}
+}
+
+// claim opens a core session with the client's id, waiting a little for
+// the previous connection of the same client to let go of it: its
+// teardown (OnDisconnect) may still be running when the client is back.
+func (br *bridge) claim(o core.SessionOptions) (*core.Session, error) {
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		s, err := br.b.NewSession(o)
+		if !errors.Is(err, core.ErrClientIDInUse) || time.Now().After(deadline) {
+			return s, err
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
