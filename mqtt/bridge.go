@@ -100,7 +100,7 @@ func (br *bridge) Provides(b byte) bool {
 	switch b {
 	case mochi.OnConnectAuthenticate, mochi.OnACLCheck, mochi.OnSessionEstablished,
 		mochi.OnDisconnect, mochi.OnPublish, mochi.OnSubscribed, mochi.OnUnsubscribed,
-		mochi.OnPacketRead:
+		mochi.OnPacketRead, mochi.OnPacketEncode:
 		return true
 	}
 	return false
@@ -188,6 +188,17 @@ func (br *bridge) OnUnsubscribed(cl *mochi.Client, pk packets.Packet) {
 			cs.p.unsubscribe(f.Filter)
 		}
 	}
+}
+
+// OnPacketEncode keeps user properties on PUBLISH packets for clients
+// that set Request Problem Information to 0: mochi v2.7.9 then strips
+// them from every packet, but [MQTT-3.1.2-29] exempts PUBLISH (as well as
+// CONNACK and DISCONNECT), whose user properties are the message's own.
+func (br *bridge) OnPacketEncode(_ *mochi.Client, pk packets.Packet) packets.Packet {
+	if pk.FixedHeader.Type == packets.Publish {
+		pk.Mods.DisallowProblemInfo = false
+	}
+	return pk
 }
 
 // OnPacketRead watches for the PUBACKs of persistent-session deliveries.

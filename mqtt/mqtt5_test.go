@@ -1,0 +1,273 @@
+package mqtt_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	paho5 "github.com/eclipse/paho.golang/paho"
+
+	"github.com/junctionmq/junction/core"
+	"github.com/junctionmq/junction/mqtt"
+)
+
+// client5 is an MQTT 5 client (paho.golang) with an inbox.
+type client5 struct {
+	c     *paho5.Client
+	inbox chan *paho5.Publish
+}
+
+func (tb *testBroker) client5(t *testing.T, id string, expiry uint32) *client5 {
+	return tb.connect5(t, id, expiry, true)
+}
+
+func (tb *testBroker) connect5(t *testing.T, id string, expiry uint32, clean bool) *client5 {
+	t.Helper()
+	nc, err := net.Dial("tcp", tb.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl := &client5{inbox: make(chan *paho5.Publish, 1000)}
+	cl.c = paho5.NewClient(paho5.ClientConfig{
+		Conn: nc,
+		OnPublishReceived: []func(paho5.PublishReceived) (bool, error){
+			func(r paho5.PublishReceived) (bool, error) { cl.inbox <- r.Packet; return true, nil },
+		},
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	cp := &paho5.Connect{ClientID: id, KeepAlive: 30, CleanStart: clean,
+		Properties: &paho5.ConnectProperties{SessionExpiryInterval: &expiry}}
+	ca, err := cl.c.Connect(ctx, cp)
+	if err != nil || ca.ReasonCode != 0 {
+		t.Fatalf("mqtt 5 connect %s: %v %+v", id, err, ca)
+	}
+	t.Cleanup(func() { cl.c.Disconnect(&paho5.Disconnect{}) })
+	return cl
+}
+
+func (cl *client5) subscribe(t *testing.T, filter string, qos byte) byte {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	sa, err := cl.c.Subscribe(ctx, &paho5.Subscribe{Subscriptions: []paho5.SubscribeOptions{{Topic: filter, QoS: qos}}})
+	if err != nil && sa == nil {
+		t.Fatal(err)
+	}
+	return sa.Reasons[0]
+}
+
+func (cl *client5) publish(t *testing.T, p *paho5.Publish) *paho5.PublishResponse {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	r, err := cl.c.Publish(ctx, p)
+	if err != nil && r == nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func (cl *client5) next(t *testing.T) *paho5.Publish {
+	t.Helper()
+	select {
+	case p := <-cl.inbox:
+		return p
+	case <-time.After(5 * time.Second):
+		t.Fatal("no message within 5s")
+	}
+	return nil
+}
+
+func TestMQTT5PropertiesMapToCoreAndBack(t *testing.T) {
+	tb := startBroker(t)
+	s, _ := tb.broker.NewSession(core.SessionOptions{})
+	defer s.Close()
+	got := make(chan core.Delivery, 10)
+	s.Subscribe(core.ConsumerOptions{Address: "rpc.#", RoutingType: core.Multicast, Credit: 10,
+		Handler: func(d core.Delivery) { got <- d }})
+	pub := tb.client5(t, "pub5", 0)
+	expiry := uint32(60)
+	pub.publish(t, &paho5.Publish{Topic: "rpc/req", QoS: 1, Payload: []byte("ping"), Properties: &paho5.PublishProperties{
+		ContentType: "text/plain", CorrelationData: []byte("c-1"), ResponseTopic: "rpc/resp",
+		MessageExpiry: &expiry, User: paho5.UserProperties{{Key: "k", Value: "v"}}}})
+	var m *core.Message
+	select {
+	case d := <-got:
+		m = d.Message
+	case <-time.After(5 * time.Second):
+		t.Fatal("no core message")
+	}
+	if m.ContentType != "text/plain" || m.CorrelationID != "c-1" || m.ReplyTo != "rpc.resp" ||
+		m.Properties["k"] != "v" || m.Expiration.IsZero() || time.Until(m.Expiration) > 61*time.Second {
+		t.Fatalf("core message %+v", m)
+	}
+
+	// And back: a core message with the same fields reaches an MQTT 5 subscriber.
+	sub := tb.client5(t, "sub5", 0)
+	sub.subscribe(t, "rpc/+", 1)
+	err := s.Send(context.Background(), &core.Message{Address: "rpc.resp", RoutingType: core.Multicast, Durable: true,
+		Body: []byte("pong"), ContentType: "text/plain", CorrelationID: "c-1", ReplyTo: "rpc.req",
+		Properties: map[string]any{"k": "w"}, Expiration: time.Now().Add(time.Minute)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := sub.next(t)
+	if string(p.Payload) != "pong" || p.QoS != 1 || p.Properties.ContentType != "text/plain" ||
+		string(p.Properties.CorrelationData) != "c-1" || p.Properties.ResponseTopic != "rpc/req" ||
+		p.Properties.User.Get("k") != "w" || p.Properties.MessageExpiry == nil || *p.Properties.MessageExpiry > 60 {
+		t.Fatalf("MQTT 5 subscriber got %q qos %d props %+v (expiry %v)", p.Payload, p.QoS, p.Properties, p.Properties.MessageExpiry)
+	}
+}
+
+func TestMQTT5SharedSubscriptionsCompete(t *testing.T) {
+	tb := startBroker(t)
+	a, b := tb.client5(t, "a", 0), tb.client5(t, "b", 0)
+	a.subscribe(t, "$share/workers/jobs/#", 1)
+	b.subscribe(t, "$share/workers/jobs/#", 1)
+	pub := tb.client5(t, "p", 0)
+	s, _ := tb.broker.NewSession(core.SessionOptions{})
+	defer s.Close()
+	const n = 20
+	for i := range n {
+		if i%2 == 0 {
+			pub.publish(t, &paho5.Publish{Topic: "jobs/x", QoS: 1, Payload: []byte{byte(i)}})
+		} else if err := s.Send(context.Background(), &core.Message{Address: "jobs.x", RoutingType: core.Multicast, Body: []byte{byte(i)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	seen := map[byte]int{}
+	deadline := time.After(5 * time.Second)
+	for len(seen) < n {
+		select {
+		case p := <-a.inbox:
+			seen[p.Payload[0]]++
+		case p := <-b.inbox:
+			seen[p.Payload[0]]++
+		case <-deadline:
+			t.Fatalf("got %d of %d messages", len(seen), n)
+		}
+	}
+	for k, c := range seen {
+		if c != 1 {
+			t.Fatalf("message %d delivered %d times to the group", k, c)
+		}
+	}
+}
+
+func TestMQTT5MessageExpiry(t *testing.T) {
+	tb := startBroker(t)
+	dev := tb.client5(t, "dev", 3600) // persistent session
+	dev.subscribe(t, "alerts/#", 1)
+	dev.c.Disconnect(&paho5.Disconnect{})
+	pub := tb.client5(t, "p", 0)
+	one := uint32(1)
+	pub.publish(t, &paho5.Publish{Topic: "alerts/a", QoS: 1, Payload: []byte("stale"), Properties: &paho5.PublishProperties{MessageExpiry: &one}})
+	pub.publish(t, &paho5.Publish{Topic: "alerts/a", QoS: 1, Payload: []byte("fresh")})
+	time.Sleep(1100 * time.Millisecond)
+	dev2 := tb.connect5(t, "dev", 3600, false)
+	if p := dev2.next(t); string(p.Payload) != "fresh" {
+		t.Fatalf("got %q, want only the unexpired message", p.Payload)
+	}
+	select {
+	case p := <-dev2.inbox:
+		t.Fatalf("expired message delivered: %q", p.Payload)
+	case <-time.After(100 * time.Millisecond):
+	}
+}
+
+func TestMQTT5TopicAliasAndReasonCodes(t *testing.T) {
+	tb := startBroker(t)
+	sub := tb.client5(t, "s", 0)
+	if rc := sub.subscribe(t, "a/#/b", 1); rc < 0x80 {
+		t.Fatalf("invalid filter accepted with reason code %#x", rc)
+	}
+	sub.subscribe(t, "alias/+", 0)
+	pub := tb.client5(t, "p", 0)
+	alias := uint16(3)
+	pub.publish(t, &paho5.Publish{Topic: "alias/x", QoS: 0, Payload: []byte("1"), Properties: &paho5.PublishProperties{TopicAlias: &alias}})
+	pub.publish(t, &paho5.Publish{Topic: "", QoS: 0, Payload: []byte("2"), Properties: &paho5.PublishProperties{TopicAlias: &alias}})
+	for _, want := range []string{"1", "2"} {
+		if p := sub.next(t); string(p.Payload) != want || p.Topic != "alias/x" {
+			t.Fatalf("got %q on %q", p.Payload, p.Topic)
+		}
+	}
+}
+
+// failingJournal refuses every message record, as a full or failed disk
+// would.
+type failingJournal struct{ okJournal }
+
+func (failingJournal) Append(_ uint64, _ uint16, _ []byte, _ bool, done func(error)) {
+	go done(errors.New("disk full"))
+}
+
+// okJournal accepts and forgets everything.
+type okJournal struct{}
+
+func (okJournal) Append(_ uint64, _ uint16, _ []byte, _ bool, done func(error)) {
+	if done != nil {
+		go done(nil)
+	}
+}
+func (okJournal) Update(_ uint64, _ uint16, _ []byte, _ bool, done func(error)) {
+	if done != nil {
+		go done(nil)
+	}
+}
+func (okJournal) Delete(_ uint64, _ bool, done func(error)) {
+	if done != nil {
+		go done(nil)
+	}
+}
+func (okJournal) Replay(_, _ func(uint64, uint16, []byte) error) error { return nil }
+func (okJournal) MaxID() uint64                                        { return 0 }
+func (okJournal) AppendTx(_, _ uint64, _ uint16, _ []byte)             {}
+func (okJournal) UpdateTx(_, _ uint64, _ uint16, _ []byte)             {}
+func (okJournal) DeleteTx(_, _ uint64)                                 {}
+func (okJournal) Commit(_ uint64, done func(error))                    { go done(nil) }
+func (okJournal) Rollback(_ uint64, done func(error))                  { go done(nil) }
+
+func TestQoS1PublishNotStoredIsNotAcknowledged(t *testing.T) {
+	b, err := core.New(core.Config{Messages: failingJournal{}, Bindings: okJournal{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := mqtt.New(mqtt.Config{}, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, _ := net.Listen("tcp", "127.0.0.1:0")
+	var wg sync.WaitGroup
+	t.Cleanup(func() {
+		l.Close()
+		srv.Close()
+		wg.Wait()
+		b.Close()
+	})
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			nc, err := l.Accept()
+			if err != nil {
+				return
+			}
+			wg.Add(1)
+			go func() { defer wg.Done(); srv.ServeConn(context.Background(), nc) }()
+		}
+	}()
+	tb := &testBroker{addr: l.Addr().String(), broker: b, srv: srv}
+	// A durable queue makes the publish durable-bound.
+	if err := b.CreateAddress("metrics.cpu", core.Anycast); err != nil {
+		t.Fatal(err)
+	}
+	pub := tb.client5(t, "p", 0)
+	r := pub.publish(t, &paho5.Publish{Topic: "metrics/cpu", QoS: 1, Payload: []byte("1")})
+	if r == nil || r.ReasonCode < 0x80 {
+		t.Fatalf("PUBACK %+v for a message the journal refused; want a failure reason code", r)
+	}
+}
