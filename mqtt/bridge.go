@@ -100,7 +100,7 @@ func (br *bridge) Provides(b byte) bool {
 	switch b {
 	case mochi.OnConnectAuthenticate, mochi.OnACLCheck, mochi.OnSessionEstablished,
 		mochi.OnDisconnect, mochi.OnPublish, mochi.OnSubscribed, mochi.OnUnsubscribed,
-		mochi.OnPacketRead, mochi.OnPacketEncode:
+		mochi.OnPacketRead, mochi.OnPacketEncode, mochi.OnWillSent:
 		return true
 	}
 	return false
@@ -187,6 +187,18 @@ func (br *bridge) OnUnsubscribed(cl *mochi.Client, pk packets.Packet) {
 		for _, f := range pk.Filters {
 			cs.p.unsubscribe(f.Filter)
 		}
+	}
+}
+
+// OnWillSent passes a will that mochi has just published to its MQTT
+// subscribers on to core, for the other protocols' subscribers.
+func (br *bridge) OnWillSent(cl *mochi.Client, pk packets.Packet) {
+	if len(pk.TopicName) > 0 && pk.TopicName[0] == '$' {
+		return
+	}
+	m := messageFromPublish(pk)
+	if err := br.sess.Send(context.Background(), m); err != nil {
+		br.log.Warn().Err(err).Str("client", cl.ID).Msg("mqtt: will not passed to core")
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"sync"
 	"testing"
@@ -393,4 +394,131 @@ func TestPersistentSessionReceivesOtherProtocolsAndOnce(t *testing.T) {
 	if seen["core"] != 1 || seen["mqtt"] != 1 {
 		t.Fatalf("deliveries %v, want each once", seen)
 	}
+}
+
+func TestWillOnUngracefulDisconnect(t *testing.T) {
+	tb := startBroker(t)
+	watcher := tb.client(t, "watcher")
+	wills := inbox(t, watcher, "status/+", 1)
+	// A STOMP-side consumer (core) sees the will too.
+	s, _ := tb.broker.NewSession(core.SessionOptions{})
+	defer s.Close()
+	coreGot := make(chan core.Delivery, 1)
+	s.Subscribe(core.ConsumerOptions{Address: "status.*", RoutingType: core.Multicast, Credit: 10,
+		Handler: func(d core.Delivery) { coreGot <- d }})
+
+	nc, err := net.Dial("tcp", tb.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// CONNECT 3.1.1 with a will on status/dev1 ("gone", QoS 1), by hand so
+	// that the connection can be cut without a DISCONNECT.
+	connect := []byte{0x10, 0, 0x00, 0x04, 'M', 'Q', 'T', 'T', 0x04, 0x0e, 0x00, 0x3c,
+		0x00, 0x04, 'd', 'e', 'v', '1',
+		0x00, 0x0b, 's', 't', 'a', 't', 'u', 's', '/', 'd', 'e', 'v', '1',
+		0x00, 0x04, 'g', 'o', 'n', 'e'}
+	connect[1] = byte(len(connect) - 2)
+	nc.Write(connect)
+	ack := make([]byte, 4)
+	nc.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.ReadFull(nc, ack); err != nil || ack[0] != 0x20 || ack[3] != 0 {
+		t.Fatalf("CONNACK %x %v", ack, err)
+	}
+	nc.Close() // ungraceful
+	if m := next(t, wills); string(m.Payload()) != "gone" || m.Topic() != "status/dev1" {
+		t.Fatalf("will: %q on %s", m.Payload(), m.Topic())
+	}
+	select {
+	case d := <-coreGot:
+		if string(d.Message.Body) != "gone" || d.Message.Address != "status.dev1" {
+			t.Fatalf("core got %q at %s", d.Message.Body, d.Message.Address)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the will did not reach core's subscribers")
+	}
+	none(t, wills, 50*time.Millisecond) // and MQTT got it once
+}
+
+func TestKeepAliveTimeout(t *testing.T) {
+	tb := startBroker(t)
+	nc, err := net.Dial("tcp", tb.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	// Keep-alive 1s; then silence: the server must cut the connection
+	// after 1.5 × keep-alive [MQTT-3.1.2-24].
+	nc.Write([]byte{0x10, 0x0e, 0x00, 0x04, 'M', 'Q', 'T', 'T', 0x04, 0x02, 0x00, 0x01, 0x00, 0x02, 'k', 'a'})
+	start := time.Now()
+	nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+	buf := make([]byte, 16)
+	for {
+		if _, err := nc.Read(buf); err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				t.Fatal("silent client still connected after 10s")
+			}
+			break
+		}
+	}
+	if d := time.Since(start); d < time.Second {
+		t.Fatalf("cut after %v, before the keep-alive", d)
+	}
+}
+
+func TestSessionTakeover(t *testing.T) {
+	tb := startBroker(t)
+	lost := make(chan struct{}, 1)
+	tb.client(t, "same", func(o *paho.ClientOptions) {
+		o.SetCleanSession(false)
+		o.SetConnectionLostHandler(func(paho.Client, error) { lost <- struct{}{} })
+	})
+	got := make(chan paho.Message, 10)
+	second := tb.client(t, "same", func(o *paho.ClientOptions) {
+		o.SetCleanSession(false)
+		o.SetDefaultPublishHandler(func(_ paho.Client, m paho.Message) { got <- m })
+	})
+	select {
+	case <-lost:
+	case <-time.After(5 * time.Second):
+		t.Fatal("first connection not taken over")
+	}
+	wait(t, second.Subscribe("take/over", 1, nil))
+	pub := tb.client(t, "pub")
+	wait(t, pub.Publish("take/over", 1, false, "x"))
+	if m := next(t, got); string(m.Payload()) != "x" {
+		t.Fatalf("got %q", m.Payload())
+	}
+}
+
+// A subscriber that stops reading must not hold up anyone else [mochi#95].
+func TestSlowSubscriberDoesNotDelayOthers(t *testing.T) {
+	tb := startBroker(t)
+	// The slow one: subscribes by hand, then never reads.
+	nc, err := net.Dial("tcp", tb.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	nc.Write([]byte{0x10, 0x10, 0x00, 0x04, 'M', 'Q', 'T', 'T', 0x04, 0x02, 0x00, 0x3c, 0x00, 0x04, 's', 'l', 'o', 'w'})
+	nc.Write([]byte{0x82, 0x08, 0x00, 0x01, 0x00, 0x03, 'b', '/', '#', 0x00})
+	time.Sleep(50 * time.Millisecond)
+	fast := tb.client(t, "fast")
+	ch := inbox(t, fast, "b/#", 0)
+	pub := tb.client(t, "pub")
+	payload := make([]byte, 16<<10)
+	start := time.Now()
+	const n = 2000 // 32 MiB: far more than the slow socket's buffers hold
+	for i := range n {
+		pub.Publish("b/x", 0, false, payload)
+		_ = i
+	}
+	for i := range n {
+		select {
+		case <-ch:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("fast subscriber stalled after %d of %d messages", i, n)
+		}
+	}
+	t.Logf("fast subscriber got %d messages of 16 KiB in %v while another subscriber did not read", n, time.Since(start))
 }

@@ -184,7 +184,9 @@ func (p *pclient) writeLoop() {
 			if m.Durable && o.sub.qos > 0 {
 				pk.FixedHeader.Qos = 1
 				pk.FixedHeader.Dup = o.d.DeliveryCount > 0
-				pk.PacketID = p.allocID(delivered{o.sub.cons, o.d.ID})
+				// The delivery's own consumer: o.sub.cons is set only when
+				// Subscribe returns, after its first deliveries.
+				pk.PacketID = p.allocID(delivered{o.d.Consumer, o.d.ID})
 			} else {
 				pk.PacketID = 0
 			}
@@ -194,8 +196,8 @@ func (p *pclient) writeLoop() {
 				return
 			}
 			if pk.FixedHeader.Qos == 0 {
-				o.sub.cons.Ack(o.d.ID)
-				o.sub.cons.Flow(1)
+				o.d.Consumer.Ack(o.d.ID)
+				o.d.Consumer.Flow(1)
 			}
 		}
 		clear(batch)
