@@ -24,7 +24,7 @@ race: ## run every test under the race detector
 	$(GO) test -race -count=1 $(PKGS)
 
 crash-test: ## kill -9 the broker under durable load ROUNDS times, restart, count lost/unexpected/corrupt
-	JUNCTION_CRASH_ROUNDS=$(ROUNDS) $(GO) test -count=1 -run '^TestCrashKill9$$' -v -timeout 60m ./cmd/junction/
+	JUNCTION_CRASH_ROUNDS=$(ROUNDS) $(GO) test -count=1 -run '^TestCrashKill9(MQTT)?$$' -v -timeout 60m ./cmd/junction/
 
 lint: ## gofmt, go vet, go mod tidy and the import-graph rules
 	$(GO) test -count=1 ./internal/lint/

@@ -183,7 +183,7 @@ func (p *pclient) writeLoop() {
 			pk.FixedHeader.Qos = 0
 			if m.Durable && o.sub.qos > 0 {
 				pk.FixedHeader.Qos = 1
-				pk.FixedHeader.Dup = o.d.DeliveryCount > 0
+				pk.FixedHeader.Dup = o.d.Redelivered()
 				// The delivery's own consumer: o.sub.cons is set only when
 				// Subscribe returns, after its first deliveries.
 				pk.PacketID = p.allocID(delivered{o.d.Consumer, o.d.ID})

@@ -60,11 +60,12 @@ func buildBinary(t *testing.T) string {
 
 // brokerProc is the broker running as a child process.
 type brokerProc struct {
-	cmd  *exec.Cmd
-	addr string
-	logs *strings.Builder
-	mu   sync.Mutex
-	done chan struct{}
+	cmd      *exec.Cmd
+	addr     string // STOMP
+	mqttAddr string // MQTT, when enabled
+	logs     *strings.Builder
+	mu       sync.Mutex
+	done     chan struct{}
 	// events counts what the journal did, from the broker's log.
 	events *journalEvents
 }
@@ -73,7 +74,18 @@ type journalEvents struct{ rolls, reclaims, compactions atomic.Int64 }
 
 func startProc(t *testing.T, bin, dataDir, configFile string, ev *journalEvents) *brokerProc {
 	t.Helper()
-	cmd := exec.Command(bin, "--config", configFile, "--data-dir", dataDir, "--stomp", "127.0.0.1:0", "--mqtt", "",
+	return startProcWith(t, bin, dataDir, configFile, ev, "")
+}
+
+// startProcMQTT starts the broker with MQTT on a loopback port too.
+func startProcMQTT(t *testing.T, bin, dataDir, configFile string, ev *journalEvents) *brokerProc {
+	t.Helper()
+	return startProcWith(t, bin, dataDir, configFile, ev, "127.0.0.1:0")
+}
+
+func startProcWith(t *testing.T, bin, dataDir, configFile string, ev *journalEvents, mqttListen string) *brokerProc {
+	t.Helper()
+	cmd := exec.Command(bin, "--config", configFile, "--data-dir", dataDir, "--stomp", "127.0.0.1:0", "--mqtt", mqttListen,
 		"--log-format", "json", "--log-level", "debug", "--stomp-heart-beat", "0")
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
@@ -83,7 +95,7 @@ func startProc(t *testing.T, bin, dataDir, configFile string, ev *journalEvents)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	ready := make(chan string, 1)
+	ready := make(chan map[string]any, 1)
 	go func() {
 		defer close(p.done)
 		sc := bufio.NewScanner(stderr)
@@ -101,7 +113,7 @@ func startProc(t *testing.T, bin, dataDir, configFile string, ev *journalEvents)
 			}
 			switch ev["message"] {
 			case "junction started":
-				ready <- fmt.Sprint(ev["stomp"])
+				ready <- ev
 			case "journal file rolled":
 				p.events.rolls.Add(1)
 			case "dead journal file returned to the pool":
@@ -112,7 +124,11 @@ func startProc(t *testing.T, bin, dataDir, configFile string, ev *journalEvents)
 		}
 	}()
 	select {
-	case p.addr = <-ready:
+	case ev := <-ready:
+		p.addr = fmt.Sprint(ev["stomp"])
+		if a, ok := ev["mqtt"]; ok {
+			p.mqttAddr = fmt.Sprint(a)
+		}
 	case <-p.done:
 		cmd.Wait()
 		t.Fatalf("broker exited at start:\n%s", p.log())
