@@ -627,3 +627,34 @@ func TestClosedBroker(t *testing.T) {
 		t.Fatalf("send after close: %v", err)
 	}
 }
+
+func TestSharedSubscriptionCompetes(t *testing.T) {
+	b := newBroker(t)
+	s1, s2 := newSession(t, b, ""), newSession(t, b, "")
+	c1, col1 := subscribe(t, s1, ConsumerOptions{Address: "jobs.#", RoutingType: Multicast, SharedSubscriptionName: "workers", Credit: 100})
+	_, col2 := subscribe(t, s2, ConsumerOptions{Address: "jobs.#", RoutingType: Multicast, SharedSubscriptionName: "workers", Credit: 100})
+	_, other := subscribe(t, s2, ConsumerOptions{Address: "jobs.#", RoutingType: Multicast, Credit: 100})
+	for i := range 4 {
+		send(t, s1, "jobs.a", Multicast, fmt.Sprint(i))
+	}
+	got := map[string]bool{}
+	for range 2 {
+		got[body(col1.next(t))] = true
+		got[body(col2.next(t))] = true
+	}
+	if len(got) != 4 {
+		t.Fatalf("shared group got %v", got)
+	}
+	for range 4 {
+		other.next(t) // a plain subscription still gets everything
+	}
+	name := c1.Queue().Name()
+	c1.Close()
+	if b.Queue(name) == nil {
+		t.Fatal("shared subscription deleted while a consumer remains")
+	}
+	s2.Close()
+	if b.Queue(name) != nil {
+		t.Fatal("shared subscription kept after its last consumer left")
+	}
+}

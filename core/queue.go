@@ -63,7 +63,8 @@ type Queue struct {
 	address   string // address, or wildcard pattern for a wildcard subscription
 	routing   RoutingType
 	durable   bool
-	temporary bool // deleted when its consumer leaves (non-durable subscription)
+	temporary bool // deleted when its last consumer leaves (non-durable subscription)
+	shared    bool // a shared subscription: several competing consumers
 	clientID  string
 	settings  Settings
 

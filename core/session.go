@@ -136,6 +136,12 @@ type ConsumerOptions struct {
 	// named ClientID.SubscriptionName, keeps messages while no consumer is
 	// attached, until [Session.Unsubscribe]. Needs a session ClientID.
 	SubscriptionName string
+	// SharedSubscriptionName makes a multicast subscription shared: every
+	// consumer subscribing to the same address or pattern under the same
+	// name, from any session and any protocol (MQTT 5 $share/NAME/filter,
+	// STOMP's shared-subscription-name header), competes for the messages
+	// of one queue, which is deleted when its last consumer leaves.
+	SharedSubscriptionName string
 	// Queue, when set, reads that existing queue directly (for example
 	// DLQ or a durable subscription) and Address is ignored.
 	Queue string
@@ -167,8 +173,8 @@ func (s *Session) Subscribe(o ConsumerOptions) (*Consumer, error) {
 		q.mu.Unlock()
 		return nil, fmt.Errorf("%w: %q", ErrQueueNotFound, q.name)
 	}
-	if q.temporary || q.clientID != "" {
-		// A subscription has one consumer at a time.
+	if !q.shared && (q.temporary || q.clientID != "") {
+		// A subscription has one consumer at a time, unless shared.
 		if len(q.consumers) > 0 {
 			q.mu.Unlock()
 			return nil, fmt.Errorf("%w: %q", ErrSubscriptionInUse, q.name)
@@ -241,6 +247,16 @@ func (s *Session) queueFor(o ConsumerOptions) (*Queue, error) {
 			}
 		}
 	}
+	if o.SharedSubscriptionName != "" {
+		name := sharedName(o.SharedSubscriptionName, o.Address)
+		if q := b.queues[name]; q != nil {
+			return q, nil
+		}
+		q := b.newQueueLocked(name, o.Address, Multicast, false, true, "")
+		q.shared = true
+		b.bindSubscriptionLocked(q)
+		return q, nil
+	}
 	if o.SubscriptionName == "" {
 		q := b.newQueueLocked(b.tempQueueName(o.Address), o.Address, Multicast, false, true, "")
 		b.bindSubscriptionLocked(q)
@@ -274,6 +290,10 @@ func (s *Session) queueFor(o ConsumerOptions) (*Queue, error) {
 }
 
 func durableName(clientID, sub string) string { return clientID + "." + sub }
+
+// sharedName names a shared subscription's queue: the same name on the
+// same address or pattern is the same queue.
+func sharedName(name, address string) string { return "$share/" + name + "/" + address }
 
 // Unsubscribe deletes the session's durable subscription name and its
 // messages.
