@@ -474,7 +474,12 @@ func (c *conn) onSubscribe(f *frame.Frame) error {
 		Exclusive:   f.Header.Get("activemq.exclusive") == "true",
 		Handler:     func(d core.Delivery) { c.push(outItem{d: d, sub: sub}) },
 	}
-	if name := durableName(f.Header); name != "" {
+	if name := f.Header.Get("shared-subscription-name"); name != "" {
+		if rt != core.Multicast {
+			return protoErr("invalid subscription", "Shared subscriptions are for /topic/ destinations, not %q.", dest)
+		}
+		opts.SharedSubscriptionName = name
+	} else if name := durableName(f.Header); name != "" {
 		if rt != core.Multicast {
 			return protoErr("invalid subscription", "Durable subscriptions are for /topic/ destinations, not %q.", dest)
 		}

@@ -49,6 +49,10 @@
 // counts a failed attempt (dead-lettered after the address's max delivery
 // attempts). BEGIN, COMMIT and ABORT group SENDs and ACKs atomically.
 //
+// A topic SUBSCRIBE with shared-subscription-name:NAME joins the shared
+// subscription NAME of that topic: its subscribers, from this protocol or
+// another (MQTT 5 $share/NAME/filter), compete for each message.
+//
 // Durable topic subscriptions need client-id on CONNECT and
 // activemq.subscriptionName (or durable-subscription-name) on SUBSCRIBE;
 // they keep messages while the client is away. UNSUBSCRIBE detaches;
