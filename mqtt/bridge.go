@@ -28,13 +28,28 @@ const (
 type clientState struct {
 	cl   *mochi.Client
 	sess *core.Session
-	p    *pclient // non-nil for a persistent session
+
+	mu sync.Mutex
+	p  *pclient // guarded by mu: set for a persistent session, or once a shared subscription needs it
+}
+
+// pclient returns the connection's core-served subscriptions, starting
+// them on first use.
+func (cs *clientState) pclient(br *bridge) *pclient {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if cs.p == nil {
+		cs.p = newPClient(br, cs.cl, cs.sess)
+	}
+	return cs.p
 }
 
 func (cs *clientState) close() {
-	if cs.p != nil {
-		cs.p.close() // closes sess too
-		return
+	cs.mu.Lock()
+	p := cs.p
+	cs.mu.Unlock()
+	if p != nil {
+		p.close()
 	}
 	cs.sess.Close()
 }
@@ -174,53 +189,42 @@ func (br *bridge) state(cl *mochi.Client) *clientState {
 	return br.sessions[cl]
 }
 
-// OnSubscribed hands a persistent session's subscriptions to core.
+// OnSubscribed hands the subscriptions core serves to core.
 func (br *bridge) OnSubscribed(cl *mochi.Client, pk packets.Packet, codes []byte) {
-	if cs := br.state(cl); cs != nil && cs.p != nil {
-		br.onSubscribed(cs.p, pk, codes)
+	if cs := br.state(cl); cs != nil {
+		br.onSubscribed(cs, pk, codes)
 	}
 }
 
-// OnUnsubscribed deletes a persistent session's durable subscriptions.
+// OnUnsubscribed ends core-served subscriptions (deleting a persistent
+// session's durable ones).
 func (br *bridge) OnUnsubscribed(cl *mochi.Client, pk packets.Packet) {
-	if cs := br.state(cl); cs != nil && cs.p != nil {
-		for _, f := range pk.Filters {
-			cs.p.unsubscribe(f.Filter)
+	if cs := br.state(cl); cs != nil {
+		if p := cs.current(); p != nil {
+			for _, f := range pk.Filters {
+				p.unsubscribe(f.Filter)
+			}
 		}
 	}
 }
 
-// OnWillSent passes a will that mochi has just published to its MQTT
-// subscribers on to core, for the other protocols' subscribers.
-func (br *bridge) OnWillSent(cl *mochi.Client, pk packets.Packet) {
-	if len(pk.TopicName) > 0 && pk.TopicName[0] == '$' {
-		return
-	}
-	m := messageFromPublish(pk)
-	if err := br.sess.Send(context.Background(), m); err != nil {
-		br.log.Warn().Err(err).Str("client", cl.ID).Msg("mqtt: will not passed to core")
-	}
-}
-
-// OnPacketEncode keeps user properties on PUBLISH packets for clients
-// that set Request Problem Information to 0: mochi v2.7.9 then strips
-// them from every packet, but [MQTT-3.1.2-29] exempts PUBLISH (as well as
-// CONNACK and DISCONNECT), whose user properties are the message's own.
-func (br *bridge) OnPacketEncode(_ *mochi.Client, pk packets.Packet) packets.Packet {
-	if pk.FixedHeader.Type == packets.Publish {
-		pk.Mods.DisallowProblemInfo = false
-	}
-	return pk
-}
-
-// OnPacketRead watches for the PUBACKs of persistent-session deliveries.
+// OnPacketRead watches for the PUBACKs of core-served deliveries.
 func (br *bridge) OnPacketRead(cl *mochi.Client, pk packets.Packet) (packets.Packet, error) {
 	if pk.FixedHeader.Type == packets.Puback {
-		if cs := br.state(cl); cs != nil && cs.p != nil {
-			cs.p.acked(pk.PacketID)
+		if cs := br.state(cl); cs != nil {
+			if p := cs.current(); p != nil {
+				p.acked(pk.PacketID)
+			}
 		}
 	}
 	return pk, nil
+}
+
+// current returns the connection's pclient, or nil if none started.
+func (cs *clientState) current() *pclient {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	return cs.p
 }
 
 // OnPublish sends an MQTT publish into core before mochi acknowledges it
@@ -345,4 +349,27 @@ func (br *bridge) close() {
 		br.wg.Wait()
 		br.sess.Close()
 	})
+}
+
+// OnWillSent passes a will that mochi has just published to its MQTT
+// subscribers on to core, for the other protocols' subscribers.
+func (br *bridge) OnWillSent(cl *mochi.Client, pk packets.Packet) {
+	if len(pk.TopicName) > 0 && pk.TopicName[0] == '$' {
+		return
+	}
+	m := messageFromPublish(pk)
+	if err := br.sess.Send(context.Background(), m); err != nil {
+		br.log.Warn().Err(err).Str("client", cl.ID).Msg("mqtt: will not passed to core")
+	}
+}
+
+// OnPacketEncode keeps user properties on PUBLISH packets for clients
+// that set Request Problem Information to 0: mochi v2.7.9 then strips
+// them from every packet, but [MQTT-3.1.2-29] exempts PUBLISH (as well as
+// CONNACK and DISCONNECT), whose user properties are the message's own.
+func (br *bridge) OnPacketEncode(_ *mochi.Client, pk packets.Packet) packets.Packet {
+	if pk.FixedHeader.Type == packets.Publish {
+		pk.Mods.DisallowProblemInfo = false
+	}
+	return pk
 }

@@ -44,8 +44,10 @@ func parseSubName(name string) (filter string, qos byte, ok bool) {
 	return name[3:], name[1] - '0', true
 }
 
-// pclient delivers a persistent session's core messages to its
-// connection. Its writer goroutine owns the packet ids it hands out.
+// pclient delivers the core-served subscriptions of one connection (a
+// persistent session's, and shared subscriptions) to it. Its writer
+// goroutine owns the packet ids it hands out. It does not own the core
+// session: clientState closes that after the pclient.
 type pclient struct {
 	br   *bridge
 	cl   *mochi.Client
@@ -64,8 +66,9 @@ type pclient struct {
 }
 
 type psub struct {
-	filter string
+	filter string // as the client gave it, $share/GROUP/... included
 	qos    byte
+	shared bool
 	cons   *core.Consumer
 }
 
@@ -106,8 +109,9 @@ func (p *pclient) resume(clean bool) {
 	}
 }
 
-// subscribe attaches (creating if needed) the durable subscription for
-// filter at qos, replacing one at another QoS.
+// subscribe attaches (creating if needed) the core subscription for
+// filter at qos, replacing one at another QoS: a shared subscription for
+// $share/GROUP/filter, else the session's durable subscription.
 func (p *pclient) subscribe(filter string, qos byte) {
 	p.mu.Lock()
 	old := p.subs[filter]
@@ -116,17 +120,23 @@ func (p *pclient) subscribe(filter string, qos byte) {
 		if old.qos == qos {
 			return
 		}
-		old.cons.Close()
-		p.sess.Unsubscribe(subName(filter, old.qos))
+		p.drop(old)
 	}
 	s := &psub{filter: filter, qos: qos}
-	cons, err := p.sess.Subscribe(core.ConsumerOptions{
-		Address:          FilterToPattern(filter),
-		RoutingType:      core.Multicast,
-		SubscriptionName: subName(filter, qos),
-		Credit:           p.br.s.cfg.ReceiveMaximum,
-		Handler:          func(d core.Delivery) { p.push(outgoing{d, s}) },
-	})
+	opts := core.ConsumerOptions{
+		RoutingType: core.Multicast,
+		Credit:      p.br.s.cfg.ReceiveMaximum,
+		Handler:     func(d core.Delivery) { p.push(outgoing{d, s}) },
+	}
+	if group, f, ok := splitShared(filter); ok {
+		s.shared = true
+		opts.Address = FilterToPattern(f)
+		opts.SharedSubscriptionName = group
+	} else {
+		opts.Address = FilterToPattern(filter)
+		opts.SubscriptionName = subName(filter, qos)
+	}
+	cons, err := p.sess.Subscribe(opts)
 	if err != nil {
 		p.br.log.Warn().Err(err).Str("client", p.cl.ID).Str("filter", filter).Msg("mqtt: durable subscription failed")
 		return
@@ -137,17 +147,38 @@ func (p *pclient) subscribe(filter string, qos byte) {
 	p.mu.Unlock()
 }
 
-// unsubscribe deletes the durable subscription for filter.
+// unsubscribe ends the core subscription for filter.
 func (p *pclient) unsubscribe(filter string) {
 	p.mu.Lock()
 	s := p.subs[filter]
-	delete(p.subs, filter)
 	p.mu.Unlock()
-	if s == nil {
-		return
+	if s != nil {
+		p.drop(s)
 	}
+}
+
+// drop closes s's consumer and, for a durable subscription, deletes it.
+func (p *pclient) drop(s *psub) {
+	p.mu.Lock()
+	if p.subs[s.filter] == s {
+		delete(p.subs, s.filter)
+	}
+	p.mu.Unlock()
 	s.cons.Close()
-	p.sess.Unsubscribe(subName(filter, s.qos))
+	if !s.shared {
+		p.sess.Unsubscribe(subName(s.filter, s.qos))
+	}
+}
+
+// splitShared splits an MQTT 5 shared subscription filter
+// $share/GROUP/filter.
+func splitShared(filter string) (group, f string, ok bool) {
+	rest, ok := strings.CutPrefix(filter, "$share/")
+	if !ok {
+		return "", "", false
+	}
+	group, f, ok = strings.Cut(rest, "/")
+	return group, f, ok && group != "" && f != ""
 }
 
 // push queues a delivery for the writer; called under a core queue lock,
@@ -237,8 +268,9 @@ func (p *pclient) acked(id uint16) {
 	}
 }
 
-// close stops the writer and detaches the consumers; their unacked
-// messages go back to the durable subscriptions for the next connection.
+// close stops the writer. Closing the core session afterwards detaches
+// the consumers; their unacked messages go back to their subscriptions
+// (for a persistent session, until the next connection).
 func (p *pclient) close() {
 	p.mu.Lock()
 	if p.closed {
@@ -249,12 +281,7 @@ func (p *pclient) close() {
 	p.mu.Unlock()
 	close(p.done)
 	p.wg.Wait()
-	p.sess.Close()
 }
-
-// isShared reports an MQTT 5 shared subscription filter, which stays
-// with mochi.
-func isShared(filter string) bool { return strings.HasPrefix(filter, "$share/") }
 
 // openSession opens the client's core session: with a client id for a
 // persistent session, whose durable subscriptions it resumes.
@@ -280,22 +307,25 @@ func (br *bridge) openSession(cl *mochi.Client, user string) (*core.Session, *pc
 	// mochi put the subscriptions it inherited from the previous
 	// connection back into its fan-out index; core serves them.
 	for _, sub := range cl.State.Subscriptions.GetAll() {
-		if !isShared(sub.Filter) {
-			br.s.mochi.Topics.Unsubscribe(sub.Filter, cl.ID)
-		}
+		br.s.mochi.Topics.Unsubscribe(sub.Filter, cl.ID)
 	}
 	return s, p, nil
 }
 
-// onSubscribed moves a persistent session's new subscriptions from
-// mochi's fan-out to core.
-func (br *bridge) onSubscribed(p *pclient, pk packets.Packet, codes []byte) {
+// onSubscribed moves subscriptions that core serves from mochi's
+// fan-out to core: all of a persistent session's, and shared ones of any
+// client (so that MQTT and other protocols share one group).
+func (br *bridge) onSubscribed(cs *clientState, pk packets.Packet, codes []byte) {
 	for i, sub := range pk.Filters {
-		if i >= len(codes) || codes[i] >= packets.ErrUnspecifiedError.Code || isShared(sub.Filter) {
+		if i >= len(codes) || codes[i] >= packets.ErrUnspecifiedError.Code {
 			continue
 		}
-		p.subscribe(sub.Filter, min(sub.Qos, 2))
-		br.s.mochi.Topics.Unsubscribe(sub.Filter, p.cl.ID)
+		_, _, shared := splitShared(sub.Filter)
+		if !shared && cs.p == nil {
+			continue // a clean session's plain subscription stays with mochi
+		}
+		br.s.mochi.Topics.Unsubscribe(sub.Filter, cs.cl.ID)
+		cs.pclient(br).subscribe(sub.Filter, min(sub.Qos, 2))
 	}
 }
 

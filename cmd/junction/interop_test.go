@@ -1,9 +1,13 @@
 package main
 
 import (
+	"context"
+	"fmt"
+	"net"
 	"testing"
 	"time"
 
+	paho5 "github.com/eclipse/paho.golang/paho"
 	paho "github.com/eclipse/paho.mqtt.golang"
 	gostomp "github.com/go-stomp/stomp/v3"
 )
@@ -155,5 +159,79 @@ func TestMQTTPersistentSessionSurvivesRestart(t *testing.T) {
 		case <-time.After(5 * time.Second):
 			t.Fatalf("message %q lost across the restart", want)
 		}
+	}
+}
+
+// An MQTT 5 shared subscription and a STOMP subscriber with the same
+// shared-subscription-name are one group: each message goes to one of them.
+func TestSharedSubscriptionAcrossProtocols(t *testing.T) {
+	stompAddr, _ := startServe(t, testConfig(t))
+	mqttAddr := lastInstance.addrs["mqtt"].String()
+
+	nc, err := net.Dial("tcp", mqttAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mqttGot := make(chan string, 100)
+	m5 := paho5.NewClient(paho5.ClientConfig{Conn: nc, OnPublishReceived: []func(paho5.PublishReceived) (bool, error){
+		func(r paho5.PublishReceived) (bool, error) { mqttGot <- string(r.Packet.Payload); return true, nil },
+	}})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := m5.Connect(ctx, &paho5.Connect{ClientID: "m5", KeepAlive: 30, CleanStart: true}); err != nil {
+		t.Fatal(err)
+	}
+	defer m5.Disconnect(&paho5.Disconnect{})
+	if _, err := m5.Subscribe(ctx, &paho5.Subscribe{Subscriptions: []paho5.SubscribeOptions{{Topic: "$share/g/jobs/#", QoS: 1}}}); err != nil {
+		t.Fatal(err)
+	}
+	st, err := gostomp.Dial("tcp", stompAddr, gostomp.ConnOpt.HeartBeat(0, 0), quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Disconnect()
+	sub, err := st.Subscribe("/topic/jobs.#", gostomp.AckAuto, gostomp.SubscribeOpt.Header("shared-subscription-name", "g"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Subscribed once a later frame's receipt is back.
+	if err := st.Send("/queue/barrier", "", nil, gostomp.SendOpt.Receipt); err != nil {
+		t.Fatal(err)
+	}
+	// A separate producer connection: go-stomp stops processing receipts
+	// on a connection whose subscription channel is full.
+	prod, err := gostomp.Dial("tcp", stompAddr, gostomp.ConnOpt.HeartBeat(0, 0), quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prod.Disconnect()
+	const n = 40
+	for i := range n {
+		if err := prod.Send("/topic/jobs.x", "text/plain", []byte(fmt.Sprint(i)), gostomp.SendOpt.Receipt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	seen := map[string]int{}
+	byMQTT, bySTOMP := 0, 0
+	deadline := time.After(10 * time.Second)
+	for len(seen) < n {
+		select {
+		case b := <-mqttGot:
+			seen[b]++
+			byMQTT++
+		case m := <-sub.C:
+			seen[string(m.Body)]++
+			bySTOMP++
+		case <-deadline:
+			t.Fatalf("got %d of %d", len(seen), n)
+		}
+	}
+	for k, c := range seen {
+		if c != 1 {
+			t.Fatalf("message %s delivered %d times to the group", k, c)
+		}
+	}
+	if byMQTT == 0 || bySTOMP == 0 {
+		t.Fatalf("the group did not share: MQTT %d, STOMP %d", byMQTT, bySTOMP)
 	}
 }
