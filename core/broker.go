@@ -379,6 +379,7 @@ func (b *Broker) newQueueLocked(name, addr string, rt RoutingType, durable, temp
 		durable: durable, temporary: temporary, clientID: clientID,
 		settings: b.settings.resolve(addr),
 	}
+	q.maxBytes.Store(q.settings.MaxSizeBytes)
 	b.queues[name] = q
 	return q
 }
@@ -529,18 +530,42 @@ func (b *Broker) route(m *Message, now time.Time, done func(error)) (pending boo
 	if err != nil {
 		return false, err
 	}
-	return b.deliver(a, m, now, done), nil
+	return b.deliver(a, m, now, done)
 }
 
 // deliver journals m if it must be (see route) and enqueues it on the
 // queues of a resolved address. A durable message becomes visible to
 // consumers at once; only its producer's confirmation waits for the sync.
-func (b *Broker) deliver(a *address, m *Message, now time.Time, done func(error)) (pending bool) {
+func (b *Broker) deliver(a *address, m *Message, now time.Time, done func(error)) (pending bool, err error) {
 	var one [1]*Queue
 	qs := b.targetsOf(a, m, one[:0])
 	if len(qs) == 0 {
 		a.unrouted.Add(1)
-		return false
+		return false, nil
+	}
+	// Full queues: FAIL refuses the whole send before anything is
+	// enqueued; DROP leaves the message out of that queue only.
+	var open []*Queue
+	for i, q := range qs {
+		if !q.full(m) {
+			if open != nil {
+				open = append(open, q)
+			}
+			continue
+		}
+		if q.settings.FullPolicy == FullFail {
+			return false, fmt.Errorf("%w: %q holds %d of %d bytes", ErrAddressFull, q.name, q.bytes.Load(), q.maxBytes.Load())
+		}
+		q.dropFull(m)
+		if open == nil {
+			open = append(make([]*Queue, 0, len(qs)), qs[:i]...)
+		}
+	}
+	if open != nil {
+		qs = open
+		if len(qs) == 0 {
+			return false, nil
+		}
 	}
 	a.routed.Add(1)
 	if done != nil && b.persisted(m, qs) {
@@ -550,7 +575,7 @@ func (b *Broker) deliver(a *address, m *Message, now time.Time, done func(error)
 	for _, q := range qs {
 		q.enqueue(m, now)
 	}
-	return pending
+	return pending, nil
 }
 
 // carryOut does what queue changes left to do outside the queue lock:
@@ -574,7 +599,7 @@ func (b *Broker) carryOut(moves []move) {
 			counter = &q.stats.expired
 		}
 		counter.Add(1)
-		q.stats.depth.Add(-1)
+		q.gone(mv.r)
 		m := mv.r.msg
 		if target == "" || target == q.address {
 			b.log.Warn().Str("queue", q.name).Uint64("message", m.ID).Str("reason", mv.reason.String()).

@@ -658,3 +658,59 @@ func TestSharedSubscriptionCompetes(t *testing.T) {
 		t.Fatal("shared subscription kept after its last consumer left")
 	}
 }
+
+func TestFullQueuePolicies(t *testing.T) {
+	hundred := int64(100)
+	fail := string(FullFail)
+	b := newBroker(t,
+		AddressSettings{Match: "small.drop", MaxSizeBytes: &hundred},
+		AddressSettings{Match: "small.fail", MaxSizeBytes: &hundred, FullPolicy: &fail},
+	)
+	s := newSession(t, b, "")
+	body := make([]byte, 40)
+	sendBody := func(addr string) error {
+		return s.Send(context.Background(), &Message{Address: addr, RoutingType: Anycast, Body: body})
+	}
+	for range 2 {
+		if err := sendBody("small.drop"); err != nil {
+			t.Fatal(err)
+		}
+		if err := sendBody("small.fail"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The third 40-byte body would make 120 > 100.
+	if err := sendBody("small.drop"); err != nil {
+		t.Fatalf("DROP policy failed the send: %v", err)
+	}
+	if err := sendBody("small.fail"); !errors.Is(err, ErrAddressFull) {
+		t.Fatalf("FAIL policy: %v", err)
+	}
+	if st := b.Queue("small.drop").Stats(); st.Depth != 2 || st.Dropped != 1 || st.Bytes != 80 || st.MaxBytes != 100 {
+		t.Fatalf("drop queue stats %+v", st)
+	}
+	// Consuming frees the budget.
+	c, col := subscribe(t, s, ConsumerOptions{Address: "small.fail", RoutingType: Anycast, Credit: 10})
+	if err := c.Ack(col.next(t).ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := sendBody("small.fail"); err != nil {
+		t.Fatalf("after an ack: %v", err)
+	}
+	// A consumer-given budget applies to the subscription it creates.
+	_, _ = subscribe(t, s, ConsumerOptions{Address: "t", RoutingType: Multicast, MaxBytes: 50})
+	for range 3 {
+		if err := s.Send(context.Background(), &Message{Address: "t", RoutingType: Multicast, Body: body}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var sub QueueStats
+	for _, st := range b.QueueStats() {
+		if st.Address == "t" {
+			sub = st
+		}
+	}
+	if sub.MaxBytes != 50 || sub.Dropped == 0 {
+		t.Fatalf("subscription stats %+v", sub)
+	}
+}

@@ -19,4 +19,5 @@ var (
 	ErrSubscriptionInUse = errors.New("core: durable subscription has an active consumer")
 	ErrClientIDRequired  = errors.New("core: durable subscription needs a client id")
 	ErrAuthFailed        = errors.New("core: authentication failed")
+	ErrAddressFull       = errors.New("core: queue full")
 )

@@ -82,13 +82,17 @@ type Queue struct {
 	seq       uint64                 // guarded by mu
 	deleted   bool                   // guarded by mu
 
+	maxBytes    atomic.Int64 // bound on bytes; 0 = none (settings, or the consumer that created it)
+	bytes       atomic.Int64
+	lastDropLog atomic.Int64 // unix nanos of the last drop warning
+
 	stats queueCounters
 }
 
 // queueCounters are updated under mu but read without it.
 type queueCounters struct {
-	depth, inflight, scheduled, consumers  atomic.Int64
-	enqueued, acked, expired, deadLettered atomic.Uint64
+	depth, inflight, scheduled, consumers           atomic.Int64
+	enqueued, acked, expired, deadLettered, dropped atomic.Uint64
 }
 
 // Name returns the queue's name.
@@ -99,6 +103,36 @@ func (q *Queue) Address() string { return q.address }
 
 // Durable reports whether the queue survives a restart.
 func (q *Queue) Durable() bool { return q.durable }
+
+// limit sets q's byte bound when one is given.
+func (q *Queue) limit(n int64) {
+	if n > 0 {
+		q.maxBytes.Store(n)
+	}
+}
+
+// full reports whether m would take q over its byte bound.
+func (q *Queue) full(m *Message) bool {
+	max := q.maxBytes.Load()
+	return max > 0 && q.bytes.Load()+int64(len(m.Body)) > max
+}
+
+// dropFull counts (and logs, at most once a minute per queue) a message
+// dropped because q is full: never silent.
+func (q *Queue) dropFull(m *Message) {
+	q.stats.dropped.Add(1)
+	now := time.Now().UnixNano()
+	if last := q.lastDropLog.Load(); now-last > int64(time.Minute) && q.lastDropLog.CompareAndSwap(last, now) {
+		q.b.log.Warn().Str("queue", q.name).Int64("max_bytes", q.maxBytes.Load()).Uint64("dropped_so_far", q.stats.dropped.Load()).
+			Msg("queue full: dropping messages (address-full-policy DROP)")
+	}
+}
+
+// gone accounts for a message leaving the queue for good.
+func (q *Queue) gone(r *ref) {
+	q.stats.depth.Add(-1)
+	q.bytes.Add(-int64(len(r.msg.Body)))
+}
 
 // enqueue adds a fresh reference to m and dispatches.
 func (q *Queue) enqueue(m *Message, now time.Time) {
@@ -123,6 +157,7 @@ func (q *Queue) addLocked(r *ref, now time.Time) bool {
 	q.stats.enqueued.Add(1)
 	q.stats.depth.Add(1)
 	m := r.msg
+	q.bytes.Add(int64(len(m.Body)))
 	if !m.DeliveryTime.IsZero() && m.DeliveryTime.After(now) {
 		q.scheduleLocked(r, m.DeliveryTime.UnixNano())
 		return false
@@ -279,7 +314,7 @@ func (q *Queue) returnLocked(r *ref, failed bool, now time.Time, moves []move) [
 	r.consumer = nil
 	q.stats.inflight.Add(-1)
 	if q.deleted {
-		q.stats.depth.Add(-1)
+		q.gone(r)
 		return moves
 	}
 	if failed {
@@ -304,7 +339,7 @@ func (q *Queue) returnLocked(r *ref, failed bool, now time.Time, moves []move) [
 func (q *Queue) ackedLocked(r *ref, moves []move) []move {
 	r.consumer = nil
 	q.stats.inflight.Add(-1)
-	q.stats.depth.Add(-1)
+	q.gone(r)
 	q.stats.acked.Add(1)
 	if r.durable {
 		moves = append(moves, move{r, settled})
@@ -357,6 +392,7 @@ func (q *Queue) deleteLocked(moves []move) []move {
 	q.nready = 0
 	q.sched = nil
 	q.stats.depth.Store(q.stats.inflight.Load())
+	q.bytes.Store(0)
 	q.stats.scheduled.Store(0)
 	return moves
 }
@@ -376,6 +412,9 @@ type QueueStats struct {
 	Dequeued     uint64 // messages acked since start
 	Expired      uint64 // messages moved to the expiry address (or dropped)
 	DeadLettered uint64 // messages moved to the dead-letter address (or dropped)
+	Bytes        int64  // body bytes held
+	MaxBytes     int64  // bound on Bytes; 0 = none
+	Dropped      uint64 // messages not taken because the queue was full
 }
 
 // Stats returns a snapshot of q's counters without taking its lock.
@@ -391,6 +430,9 @@ func (q *Queue) Stats() QueueStats {
 		Dequeued:     q.stats.acked.Load(),
 		Expired:      q.stats.expired.Load(),
 		DeadLettered: q.stats.deadLettered.Load(),
+		Bytes:        q.bytes.Load(),
+		MaxBytes:     q.maxBytes.Load(),
+		Dropped:      q.stats.dropped.Load(),
 	}
 }
 

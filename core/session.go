@@ -151,6 +151,11 @@ type ConsumerOptions struct {
 	// Exclusive asks for all messages of the queue while this consumer is
 	// attached; other consumers stand by.
 	Exclusive bool
+	// MaxBytes bounds the body bytes of the subscription queue this
+	// consumer creates (a front-end's per-session budget, such as MQTT's);
+	// overflow follows the address's full policy. 0 uses the address
+	// settings' max-size-bytes.
+	MaxBytes int64
 	// Handler receives deliveries; required.
 	Handler Handler
 }
@@ -254,11 +259,13 @@ func (s *Session) queueFor(o ConsumerOptions) (*Queue, error) {
 		}
 		q := b.newQueueLocked(name, o.Address, Multicast, false, true, "")
 		q.shared = true
+		q.limit(o.MaxBytes)
 		b.bindSubscriptionLocked(q)
 		return q, nil
 	}
 	if o.SubscriptionName == "" {
 		q := b.newQueueLocked(b.tempQueueName(o.Address), o.Address, Multicast, false, true, "")
+		q.limit(o.MaxBytes)
 		b.bindSubscriptionLocked(q)
 		return q, nil
 	}
@@ -268,6 +275,7 @@ func (s *Session) queueFor(o ConsumerOptions) (*Queue, error) {
 	name := durableName(s.opts.ClientID, o.SubscriptionName)
 	if q := b.queues[name]; q != nil {
 		if q.address == o.Address {
+			q.limit(o.MaxBytes) // a restored subscription gets its budget back
 			return q, nil
 		}
 		// Subscribing again under the same name to another topic replaces
@@ -281,6 +289,7 @@ func (s *Session) queueFor(o ConsumerOptions) (*Queue, error) {
 		defer b.dropQueue(q)
 	}
 	q := b.newQueueLocked(name, o.Address, Multicast, true, false, s.opts.ClientID)
+	q.limit(o.MaxBytes)
 	if err := b.persistQueue(q); err != nil {
 		delete(b.queues, name)
 		return nil, err
@@ -433,12 +442,24 @@ func (t *Tx) Commit(ctx context.Context) error {
 			return fmt.Errorf("core: transaction rolled back: %w", err)
 		}
 	}
+	for i, m := range t.sends {
+		for _, q := range b.targetsOf(addrs[i], m, nil) {
+			if q.full(m) && q.settings.FullPolicy == FullFail {
+				t.rollback()
+				return fmt.Errorf("core: transaction rolled back: %w: %q", ErrAddressFull, q.name)
+			}
+		}
+	}
 	if err := t.journal(addrs); err != nil {
 		t.rollback()
 		return fmt.Errorf("core: transaction rolled back: %w", err)
 	}
 	for i, m := range t.sends {
-		b.deliver(addrs[i], m, now, nil)
+		if _, err := b.deliver(addrs[i], m, now, nil); err != nil {
+			// A queue filled up since the check above; the message is
+			// journaled but not on that queue.
+			b.log.Warn().Err(err).Uint64("message", m.ID).Msg("transaction send refused by a full queue")
+		}
 	}
 	for _, r := range t.acks {
 		q := r.q

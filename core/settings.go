@@ -28,7 +28,24 @@ type Settings struct {
 	// DefaultRoutingType for addresses auto-created by a send that does
 	// not say.
 	DefaultRoutingType RoutingType
+	// MaxSizeBytes bounds the body bytes each queue of the address holds
+	// (ready, scheduled and in flight); 0 = unlimited.
+	MaxSizeBytes int64
+	// FullPolicy says what a send to a full queue does: FullDrop drops the
+	// message for that queue (counted in its Dropped statistic and
+	// logged), FullFail fails the send with ErrAddressFull.
+	FullPolicy FullPolicy
 }
+
+// FullPolicy is what happens to a message sent to a full queue.
+type FullPolicy string
+
+// The full policies. Blocking producers and paging to disk come with
+// bounded memory (issue 9).
+const (
+	FullDrop FullPolicy = "DROP"
+	FullFail FullPolicy = "FAIL"
+)
 
 // DefaultSettings is the table every address starts from:
 //
@@ -38,6 +55,8 @@ type Settings struct {
 //	redelivery-delay       0 (multiplier 1, max delay 0 = 10 × delay)
 //	auto-create            true
 //	default-routing-type   anycast
+//	max-size-bytes         0 (unlimited)
+//	address-full-policy    DROP
 func DefaultSettings() Settings {
 	return Settings{
 		DeadLetterAddress:    "DLQ",
@@ -46,6 +65,7 @@ func DefaultSettings() Settings {
 		RedeliveryMultiplier: 1,
 		AutoCreate:           true,
 		DefaultRoutingType:   Anycast,
+		FullPolicy:           FullDrop,
 	}
 }
 
@@ -64,6 +84,8 @@ type AddressSettings struct {
 	MaxRedeliveryDelay   *time.Duration `yaml:"max-redelivery-delay"`
 	AutoCreate           *bool          `yaml:"auto-create"`
 	DefaultRoutingType   *string        `yaml:"default-routing-type"`
+	MaxSizeBytes         *int64         `yaml:"max-size-bytes"`
+	FullPolicy           *string        `yaml:"address-full-policy"`
 }
 
 // Validate checks the pattern and the values.
@@ -82,6 +104,12 @@ func (a *AddressSettings) Validate() error {
 	}
 	if a.RedeliveryMultiplier != nil && *a.RedeliveryMultiplier < 1 {
 		return fmt.Errorf("address settings %q: redelivery-multiplier must be >= 1", a.Match)
+	}
+	if a.MaxSizeBytes != nil && *a.MaxSizeBytes < 0 {
+		return fmt.Errorf("address settings %q: max-size-bytes must be >= 0", a.Match)
+	}
+	if a.FullPolicy != nil && FullPolicy(*a.FullPolicy) != FullDrop && FullPolicy(*a.FullPolicy) != FullFail {
+		return fmt.Errorf("address settings %q: address-full-policy must be DROP or FAIL (BLOCK and PAGE come with paging)", a.Match)
 	}
 	if a.DefaultRoutingType != nil {
 		rt, err := ParseRoutingType(*a.DefaultRoutingType)
@@ -116,6 +144,12 @@ func (a *AddressSettings) applyTo(s *Settings) {
 	}
 	if a.DefaultRoutingType != nil {
 		s.DefaultRoutingType, _ = ParseRoutingType(*a.DefaultRoutingType)
+	}
+	if a.MaxSizeBytes != nil {
+		s.MaxSizeBytes = *a.MaxSizeBytes
+	}
+	if a.FullPolicy != nil {
+		s.FullPolicy = FullPolicy(*a.FullPolicy)
 	}
 }
 
