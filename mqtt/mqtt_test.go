@@ -35,11 +35,16 @@ func (denyBob) Authenticate(_ context.Context, login, _ string) (string, error) 
 
 func startBroker(t *testing.T) *testBroker {
 	t.Helper()
+	return startBrokerWith(t, mqtt.Config{})
+}
+
+func startBrokerWith(t *testing.T, cfg mqtt.Config) *testBroker {
+	t.Helper()
 	b, err := core.New(core.Config{Authenticator: denyBob{}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := mqtt.New(mqtt.Config{}, b)
+	srv, err := mqtt.New(cfg, b)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -521,4 +526,21 @@ func TestSlowSubscriberDoesNotDelayOthers(t *testing.T) {
 		}
 	}
 	t.Logf("fast subscriber got %d messages of 16 KiB in %v while another subscriber did not read", n, time.Since(start))
+}
+
+func TestPersistentSessionByteBudget(t *testing.T) {
+	tb := startBrokerWith(t, mqtt.Config{MaxSessionBytes: 1000})
+	dev := tb.client(t, "dev", func(o *paho.ClientOptions) { o.SetCleanSession(false) })
+	wait(t, dev.Subscribe("feed", 1, nil))
+	dev.Disconnect(100)
+	pub := tb.client(t, "pub")
+	body := make([]byte, 200)
+	for range 10 {
+		// DROP: the publisher is not refused; the session keeps what fits.
+		wait(t, pub.Publish("feed", 1, false, body))
+	}
+	st := tb.broker.Queue("mqtt/dev.q1/feed").Stats()
+	if st.Depth != 5 || st.Dropped != 5 || st.Bytes != 1000 {
+		t.Fatalf("session queue %+v, want 5 kept and 5 dropped (counted)", st)
+	}
 }

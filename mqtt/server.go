@@ -35,6 +35,11 @@ type Config struct {
 	// mochi drops QoS 0 deliveries to that client (counted), so a slow
 	// subscriber never delays another client. Default 8192.
 	MaxWritesPending int
+	// MaxSessionBytes is the byte budget of each subscription of a
+	// persistent session (what waits for an offline device); overflow
+	// follows the address's full policy (DROP by default: counted in the
+	// queue's Dropped statistic and logged). Default 64 MiB.
+	MaxSessionBytes int64
 	// BridgeCredit is the window of messages the bridge takes from core
 	// before injecting them into mochi. Default 1024.
 	BridgeCredit int
@@ -54,6 +59,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxWritesPending <= 0 {
 		c.MaxWritesPending = 8192
+	}
+	if c.MaxSessionBytes <= 0 {
+		c.MaxSessionBytes = 64 << 20
 	}
 	if c.BridgeCredit <= 0 {
 		c.BridgeCredit = 1024

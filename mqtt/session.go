@@ -135,6 +135,7 @@ func (p *pclient) subscribe(filter string, qos byte) {
 	} else {
 		opts.Address = FilterToPattern(filter)
 		opts.SubscriptionName = subName(filter, qos)
+		opts.MaxBytes = p.br.s.cfg.MaxSessionBytes
 	}
 	cons, err := p.sess.Subscribe(opts)
 	if err != nil {

@@ -63,6 +63,8 @@ func defaultConfig() Config {
 			MaxPacketSize:  10 << 20,
 			SessionExpiry:  time.Hour,
 			ReceiveMaximum: 1024,
+
+			MaxSessionBytes: 64 << 20,
 		},
 		Persistence: PersistenceConfig{
 			Enabled:         true,
@@ -84,6 +86,8 @@ type MQTTConfig struct {
 	MaxPacketSize  ByteSize      `yaml:"max-packet-size"`
 	SessionExpiry  time.Duration `yaml:"max-session-expiry"`
 	ReceiveMaximum int           `yaml:"receive-maximum"`
+	// MaxSessionBytes is each persistent-session subscription's budget.
+	MaxSessionBytes ByteSize `yaml:"max-session-bytes"`
 }
 
 // PersistenceConfig configures the journals under the data directory.
@@ -234,6 +238,7 @@ var options = []option{
 	intOpt("stomp-prefetch", "stomp.prefetch", "default STOMP subscription prefetch window", func(c *Config) *int { return &c.Stomp.Prefetch }),
 	stringOpt("mqtt", "mqtt.listen", "MQTT listen address (empty disables)", func(c *Config) *string { return &c.MQTT.Listen }),
 	sizeOpt("mqtt-max-packet-size", "mqtt.max-packet-size", "largest MQTT packet accepted", func(c *Config) *ByteSize { return &c.MQTT.MaxPacketSize }),
+	sizeOpt("mqtt-max-session-bytes", "mqtt.max-session-bytes", "bytes one persistent-session subscription holds for an offline device", func(c *Config) *ByteSize { return &c.MQTT.MaxSessionBytes }),
 	durationOpt("mqtt-max-session-expiry", "mqtt.max-session-expiry", "longest time a disconnected MQTT session is kept", func(c *Config) *time.Duration { return &c.MQTT.SessionExpiry }),
 	boolOpt("persistence", "persistence.enabled", "keep durable messages in the journal (false: memory only)", func(c *Config) *bool { return &c.Persistence.Enabled }),
 	sizeOpt("journal-file-size", "persistence.journal-file-size", "size of each journal file", func(c *Config) *ByteSize { return &c.Persistence.FileSize }),
@@ -367,6 +372,9 @@ func (c *Config) validate() []fieldError {
 	}
 	if c.MQTT.SessionExpiry < time.Second {
 		bad("mqtt.max-session-expiry", "must be at least 1s")
+	}
+	if c.MQTT.MaxSessionBytes < 1024 {
+		bad("mqtt.max-session-bytes", "must be at least 1KiB")
 	}
 	if c.MQTT.ReceiveMaximum < 1 || c.MQTT.ReceiveMaximum > 65535 {
 		bad("mqtt.receive-maximum", "must be between 1 and 65535")

@@ -136,6 +136,7 @@ func start(cfg Config, logw io.Writer) (*instance, error) {
 			MaxPacketSize:    int(cfg.MQTT.MaxPacketSize),
 			MaxSessionExpiry: cfg.MQTT.SessionExpiry,
 			ReceiveMaximum:   cfg.MQTT.ReceiveMaximum,
+			MaxSessionBytes:  int64(cfg.MQTT.MaxSessionBytes),
 			Logger:           log.With().Str("component", "mqtt").Logger(),
 		}, b)
 		if err != nil {
