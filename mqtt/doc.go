@@ -35,6 +35,31 @@
 //     matching MQTT subscribers: QoS 1 if the message is durable (capped
 //     by the subscription's QoS), else QoS 0.
 //
+// # Subscriptions core serves
+//
+// Two kinds of subscription are served from core instead of mochi's
+// fan-out (mochi keeps them in the client's session state for SUBACK
+// and UNSUBSCRIBE, but not in its fan-out index):
+//
+//   - Every subscription of a persistent session (MQTT 3 clean session
+//     false, MQTT 5 session expiry > 0) is a durable core subscription of
+//     the client id "mqtt/<id>", named "q<QoS>/<filter>". Its messages
+//     are journaled: they wait while the device is away, survive a
+//     restart and kill -9, and a QoS 1/2 publish reaching one is
+//     acknowledged only after the journal's sync. Each has a byte budget
+//     (Config.MaxSessionBytes); overflow follows the address's full
+//     policy (DROP by default, counted). A clean start discards the
+//     session's subscriptions.
+//   - MQTT 5 shared subscriptions $share/GROUP/filter are core shared
+//     subscriptions named GROUP on the filter's pattern, so a STOMP
+//     subscriber with shared-subscription-name:GROUP on the same topic
+//     pattern competes in the same group.
+//
+// Their deliveries are written to the connection by a per-connection
+// writer: QoS 1 for a durable message on a QoS 1 or 2 subscription
+// (acked in core on the client's PUBACK), else QoS 0 (acked once
+// written). Wills are published by mochi and passed on to core.
+//
 // Field mapping (MQTT 5 properties; 3.1.1 has only the payload):
 //
 //	payload                    Body, byte for byte
