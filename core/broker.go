@@ -57,6 +57,7 @@ type Broker struct {
 	gen       uint64              // guarded by mu: bumps on every binding change
 	closed    bool                // guarded by mu
 
+	retained       retainedStore
 	msgs           MessageJournal
 	bindings       Journal
 	large          LargeStore
@@ -111,6 +112,7 @@ func New(cfg Config) (*Broker, error) {
 		queues:    make(map[string]*Queue),
 		clientIDs: make(map[string]*Session),
 		done:      make(chan struct{}),
+		retained:  retainedStore{byAddr: make(map[string]*Message), ids: make(map[string]uint64)},
 		msgs:      cfg.Messages,
 		bindings:  cfg.Bindings,
 		large:     cfg.Large,

@@ -251,6 +251,9 @@ func (b *Broker) recover() (RecoveryStats, error) {
 	}
 	err := b.msgs.Replay(func(id uint64, ut uint16, p []byte) error {
 		flush()
+		if ut == recRetained {
+			return b.restoreRetained(id, p)
+		}
 		if ut != recMessage {
 			return fmt.Errorf("%w: message record type %d", errCorruptRecord, ut)
 		}
@@ -270,6 +273,9 @@ func (b *Broker) recover() (RecoveryStats, error) {
 		cur = &pending{m: m, queues: qs}
 		return nil
 	}, func(id uint64, ut uint16, p []byte) error {
+		if cur == nil {
+			return fmt.Errorf("%w: update %d of record %d without a message", errCorruptRecord, ut, id)
+		}
 		d := &decoder{b: p}
 		switch ut {
 		case recAckRef:

@@ -473,3 +473,22 @@ func bytesOf(n int) []byte {
 	}
 	return b
 }
+
+func TestRetainedMessagesSurviveRestart(t *testing.T) {
+	msgs, bindings := newMemJournal(), newMemJournal()
+	b1 := durableBroker(t, msgs, bindings)
+	for _, body := range []string{"open", "closed"} {
+		if err := b1.Retain(&Message{Address: "door", Body: []byte(body)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b1.Retain(&Message{Address: "light", Body: []byte("on")})
+	b1.Retain(&Message{Address: "light"}) // cleared
+	b1.Close()
+	b2 := durableBroker(t, msgs, bindings)
+	got := b2.Retained()
+	if len(got) != 1 || got[0].Address != "door" || string(got[0].Body) != "closed" {
+		t.Fatalf("retained after restart: %+v", got)
+	}
+	waitLive(t, msgs, 1)
+}
