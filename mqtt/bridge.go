@@ -243,7 +243,13 @@ func (br *bridge) OnPublish(cl *mochi.Client, pk packets.Packet) (packets.Packet
 	if q := br.b.Queue(m.Address); q != nil && q.RoutingType() == core.Anycast {
 		m.RoutingType = core.Anycast // a device feeding a work queue
 	}
-	if err := sess.Send(context.Background(), m); err != nil {
+	err := sess.Send(context.Background(), m)
+	if err == nil && pk.FixedHeader.Retain {
+		// mochi keeps the retained message for its subscribers; core's
+		// copy is journaled so that it survives a restart.
+		err = br.b.Retain(m)
+	}
+	if err != nil {
 		br.log.Warn().Err(err).Str("client", cl.ID).Str("topic", pk.TopicName).Msg("mqtt publish not accepted")
 		if cl.Properties.ProtocolVersion == 5 && pk.FixedHeader.Qos > 0 {
 			return pk, packets.ErrUnspecifiedError // PUBACK/PUBREC with reason 0x80

@@ -102,6 +102,15 @@ func New(cfg Config, b *core.Broker) (*Server, error) {
 		br.close()
 		return nil, err
 	}
+	// Retained messages kept by core (journaled) go back into mochi's
+	// store, which serves them to new subscribers.
+	now := time.Now()
+	for _, m := range b.Retained() {
+		pk := publishFromMessage(m, now)
+		pk.FixedHeader.Retain = true
+		pk.Created = now.Unix()
+		ms.Topics.RetainMessage(pk)
+	}
 	if err := ms.AddListener(s.stub); err != nil {
 		br.close()
 		return nil, err

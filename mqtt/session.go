@@ -123,9 +123,13 @@ func (p *pclient) subscribe(filter string, qos byte) {
 		p.drop(old)
 	}
 	s := &psub{filter: filter, qos: qos}
+	credit := p.br.s.cfg.ReceiveMaximum
+	if rm := int(p.cl.Properties.Props.ReceiveMaximum); rm > 0 && rm < credit {
+		credit = rm // the client's Receive Maximum bounds what is in flight to it [MQTT-3.3.4-7]
+	}
 	opts := core.ConsumerOptions{
 		RoutingType: core.Multicast,
-		Credit:      p.br.s.cfg.ReceiveMaximum,
+		Credit:      credit,
 		Handler:     func(d core.Delivery) { p.push(outgoing{d, s}) },
 	}
 	if group, f, ok := splitShared(filter); ok {

@@ -133,6 +133,9 @@ func TestMQTTPersistentSessionSurvivesRestart(t *testing.T) {
 	}
 	dev.Disconnect(100)
 	pub := connect("ctl", true, nil)
+	if tok := pub.Publish("meters/7/config", 1, true, "retained-config"); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
+		t.Fatal(tok.Error())
+	}
 	for _, body := range []string{"a", "b", "c"} {
 		// PUBACK comes after the journal has the message.
 		if tok := pub.Publish("meters/7/cmd", 1, false, body); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
@@ -159,6 +162,19 @@ func TestMQTTPersistentSessionSurvivesRestart(t *testing.T) {
 		case <-time.After(5 * time.Second):
 			t.Fatalf("message %q lost across the restart", want)
 		}
+	}
+	// The retained message survived the restart too.
+	retained := make(chan paho.Message, 1)
+	if tok := dev.Subscribe("meters/7/config", 1, func(_ paho.Client, m paho.Message) { retained <- m }); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
+		t.Fatal(tok.Error())
+	}
+	select {
+	case m := <-retained:
+		if string(m.Payload()) != "retained-config" || !m.Retained() {
+			t.Fatalf("retained after restart: %q retained=%v", m.Payload(), m.Retained())
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("retained message lost across the restart")
 	}
 }
 
