@@ -60,6 +60,10 @@
 // (acked in core on the client's PUBACK), else QoS 0 (acked once
 // written). Wills are published by mochi and passed on to core.
 //
+// Retained messages are served by mochi; each is also kept by core's
+// last-value store (Broker.Retain), journaled, and loaded back into mochi
+// at start, so they survive a restart.
+//
 // Field mapping (MQTT 5 properties; 3.1.1 has only the payload):
 //
 //	payload                    Body, byte for byte
