@@ -59,6 +59,8 @@ fuzz: ## run each fuzz target for FUZZTIME
 	$(GO) test -run='^$$' -fuzz='^FuzzRecordReader$$' -fuzztime=$(FUZZTIME) -fuzzminimizetime=5s ./persistence/journal/
 	$(GO) test -run='^$$' -fuzz='^FuzzDecodeMessage$$' -fuzztime=$(FUZZTIME) -fuzzminimizetime=5s ./core/
 	$(GO) test -run='^$$' -fuzz='^FuzzConn$$' -fuzztime=$(FUZZTIME) -fuzzminimizetime=5s ./stomp/
+	$(GO) test -run='^$$' -fuzz='^FuzzConn$$' -fuzztime=$(FUZZTIME) -fuzzminimizetime=5s ./mqtt/
+	$(GO) test -run='^$$' -fuzz='^FuzzTopicRoundTrip$$' -fuzztime=$(FUZZTIME) -fuzzminimizetime=5s ./mqtt/
 
 clean: ## remove build output
 	rm -rf bin
