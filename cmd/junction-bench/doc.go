@@ -1,11 +1,14 @@
 // Command junction-bench is Junction's load generator. It measures STOMP
 // brokers over loopback with the go-stomp client
-// (github.com/go-stomp/stomp/v3), so that Junction and its peers (ActiveMQ
-// Classic, RabbitMQ) are measured by the same client, side by side.
+// (github.com/go-stomp/stomp/v3), and MQTT brokers with the paho v3 client
+// (github.com/eclipse/paho.mqtt.golang), so that Junction and its peers
+// (ActiveMQ Classic, RabbitMQ, Mosquitto) are measured by the same client,
+// side by side.
 //
 // Usage:
 //
 //	junction-bench stomp -addr 127.0.0.1:61613 -scenario S [flags]
+//	junction-bench mqtt -addr 127.0.0.1:1883 -scenario S [flags]
 //
 // Run "junction-bench stomp -h" for every flag. Each run uses a fresh
 // destination (/queue/bench.<scenario>.<random> or /topic/...), runs for
@@ -74,6 +77,47 @@
 // bounded drain ended (for fanout, missing deliveries); -1 means producers
 // had not finished by then. A non-zero value means a backlog, or lost
 // messages.
+//
+// # MQTT scenarios
+//
+// The mqtt subcommand speaks MQTT 3.1.1 with paho (no automatic reconnect,
+// keep-alive 60 s); a lost connection fails the run. Each run uses a fresh
+// topic bench/<scenario>/<random>, and prints one line (or JSON object)
+// per run, plus a median line with -runs N, as for STOMP. Payloads carry
+// the send time in their first 8 bytes, as STOMP bodies do.
+//
+// qos1: one publisher sends QoS 1 with up to -inflight (default 200)
+// publishes unacknowledged (paho's asynchronous Publish tokens behind a
+// semaphore; a message is confirmed when its token completes without
+// error, i.e. on PUBACK) to one subscriber with a persistent session
+// (clean session false, client id -client-id, QoS 1 subscription,
+// SetOrderMatters(false), a handler that only does atomics). The session is
+// cleared by a clean connect before and after the run. It reports
+// published, confirmed and delivered msgs/s, Publish-to-PUBACK latency
+// (confirm_p50/confirm_p99) and, with -pid, broker CPU per confirmed
+// message.
+//
+// fanout: one publisher sends QoS 0 as fast as paho allows until the end
+// of the window to -subscribers (default 10) QoS 0 subscribers of the
+// topic. Probes first make sure every subscriber is receiving. It reports
+// published msgs/s and deliveries/s (summed over subscribers), and
+// undrained: deliveries still missing when the bounded drain ended.
+//
+// connect: -clients (default 8) workers each connect a fresh paho client
+// (clean session, unique id), then disconnect it (DISCONNECT), over and
+// over; it reports completed cycles per second, failed connects (errors)
+// and dial-to-CONNACK latency (connect_p50/connect_p99).
+//
+// idle: opens -conns (default 10000) connections, -concurrency (default
+// 64) at a time, each with a hand-written MQTT 3.1.1 CONNECT (clean
+// session, keep-alive 600 s) answered by CONNACK, and holds them with no
+// paho client, so this tool's memory stays small. It reads the broker's
+// VmRSS from /proc/PID/status (-pid is required) before opening and -settle
+// (default 2 s) after the last CONNACK, and reports
+// rss_kib_per_conn = (after - before) / conns. closed_by_broker counts
+// connections found closed after settling. The tool raises its own
+// RLIMIT_NOFILE soft limit to the hard limit at start, and refuses -conns
+// above it.
 //
 // # Limits
 //

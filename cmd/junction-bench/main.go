@@ -35,6 +35,7 @@ const topUsage = `usage: junction-bench <protocol> [flags]
 
 protocols:
   stomp   measure a STOMP broker with the go-stomp client (junction-bench stomp -h)
+  mqtt    measure an MQTT broker with the paho client (junction-bench mqtt -h)
 `
 
 // run is the whole program, with its I/O passed in so tests can call it.
@@ -50,6 +51,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		return runSTOMP(ctx, cfg, stdout, stderr)
+	case "mqtt":
+		cfg, err := parseMQTTFlags(args[1:], stderr)
+		if err != nil {
+			return err
+		}
+		return runMQTT(ctx, cfg, stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, topUsage)
 		return nil

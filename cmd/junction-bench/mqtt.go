@@ -1,0 +1,1282 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	mqtt "github.com/eclipse/paho.mqtt.golang"
+)
+
+// MQTT scenario names accepted by -scenario of the mqtt subcommand.
+const (
+	mqQoS1    = "qos1"
+	mqFanout  = "fanout"
+	mqConnect = "connect"
+	mqIdle    = "idle"
+)
+
+var mqttScenarios = []string{mqQoS1, mqFanout, mqConnect, mqIdle}
+
+// Fixed bounds of the MQTT scenarios that no flag controls.
+const (
+	mqttKeepAlive    = 60 * time.Second // paho clients: a PINGREQ at most every minute
+	mqttPingTimeout  = 20 * time.Second // a loaded broker may answer a PINGREQ late
+	mqttWriteTimeout = 10 * time.Second // paho: Publish hand-off and socket writes
+	mqttQuiesce      = 250              // ms paho's Disconnect waits for DISCONNECT to be written
+	idleKeepAlive    = 600              // seconds, in the idle scenario's raw CONNECT
+	fdReserve        = 64               // descriptors kept free besides the idle connections
+	connectBackoff   = 10 * time.Millisecond
+)
+
+// mqttConfig is one validated "mqtt" command line.
+type mqttConfig struct {
+	addr        string // as given
+	dialAddr    string // resolved loopback ip:port
+	scenario    string
+	size        int
+	duration    time.Duration
+	warmup      time.Duration
+	drain       time.Duration
+	settle      time.Duration // idle: wait before reading the broker's RSS
+	inflight    int           // qos1: publishes unacknowledged at most
+	subscribers int           // fanout
+	clients     int           // connect: concurrent workers
+	conns       int           // idle: connections held open
+	concurrency int           // idle: connections being opened at once
+	clientID    string        // qos1: the persistent subscriber's client id
+	username    string
+	password    string
+	pid         int
+	runs        int
+	json        bool
+	dialTimeout time.Duration
+}
+
+// parseMQTTFlags parses and validates the flags of the mqtt subcommand.
+// Zero for the scenario-specific counts means the scenario's default.
+func parseMQTTFlags(args []string, stderr io.Writer) (*mqttConfig, error) {
+	c := &mqttConfig{}
+	fs := flag.NewFlagSet("junction-bench mqtt", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&c.addr, "addr", "127.0.0.1:1883", "broker MQTT `host:port` (loopback only)")
+	fs.StringVar(&c.scenario, "scenario", mqQoS1, "one of "+strings.Join(mqttScenarios, ", "))
+	fs.IntVar(&c.size, "size", 1024, "qos1, fanout: payload size in bytes (at least 8: the first 8 carry the send time)")
+	fs.DurationVar(&c.duration, "duration", 10*time.Second, "measured window (not idle)")
+	fs.DurationVar(&c.warmup, "warmup", 2*time.Second, "load before the measured window (not idle)")
+	fs.DurationVar(&c.drain, "drain", 10*time.Second, "qos1, fanout: at most this long after the window for PUBACKs and deliveries to arrive")
+	fs.DurationVar(&c.settle, "settle", 2*time.Second, "idle: wait after the last CONNACK before reading the broker's RSS")
+	fs.IntVar(&c.inflight, "inflight", 0, "qos1: QoS 1 publishes outstanding (unacknowledged) at most (default 200)")
+	fs.IntVar(&c.subscribers, "subscribers", 0, "fanout: QoS 0 subscriber connections (default 10)")
+	fs.IntVar(&c.clients, "clients", 0, "connect: concurrent connect/disconnect workers (default 8)")
+	fs.IntVar(&c.conns, "conns", 0, "idle: idle connections to hold open (default 10000)")
+	fs.IntVar(&c.concurrency, "concurrency", 0, "idle: connections opened at once (default 64)")
+	fs.StringVar(&c.clientID, "client-id", "junction-bench-qos1-sub", "qos1: client id of the persistent-session subscriber")
+	fs.StringVar(&c.username, "username", "", "MQTT user name (empty: none)")
+	fs.StringVar(&c.password, "password", "", "MQTT password")
+	fs.IntVar(&c.pid, "pid", 0, "broker process id: report its CPU time per message from /proc/PID/stat (idle: required, for VmRSS)")
+	fs.IntVar(&c.runs, "runs", 1, "repetitions; with more than one, a median line follows")
+	fs.BoolVar(&c.json, "json", false, "print one JSON object per line instead of text")
+	fs.DurationVar(&c.dialTimeout, "dial-timeout", 5*time.Second, "TCP connect plus MQTT CONNECT/CONNACK timeout")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: junction-bench mqtt -addr 127.0.0.1:1883 -scenario S [flags]\n\nscenarios: %s\n\nflags:\n", strings.Join(mqttScenarios, ", "))
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil, err
+		}
+		return nil, errUsage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "unexpected arguments: %q\n", fs.Args())
+		fs.Usage()
+		return nil, errUsage
+	}
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), c.dialTimeout)
+	defer cancel()
+	da, err := loopbackAddr(ctx, c.addr)
+	if err != nil {
+		return nil, err
+	}
+	c.dialAddr = da
+	return c, nil
+}
+
+// validate fills scenario defaults and checks ranges.
+func (c *mqttConfig) validate() error {
+	if !slices.Contains(mqttScenarios, c.scenario) {
+		return fmt.Errorf("unknown -scenario %q (want one of %s)", c.scenario, strings.Join(mqttScenarios, ", "))
+	}
+	if c.size < minBodySize || c.size > maxBodySize {
+		return fmt.Errorf("-size %d out of range [%d, %d]", c.size, minBodySize, maxBodySize)
+	}
+	if c.duration <= 0 || c.duration > time.Hour {
+		return fmt.Errorf("-duration %v out of range (0, 1h]", c.duration)
+	}
+	if c.warmup < 0 || c.warmup > 10*time.Minute {
+		return fmt.Errorf("-warmup %v out of range [0, 10m]", c.warmup)
+	}
+	if c.drain < 0 || c.drain > 10*time.Minute {
+		return fmt.Errorf("-drain %v out of range [0, 10m]", c.drain)
+	}
+	if c.settle < 0 || c.settle > 10*time.Minute {
+		return fmt.Errorf("-settle %v out of range [0, 10m]", c.settle)
+	}
+	if c.dialTimeout <= 0 || c.dialTimeout > time.Minute {
+		return fmt.Errorf("-dial-timeout %v out of range (0, 1m]", c.dialTimeout)
+	}
+	if c.runs < 1 || c.runs > 100 {
+		return fmt.Errorf("-runs %d out of range [1, 100]", c.runs)
+	}
+	if c.pid < 0 {
+		return fmt.Errorf("-pid %d is negative", c.pid)
+	}
+	if c.clientID == "" || len(c.clientID) > 65535 {
+		return errors.New("-client-id must be 1 to 65535 bytes")
+	}
+	if c.inflight < 0 || c.subscribers < 0 || c.clients < 0 || c.conns < 0 || c.concurrency < 0 {
+		return errors.New("-inflight, -subscribers, -clients, -conns and -concurrency must not be negative")
+	}
+	// MQTT packet ids are 16 bits, so a client has at most 65535 publishes in flight.
+	if c.inflight > 65535 || c.subscribers > 1000 || c.clients > 1000 || c.conns > 1000000 || c.concurrency > 1024 {
+		return errors.New("-inflight is limited to 65535, -subscribers and -clients to 1000, -conns to 1000000, -concurrency to 1024")
+	}
+	for _, f := range []struct {
+		name     string
+		set      bool
+		scenario string
+	}{
+		{"-inflight", c.inflight != 0, mqQoS1},
+		{"-subscribers", c.subscribers != 0, mqFanout},
+		{"-clients", c.clients != 0, mqConnect},
+		{"-conns", c.conns != 0, mqIdle},
+		{"-concurrency", c.concurrency != 0, mqIdle},
+	} {
+		if f.set && c.scenario != f.scenario {
+			return fmt.Errorf("%s applies to %s only", f.name, f.scenario)
+		}
+	}
+	switch c.scenario {
+	case mqQoS1:
+		c.inflight = cmp0(c.inflight, 200)
+	case mqFanout:
+		c.subscribers = cmp0(c.subscribers, 10)
+	case mqConnect:
+		c.clients = cmp0(c.clients, 8)
+	case mqIdle:
+		c.conns = cmp0(c.conns, 10000)
+		c.concurrency = min(cmp0(c.concurrency, 64), c.conns)
+		if c.pid == 0 {
+			return errors.New("idle needs -pid (the broker's process id) to read its resident memory")
+		}
+	}
+	return nil
+}
+
+// raiseNoFile raises this process's RLIMIT_NOFILE soft limit to the hard
+// limit and returns the soft limit now in force.
+func raiseNoFile() (uint64, error) {
+	var rl syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil {
+		return 0, fmt.Errorf("getrlimit NOFILE: %w", err)
+	}
+	if rl.Cur < rl.Max {
+		rl.Cur = rl.Max
+		if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil {
+			return 0, fmt.Errorf("setrlimit NOFILE to %d: %w", rl.Max, err)
+		}
+		if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil {
+			return 0, fmt.Errorf("getrlimit NOFILE: %w", err)
+		}
+	}
+	return rl.Cur, nil
+}
+
+// runMQTT runs cfg.runs repetitions, printing a line for each and then,
+// with more than one, a line with the medians.
+func runMQTT(ctx context.Context, cfg *mqttConfig, stdout, stderr io.Writer) error {
+	nofile, err := raiseNoFile()
+	if err != nil {
+		return err
+	}
+	if cfg.scenario == mqIdle && uint64(cfg.conns)+fdReserve > nofile {
+		return fmt.Errorf("-conns %d exceeds this tool's open-file limit %d (less %d kept free); raise the hard limit (ulimit -Hn)", cfg.conns, nofile, fdReserve)
+	}
+	if cfg.pid > 0 {
+		if _, err := procCPU(cfg.pid); err != nil {
+			return fmt.Errorf("-pid %d: %w", cfg.pid, err)
+		}
+	}
+	var results []*mqttResult
+	for i := 1; i <= cfg.runs; i++ {
+		if i > 1 {
+			select {
+			case <-time.After(runPause):
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		r, err := runMQTTOnce(ctx, cfg, strconv.Itoa(i))
+		if err != nil {
+			return fmt.Errorf("mqtt %s run %d: %w", cfg.scenario, i, err)
+		}
+		if err := r.write(stdout, cfg.json); err != nil {
+			return err
+		}
+		results = append(results, r)
+	}
+	if len(results) > 1 {
+		return medianMQTT(results).write(stdout, cfg.json)
+	}
+	return nil
+}
+
+// mqttBench is the state of one MQTT run. Clients update the counters;
+// the scenario function owns everything else.
+type mqttBench struct {
+	cfg   *mqttConfig
+	topic string
+	tag   string    // random, makes client ids unique to the run
+	base  time.Time // send stamps are time.Since(base)
+
+	stop      chan struct{} // closed when publishers and workers must stop
+	stopped   atomic.Bool   // same, cheap to poll
+	measuring atomic.Bool   // inside the measured window: record latencies
+	tearing   atomic.Bool   // teardown began: errors from here on are expected
+
+	published atomic.Int64 // PUBLISH packets handed to paho's writer
+	confirmed atomic.Int64 // QoS 1 publishes whose token completed without error
+	delivered atomic.Int64 // deliveries counted by subscribers
+	connects  atomic.Int64 // connect: completed connect-and-disconnect cycles
+	errs      atomic.Int64 // connect: failed cycles
+
+	e2e  atomicHist // publish-to-delivery latency, all subscribers
+	conf atomicHist // qos1: Publish to PUBACK; connect: dial to CONNACK
+
+	failOnce sync.Once
+	failErr  error
+	failed   chan struct{}
+}
+
+// fail records the run's first fatal error; errors during teardown are
+// expected and ignored.
+func (b *mqttBench) fail(err error) {
+	if b.tearing.Load() {
+		return
+	}
+	b.failOnce.Do(func() {
+		b.failErr = err
+		close(b.failed)
+	})
+}
+
+// sleep waits d, or until the run fails or ctx ends.
+func (b *mqttBench) sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-b.failed:
+		return b.failErr
+	}
+}
+
+// stopLoad tells publishers and workers to stop; safe to call twice.
+func (b *mqttBench) stopLoad() {
+	if !b.stopped.Swap(true) {
+		close(b.stop)
+	}
+}
+
+// atomicHist is a histogram recorded without locks, so that message
+// handlers running on many goroutines never wait for each other.
+type atomicHist struct {
+	counts [histBuckets]atomic.Uint64
+}
+
+func (h *atomicHist) record(d time.Duration) {
+	if d < 0 {
+		d = 0
+	}
+	h.counts[histIndex(uint64(d))].Add(1)
+}
+
+func (h *atomicHist) snapshot() *histogram {
+	var s histogram
+	for i := range h.counts {
+		c := h.counts[i].Load()
+		s.counts[i] = c
+		s.n += c
+	}
+	return &s
+}
+
+// newClient returns an unconnected paho client (MQTT 3.1.1, no automatic
+// reconnect). With lost set, losing the connection fails the run.
+func (b *mqttBench) newClient(id string, clean, orderMatters, lost bool) mqtt.Client {
+	cfg := b.cfg
+	o := mqtt.NewClientOptions().
+		AddBroker("tcp://" + cfg.dialAddr).
+		SetClientID(id).
+		SetProtocolVersion(4).
+		SetCleanSession(clean).
+		SetOrderMatters(orderMatters).
+		SetAutoReconnect(false).
+		SetConnectRetry(false).
+		SetConnectTimeout(cfg.dialTimeout).
+		SetKeepAlive(mqttKeepAlive).
+		SetPingTimeout(mqttPingTimeout).
+		SetWriteTimeout(mqttWriteTimeout)
+	if cfg.username != "" {
+		o.SetUsername(cfg.username).SetPassword(cfg.password)
+	}
+	if lost {
+		o.SetConnectionLostHandler(func(_ mqtt.Client, err error) {
+			b.fail(fmt.Errorf("%s: connection lost: %w", id, err))
+		})
+	}
+	return mqtt.NewClient(o)
+}
+
+// waitToken waits for t for at most d.
+func waitToken(ctx context.Context, t mqtt.Token, d time.Duration) error {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-t.Done():
+		return t.Error()
+	case <-timer.C:
+		return fmt.Errorf("no answer within %v", d)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// connectClient connects c, bounded by the dial timeout.
+func (b *mqttBench) connectClient(ctx context.Context, c mqtt.Client) error {
+	if err := waitToken(ctx, c.Connect(), b.cfg.dialTimeout+time.Second); err != nil {
+		return fmt.Errorf("CONNECT: %w", err)
+	}
+	return nil
+}
+
+// subscribe subscribes c to b.topic and checks the granted QoS.
+func (b *mqttBench) subscribe(ctx context.Context, c mqtt.Client, qos byte, h mqtt.MessageHandler) error {
+	t := c.Subscribe(b.topic, qos, h)
+	if err := waitToken(ctx, t, b.cfg.dialTimeout); err != nil {
+		return fmt.Errorf("SUBSCRIBE: %w", err)
+	}
+	if st, ok := t.(*mqtt.SubscribeToken); ok {
+		if g, ok := st.Result()[b.topic]; ok && g != qos {
+			return fmt.Errorf("SUBSCRIBE %s: broker granted QoS %d, asked for %d", b.topic, g, qos)
+		}
+	}
+	return nil
+}
+
+// handler returns a message handler that counts stamped deliveries on
+// b.topic and records their latency; ready is set by any message, probes
+// included. It never blocks: atomics only.
+func (b *mqttBench) handler(ready *atomic.Bool) mqtt.MessageHandler {
+	return func(_ mqtt.Client, m mqtt.Message) {
+		if m.Topic() != b.topic {
+			return // left over from an earlier session
+		}
+		if ready != nil {
+			ready.Store(true)
+		}
+		ts := getStamp(m.Payload())
+		if ts == 0 {
+			return // probe
+		}
+		if b.measuring.Load() {
+			b.e2e.record(time.Since(b.base) - ts)
+		}
+		b.delivered.Add(1)
+	}
+}
+
+// mqttSnap is the run's counters and CPU clocks at one instant.
+type mqttSnap struct {
+	at                                                time.Time
+	published, confirmed, delivered, connects, errors int64
+	broker                                            time.Duration
+	self, mach                                        time.Duration
+	selfErr, machErr                                  error
+}
+
+func (b *mqttBench) snap() (mqttSnap, error) {
+	s := mqttSnap{
+		at:        time.Now(),
+		published: b.published.Load(),
+		confirmed: b.confirmed.Load(),
+		delivered: b.delivered.Load(),
+		connects:  b.connects.Load(),
+		errors:    b.errs.Load(),
+	}
+	if b.cfg.pid > 0 {
+		var err error
+		if s.broker, err = procCPU(b.cfg.pid); err != nil {
+			return s, err
+		}
+	}
+	s.self, s.selfErr = procCPU(os.Getpid())
+	s.mach, s.machErr = machineCPU()
+	return s, nil
+}
+
+// measure waits out the warm-up, then the measured window, and returns
+// the snapshots at both ends.
+func (b *mqttBench) measure(ctx context.Context) (s0, s1 mqttSnap, err error) {
+	if err = b.sleep(ctx, b.cfg.warmup); err != nil {
+		return
+	}
+	if s0, err = b.snap(); err != nil {
+		return
+	}
+	b.measuring.Store(true)
+	if err = b.sleep(ctx, b.cfg.duration); err != nil {
+		return
+	}
+	b.measuring.Store(false)
+	s1, err = b.snap()
+	return
+}
+
+// runMQTTOnce performs one run of cfg.scenario.
+func runMQTTOnce(ctx context.Context, cfg *mqttConfig, run string) (*mqttResult, error) {
+	var r [6]byte
+	rand.Read(r[:])
+	tag := hex.EncodeToString(r[:])
+	b := &mqttBench{
+		cfg:    cfg,
+		tag:    tag,
+		topic:  "bench/" + cfg.scenario + "/" + tag,
+		base:   time.Now(),
+		stop:   make(chan struct{}),
+		failed: make(chan struct{}),
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var res *mqttResult
+	var err error
+	switch cfg.scenario {
+	case mqQoS1:
+		res, err = b.runQoS1(ctx)
+	case mqFanout:
+		res, err = b.runFanout(ctx)
+	case mqConnect:
+		res, err = b.runConnect(ctx)
+	case mqIdle:
+		res, err = b.runIdle(ctx)
+	}
+	if err != nil {
+		return nil, err
+	}
+	res.Run = run
+	return res, nil
+}
+
+// disconnectAll disconnects the clients in parallel, each bounded by
+// paho's quiesce time.
+func disconnectAll(cs ...mqtt.Client) {
+	var wg sync.WaitGroup
+	for _, c := range cs {
+		if c != nil {
+			wg.Go(func() { c.Disconnect(mqttQuiesce) })
+		}
+	}
+	wg.Wait()
+}
+
+// wipeSession connects id with a clean session and disconnects, so the
+// broker discards whatever persistent session id had.
+func (b *mqttBench) wipeSession(ctx context.Context, id string) error {
+	c := b.newClient(id, true, true, false)
+	if err := b.connectClient(ctx, c); err != nil {
+		return fmt.Errorf("clearing session %s: %w", id, err)
+	}
+	c.Disconnect(mqttQuiesce)
+	return nil
+}
+
+// pubToken is one outstanding QoS 1 publish.
+type pubToken struct {
+	tok   mqtt.Token
+	start time.Time
+}
+
+// runQoS1: one publisher with up to -inflight QoS 1 publishes outstanding,
+// one persistent-session subscriber.
+func (b *mqttBench) runQoS1(ctx context.Context) (*mqttResult, error) {
+	cfg := b.cfg
+	// A fresh session: no backlog or subscriptions from an earlier run.
+	if err := b.wipeSession(ctx, cfg.clientID); err != nil {
+		return nil, err
+	}
+	sub := b.newClient(cfg.clientID, false, false, true)
+	pub := b.newClient("jb-pub-"+b.tag, true, true, true)
+	var pubDone, collDone chan struct{}
+	defer func() {
+		b.stopLoad()
+		b.tearing.Store(true)
+		if pubDone != nil {
+			waitClosed(pubDone, closeTimeout)
+		}
+		disconnectAll(pub, sub) // fails outstanding tokens, so the collector ends
+		if collDone != nil {
+			waitClosed(collDone, closeTimeout)
+		}
+		b.wipeSession(context.Background(), cfg.clientID) // best effort: leave no session behind
+	}()
+	if err := b.connectClient(ctx, sub); err != nil {
+		return nil, fmt.Errorf("subscriber: %w", err)
+	}
+	if err := b.subscribe(ctx, sub, 1, b.handler(nil)); err != nil {
+		return nil, fmt.Errorf("subscriber: %w", err)
+	}
+	if err := b.connectClient(ctx, pub); err != nil {
+		return nil, fmt.Errorf("publisher: %w", err)
+	}
+
+	// The semaphore bounds the publishes outstanding; the collector waits
+	// for their tokens in order and frees a slot for each. PUBACKs come
+	// back in order, so the confirm latency is measured at the right time.
+	hardDeadline := time.Now().Add(cfg.warmup + cfg.duration + cfg.drain + 30*time.Second)
+	sem := make(chan struct{}, cfg.inflight)
+	tokens := make(chan pubToken, cfg.inflight)
+	var outstanding atomic.Int64
+	pubDone, collDone = make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(collDone)
+		hard := time.NewTimer(time.Until(hardDeadline))
+		defer hard.Stop()
+		for pt := range tokens {
+			select {
+			case <-pt.tok.Done():
+			case <-hard.C:
+				b.fail(errors.New("publisher: PUBACK wait passed the run's hard deadline"))
+				return
+			}
+			if err := pt.tok.Error(); err != nil {
+				b.fail(fmt.Errorf("publisher: QoS 1 publish: %w", err))
+			} else {
+				b.confirmed.Add(1)
+				if b.measuring.Load() {
+					b.conf.record(time.Since(pt.start))
+				}
+			}
+			outstanding.Add(-1)
+			<-sem
+		}
+	}()
+	go func() {
+		defer close(pubDone)
+		defer close(tokens)
+		// paho writes the payload from its own goroutine and keeps it until
+		// the PUBACK, so a body is reused only after its token completed:
+		// with in-order collection, inflight+1 bodies suffice.
+		bodies := make([][]byte, cfg.inflight+1)
+		for i := range bodies {
+			bodies[i] = make([]byte, cfg.size)
+		}
+		for i := 0; !b.stopped.Load(); i++ {
+			select {
+			case sem <- struct{}{}:
+			case <-b.stop:
+				return
+			case <-b.failed:
+				return
+			}
+			body := bodies[i%len(bodies)]
+			putStamp(body, time.Since(b.base))
+			outstanding.Add(1)
+			start := time.Now()
+			tokens <- pubToken{tok: pub.Publish(b.topic, 1, false, body), start: start}
+			b.published.Add(1)
+		}
+	}()
+
+	s0, s1, err := b.measure(ctx)
+	if err != nil {
+		return nil, err
+	}
+	b.stopLoad()
+	// Drain: every PUBACK back and every confirmed message delivered.
+	drainDeadline := s1.at.Add(cfg.drain)
+	drained := func() bool { return isClosed(pubDone) && outstanding.Load() == 0 }
+	for !(drained() && b.delivered.Load() >= b.published.Load()) && time.Now().Before(drainDeadline) {
+		if err := b.sleep(ctx, pollInterval); err != nil {
+			return nil, err
+		}
+	}
+	select {
+	case <-b.failed:
+		return nil, b.failErr
+	default:
+	}
+	res := b.result(s0, s1)
+	res.Inflight = cfg.inflight
+	res.Size = cfg.size
+	res.PublishedPerS = rate(s0.published, s1.published, s0, s1)
+	res.ConfirmedPerS = rate(s0.confirmed, s1.confirmed, s0, s1)
+	res.DeliveredPerS = rate(s0.delivered, s1.delivered, s0, s1)
+	res.E2EP50us, res.E2EP99us = quantiles(b.e2e.snapshot())
+	res.ConfirmP50us, res.ConfirmP99us = quantiles(b.conf.snapshot())
+	b.cpuPer(res, s0, s1, "confirmed", s1.confirmed-s0.confirmed)
+	und := int64(-1) // unknown: PUBACKs still outstanding
+	if drained() {
+		und = max(0, b.published.Load()-b.delivered.Load())
+	}
+	res.Undrained = &und
+	return res, nil
+}
+
+// runFanout: one QoS 0 publisher, -subscribers QoS 0 subscribers.
+func (b *mqttBench) runFanout(ctx context.Context) (*mqttResult, error) {
+	cfg := b.cfg
+	subs := make([]mqtt.Client, 0, cfg.subscribers)
+	ready := make([]atomic.Bool, cfg.subscribers)
+	pub := b.newClient("jb-pub-"+b.tag, true, true, true)
+	var pubDone chan struct{}
+	defer func() {
+		b.stopLoad()
+		b.tearing.Store(true)
+		if pubDone != nil {
+			waitClosed(pubDone, closeTimeout)
+		}
+		disconnectAll(append(subs, pub)...)
+	}()
+	for i := range cfg.subscribers {
+		// Order kept: the handler only does atomics, so paho runs it inline
+		// instead of starting a goroutine per message.
+		c := b.newClient(fmt.Sprintf("jb-sub-%s-%d", b.tag, i), true, true, true)
+		if err := b.connectClient(ctx, c); err != nil {
+			return nil, fmt.Errorf("subscriber %d: %w", i, err)
+		}
+		subs = append(subs, c)
+		if err := b.subscribe(ctx, c, 0, b.handler(&ready[i])); err != nil {
+			return nil, fmt.Errorf("subscriber %d: %w", i, err)
+		}
+	}
+	if err := b.connectClient(ctx, pub); err != nil {
+		return nil, fmt.Errorf("publisher: %w", err)
+	}
+	// Probes (stamp 0, not counted) until every subscriber has one, so no
+	// subscriber misses the first counted message.
+	probe := make([]byte, minBodySize)
+	deadline := time.Now().Add(probeTimeout)
+	for {
+		n := 0
+		for i := range ready {
+			if ready[i].Load() {
+				n++
+			}
+		}
+		if n == len(ready) {
+			break
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("only %d of %d subscribers received a probe within %v", n, len(ready), probeTimeout)
+		}
+		if err := waitToken(ctx, pub.Publish(b.topic, 0, false, probe), mqttWriteTimeout); err != nil {
+			return nil, fmt.Errorf("probe: %w", err)
+		}
+		if err := b.sleep(ctx, probeInterval); err != nil {
+			return nil, err
+		}
+	}
+
+	pubDone = make(chan struct{})
+	go func() {
+		defer close(pubDone)
+		// A QoS 0 token completes once paho has written the packet; a body
+		// is reused only after the token of its previous use completed.
+		const ring = 64
+		bodies := make([][]byte, ring)
+		toks := make([]mqtt.Token, ring)
+		for i := range bodies {
+			bodies[i] = make([]byte, cfg.size)
+		}
+		for i := 0; !b.stopped.Load(); i++ {
+			k := i % ring
+			if t := toks[k]; t != nil {
+				if err := waitToken(context.Background(), t, mqttWriteTimeout+time.Second); err != nil {
+					b.fail(fmt.Errorf("publisher: %w", err))
+					return
+				}
+			}
+			putStamp(bodies[k], time.Since(b.base))
+			t := pub.Publish(b.topic, 0, false, bodies[k])
+			select {
+			case <-t.Done():
+				if err := t.Error(); err != nil {
+					b.fail(fmt.Errorf("publisher: %w", err))
+					return
+				}
+			default:
+			}
+			toks[k] = t
+			b.published.Add(1)
+		}
+		for _, t := range toks { // the last packets are written
+			if t != nil {
+				waitToken(context.Background(), t, mqttWriteTimeout+time.Second)
+			}
+		}
+	}()
+
+	s0, s1, err := b.measure(ctx)
+	if err != nil {
+		return nil, err
+	}
+	b.stopLoad()
+	subsN := int64(cfg.subscribers)
+	drainDeadline := s1.at.Add(cfg.drain)
+	for !(isClosed(pubDone) && b.delivered.Load() >= b.published.Load()*subsN) && time.Now().Before(drainDeadline) {
+		if err := b.sleep(ctx, pollInterval); err != nil {
+			return nil, err
+		}
+	}
+	select {
+	case <-b.failed:
+		return nil, b.failErr
+	default:
+	}
+	res := b.result(s0, s1)
+	res.Subscribers = cfg.subscribers
+	res.Size = cfg.size
+	res.PublishedPerS = rate(s0.published, s1.published, s0, s1)
+	res.DeliveredPerS = rate(s0.delivered, s1.delivered, s0, s1)
+	res.E2EP50us, res.E2EP99us = quantiles(b.e2e.snapshot())
+	b.cpuPer(res, s0, s1, "published", s1.published-s0.published)
+	if res.CPUCores != nil {
+		if d := s1.delivered - s0.delivered; d > 0 {
+			v := float64(s1.broker-s0.broker) / float64(time.Microsecond) / float64(d)
+			res.CPUusPerDelivery = &v
+		}
+	}
+	und := int64(-1)
+	if isClosed(pubDone) {
+		und = max(0, b.published.Load()*subsN-b.delivered.Load())
+	}
+	res.Undrained = &und
+	return res, nil
+}
+
+// runConnect: -clients workers, each connecting a fresh paho client
+// (clean session, unique id) and disconnecting it, over and over.
+func (b *mqttBench) runConnect(ctx context.Context) (*mqttResult, error) {
+	cfg := b.cfg
+	var wg sync.WaitGroup
+	defer func() {
+		b.stopLoad()
+		b.tearing.Store(true)
+		done := make(chan struct{})
+		go func() { wg.Wait(); close(done) }()
+		waitClosed(done, cfg.dialTimeout+2*time.Second)
+	}()
+	for w := range cfg.clients {
+		wg.Go(func() {
+			for i := 0; !b.stopped.Load(); i++ {
+				c := b.newClient(fmt.Sprintf("jb-c-%s-%d-%d", b.tag, w, i), true, true, false)
+				start := time.Now()
+				if err := b.connectClient(ctx, c); err != nil {
+					b.errs.Add(1)
+					select { // a refusing broker must not make this spin
+					case <-time.After(connectBackoff):
+					case <-b.stop:
+					}
+					continue
+				}
+				if b.measuring.Load() {
+					b.conf.record(time.Since(start))
+				}
+				c.Disconnect(mqttQuiesce)
+				b.connects.Add(1)
+			}
+		})
+	}
+	s0, s1, err := b.measure(ctx)
+	if err != nil {
+		return nil, err
+	}
+	res := b.result(s0, s1)
+	res.Clients = cfg.clients
+	res.ConnectsPerS = rate(s0.connects, s1.connects, s0, s1)
+	e := s1.errors - s0.errors
+	res.Errors = &e
+	res.ConnectP50us, res.ConnectP99us = quantiles(b.conf.snapshot())
+	b.cpuPer(res, s0, s1, "connect", s1.connects-s0.connects)
+	return res, nil
+}
+
+// mqttConnectPacket returns an MQTT 3.1.1 CONNECT packet with a clean
+// session and the given keep-alive (seconds).
+func mqttConnectPacket(clientID, username, password string, keepAlive uint16) []byte {
+	flags := byte(0x02) // clean session
+	if username != "" {
+		flags |= 0x80 | 0x40
+	}
+	str := func(dst []byte, s string) []byte {
+		dst = append(dst, byte(len(s)>>8), byte(len(s)))
+		return append(dst, s...)
+	}
+	v := []byte{0, 4, 'M', 'Q', 'T', 'T', 4, flags, byte(keepAlive >> 8), byte(keepAlive)}
+	v = str(v, clientID)
+	if username != "" {
+		v = str(v, username)
+		v = str(v, password)
+	}
+	p := []byte{0x10}
+	for n := len(v); ; { // remaining length, 7 bits a byte
+		d := byte(n % 128)
+		n /= 128
+		if n > 0 {
+			d |= 0x80
+		}
+		p = append(p, d)
+		if n == 0 {
+			break
+		}
+	}
+	return append(p, v...)
+}
+
+// openIdle dials addr and completes an MQTT CONNECT/CONNACK by hand,
+// within timeout.
+func openIdle(ctx context.Context, cfg *mqttConfig, id string) (net.Conn, error) {
+	d := net.Dialer{Timeout: cfg.dialTimeout}
+	nc, err := d.DialContext(ctx, "tcp", cfg.dialAddr)
+	if err != nil {
+		return nil, err
+	}
+	nc.SetDeadline(time.Now().Add(cfg.dialTimeout))
+	if _, err := nc.Write(mqttConnectPacket(id, cfg.username, cfg.password, idleKeepAlive)); err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("CONNECT: %w", err)
+	}
+	var ack [4]byte
+	if _, err := io.ReadFull(nc, ack[:]); err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("CONNACK: %w", err)
+	}
+	if ack[0] != 0x20 || ack[1] != 2 || ack[3] != 0 {
+		nc.Close()
+		return nil, fmt.Errorf("CONNACK refused: % x", ack)
+	}
+	nc.SetDeadline(time.Time{})
+	return nc, nil
+}
+
+// procRSS returns VmRSS of pid in KiB, from /proc/PID/status.
+func procRSS(pid int) (int64, error) {
+	f, err := os.Open("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return 0, fmt.Errorf("broker rss: %w", err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := bytes.CutPrefix(sc.Bytes(), []byte("VmRSS:")); ok {
+			kb, _ := bytes.CutSuffix(bytes.TrimSpace(v), []byte(" kB"))
+			n, err := strconv.ParseInt(string(bytes.TrimSpace(kb)), 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("broker rss: bad VmRSS line %q", sc.Text())
+			}
+			return n, nil
+		}
+	}
+	return 0, fmt.Errorf("broker rss: no VmRSS in /proc/%d/status", pid)
+}
+
+// parallel calls f(i) for every i in [0, n) on workers goroutines and
+// returns the first error; it stops handing out work after an error or
+// once deadline passes.
+func parallel(n, workers int, deadline time.Time, f func(i int) error) error {
+	var next atomic.Int64
+	var once sync.Once
+	var first error
+	var bad atomic.Bool
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for !bad.Load() {
+				i := int(next.Add(1) - 1)
+				if i >= n {
+					return
+				}
+				err := f(i)
+				if err == nil && time.Now().After(deadline) {
+					err = errors.New("deadline passed")
+				}
+				if err != nil {
+					once.Do(func() { first = err })
+					bad.Store(true)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return first
+}
+
+// runIdle opens -conns idle connections by hand and reports the broker's
+// resident memory per connection.
+func (b *mqttBench) runIdle(ctx context.Context) (*mqttResult, error) {
+	cfg := b.cfg
+	conns := make([]net.Conn, cfg.conns)
+	defer func() {
+		// DISCONNECT then close, a few at a time, each write bounded.
+		parallel(len(conns), cfg.concurrency, time.Now().Add(time.Minute), func(i int) error {
+			if nc := conns[i]; nc != nil {
+				nc.SetWriteDeadline(time.Now().Add(closeTimeout))
+				nc.Write([]byte{0xe0, 0})
+				nc.Close()
+			}
+			return nil
+		})
+	}()
+	before, err := procRSS(cfg.pid)
+	if err != nil {
+		return nil, err
+	}
+	cpu0, err := procCPU(cfg.pid)
+	if err != nil {
+		return nil, err
+	}
+	var opened atomic.Int64
+	t0 := time.Now()
+	// Bounded: every dial and handshake by -dial-timeout, the whole by this.
+	deadline := t0.Add(30*time.Second + time.Duration(cfg.conns)*time.Millisecond)
+	err = parallel(cfg.conns, cfg.concurrency, deadline, func(i int) error {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		nc, err := openIdle(ctx, cfg, fmt.Sprintf("jb-idle-%s-%d", b.tag, i))
+		if err != nil {
+			return err
+		}
+		conns[i] = nc
+		opened.Add(1)
+		return nil
+	})
+	openTime := time.Since(t0)
+	if err != nil {
+		return nil, fmt.Errorf("after %d of %d connections: %w", opened.Load(), cfg.conns, err)
+	}
+	cpu1, err := procCPU(cfg.pid)
+	if err != nil {
+		return nil, err
+	}
+	if err := b.sleep(ctx, cfg.settle); err != nil {
+		return nil, err
+	}
+	after, err := procRSS(cfg.pid)
+	if err != nil {
+		return nil, err
+	}
+	// Which connections did the broker close meanwhile? A read that times
+	// out means the connection is still open (the broker sends nothing to
+	// an idle MQTT client).
+	var closed atomic.Int64
+	parallel(len(conns), cfg.concurrency, time.Now().Add(time.Minute), func(i int) error {
+		nc := conns[i]
+		nc.SetReadDeadline(time.Now().Add(time.Millisecond))
+		var one [1]byte
+		if _, err := nc.Read(one[:]); !errors.Is(err, os.ErrDeadlineExceeded) {
+			closed.Add(1)
+		}
+		nc.SetReadDeadline(time.Time{})
+		return nil
+	})
+	res := &mqttResult{
+		Scenario: mqIdle,
+		Addr:     cfg.addr,
+		Conns:    cfg.conns,
+		WindowS:  openTime.Seconds(),
+	}
+	bf, af := float64(before), float64(after)
+	per := (af - bf) / float64(cfg.conns)
+	opr := float64(cfg.conns) / openTime.Seconds()
+	cpuPer := float64(cpu1-cpu0) / float64(time.Microsecond) / float64(cfg.conns)
+	cl := closed.Load()
+	res.RSSBeforeKiB, res.RSSAfterKiB, res.RSSKiBPerConn = &bf, &af, &per
+	res.OpenedPerS = &opr
+	res.CPUusPerMsg, res.CPUBasis = &cpuPer, "connect"
+	res.ClosedByBroker = &cl
+	return res, nil
+}
+
+// result fills the fields every timed scenario shares.
+func (b *mqttBench) result(s0, s1 mqttSnap) *mqttResult {
+	cfg := b.cfg
+	w := s1.at.Sub(s0.at)
+	r := &mqttResult{
+		Scenario: cfg.scenario,
+		Addr:     cfg.addr,
+		WindowS:  w.Seconds(),
+	}
+	if cfg.scenario == mqQoS1 || cfg.scenario == mqFanout {
+		r.Topic = b.topic
+	}
+	if s0.selfErr == nil && s1.selfErr == nil {
+		v := float64(s1.self-s0.self) / float64(w)
+		r.ClientCores = &v
+	}
+	if s0.machErr == nil && s1.machErr == nil {
+		v := float64(s1.mach-s0.mach) / float64(w)
+		r.MachineCores = &v
+	}
+	return r
+}
+
+// cpuPer fills the broker CPU figures (with -pid) per basis message.
+func (b *mqttBench) cpuPer(r *mqttResult, s0, s1 mqttSnap, basis string, n int64) {
+	if b.cfg.pid == 0 {
+		return
+	}
+	cpu := s1.broker - s0.broker
+	cores := float64(cpu) / float64(s1.at.Sub(s0.at))
+	r.CPUCores = &cores
+	r.CPUBasis = basis
+	if n > 0 {
+		v := float64(cpu) / float64(time.Microsecond) / float64(n)
+		r.CPUusPerMsg = &v
+	}
+}
+
+// rate returns (c1-c0) per second of the window between s0 and s1.
+func rate(c0, c1 int64, s0, s1 mqttSnap) *float64 {
+	v := float64(c1-c0) / s1.at.Sub(s0.at).Seconds()
+	return &v
+}
+
+// quantiles returns p50 and p99 in microseconds (-1 when empty).
+func quantiles(h *histogram) (p50, p99 *float64) {
+	a, b := usOf(h.quantile(0.50)), usOf(h.quantile(0.99))
+	return &a, &b
+}
+
+func isClosed(c chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}
+
+// waitClosed waits until c is closed, for at most d.
+func waitClosed(c chan struct{}, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-c:
+	case <-t.C:
+	}
+}
+
+// mqttResult is the outcome of one MQTT run, or the median of several.
+// Rates are per second of the measured window; latencies are microseconds,
+// -1 when nothing was measured. Fields a scenario does not measure are
+// left out of the JSON. JSON field names are stable: scripts read them.
+type mqttResult struct {
+	Scenario    string  `json:"scenario"`
+	Run         string  `json:"run"` // "1", "2", ..., or "median"
+	Addr        string  `json:"addr"`
+	Topic       string  `json:"topic,omitempty"`
+	Size        int     `json:"size,omitempty"`
+	Inflight    int     `json:"inflight,omitempty"`
+	Subscribers int     `json:"subscribers,omitempty"`
+	Clients     int     `json:"clients,omitempty"`
+	Conns       int     `json:"conns,omitempty"`
+	WindowS     float64 `json:"window_s"` // idle: time to open every connection
+
+	PublishedPerS *float64 `json:"published_per_s,omitempty"` // PUBLISH packets written
+	ConfirmedPerS *float64 `json:"confirmed_per_s,omitempty"` // qos1: PUBACKs (tokens without error)
+	DeliveredPerS *float64 `json:"delivered_per_s,omitempty"` // fanout: summed over subscribers
+	ConnectsPerS  *float64 `json:"connects_per_s,omitempty"`  // connect: full cycles
+	OpenedPerS    *float64 `json:"opened_per_s,omitempty"`    // idle: connections opened
+	Errors        *int64   `json:"errors,omitempty"`          // connect: failed connects in the window
+
+	E2EP50us     *float64 `json:"e2e_p50_us,omitempty"`
+	E2EP99us     *float64 `json:"e2e_p99_us,omitempty"`
+	ConfirmP50us *float64 `json:"confirm_p50_us,omitempty"` // qos1: Publish to PUBACK
+	ConfirmP99us *float64 `json:"confirm_p99_us,omitempty"`
+	ConnectP50us *float64 `json:"connect_p50_us,omitempty"` // connect: dial to CONNACK
+	ConnectP99us *float64 `json:"connect_p99_us,omitempty"`
+
+	// idle: the broker's VmRSS before opening and after settling, in KiB.
+	RSSBeforeKiB   *float64 `json:"rss_before_kib,omitempty"`
+	RSSAfterKiB    *float64 `json:"rss_after_kib,omitempty"`
+	RSSKiBPerConn  *float64 `json:"rss_kib_per_conn,omitempty"`
+	ClosedByBroker *int64   `json:"closed_by_broker,omitempty"` // idle: connections found closed after settling
+
+	CPUusPerMsg      *float64 `json:"broker_cpu_us_per_msg,omitempty"`
+	CPUusPerDelivery *float64 `json:"broker_cpu_us_per_delivery,omitempty"`
+	CPUCores         *float64 `json:"broker_cpu_cores,omitempty"`
+	CPUBasis         string   `json:"broker_cpu_basis,omitempty"`
+	ClientCores      *float64 `json:"client_cpu_cores,omitempty"`
+	MachineCores     *float64 `json:"machine_cpu_cores,omitempty"`
+	// Undrained: qos1, messages published but not delivered by the end of
+	// the bounded drain; fanout, deliveries missing; -1 when publishes were
+	// still outstanding.
+	Undrained *int64 `json:"undrained,omitempty"`
+}
+
+// write prints r as one line, JSON or text.
+func (r *mqttResult) write(w io.Writer, asJSON bool) error {
+	if asJSON {
+		b, err := json.Marshal(r)
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(w, "%s\n", b)
+		return err
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "mqtt-%-8s run=%-6s", r.Scenario, r.Run)
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"size", r.Size}, {"inflight", r.Inflight}, {"subscribers", r.Subscribers}, {"clients", r.Clients}, {"conns", r.Conns}} {
+		if f.v > 0 {
+			fmt.Fprintf(&b, " %s=%d", f.name, f.v)
+		}
+	}
+	if r.Scenario == mqIdle {
+		fmt.Fprintf(&b, " open=%.2fs", r.WindowS)
+	} else {
+		fmt.Fprintf(&b, " window=%.2fs", r.WindowS)
+	}
+	rates := []struct {
+		name string
+		v    *float64
+	}{{"published", r.PublishedPerS}, {"confirmed", r.ConfirmedPerS}, {"delivered", r.DeliveredPerS}, {"connects", r.ConnectsPerS}, {"opened", r.OpenedPerS}}
+	if r.Scenario == mqFanout {
+		rates[2].name = "deliveries"
+	}
+	for _, f := range rates {
+		if f.v != nil {
+			fmt.Fprintf(&b, " %s=%.0f/s", f.name, *f.v)
+		}
+	}
+	if r.Errors != nil {
+		fmt.Fprintf(&b, " errors=%d", *r.Errors)
+	}
+	lat := func(name string, p50, p99 *float64) {
+		if p50 != nil && p99 != nil {
+			fmt.Fprintf(&b, " %s_p50=%s %s_p99=%s", name, fmtUs(*p50), name, fmtUs(*p99))
+		}
+	}
+	lat("e2e", r.E2EP50us, r.E2EP99us)
+	lat("confirm", r.ConfirmP50us, r.ConfirmP99us)
+	lat("connect", r.ConnectP50us, r.ConnectP99us)
+	if r.RSSKiBPerConn != nil {
+		fmt.Fprintf(&b, " rss_before=%.0fKiB rss_after=%.0fKiB rss_per_conn=%.2fKiB", *r.RSSBeforeKiB, *r.RSSAfterKiB, *r.RSSKiBPerConn)
+	}
+	if r.ClosedByBroker != nil {
+		fmt.Fprintf(&b, " closed_by_broker=%d", *r.ClosedByBroker)
+	}
+	if r.CPUusPerMsg != nil {
+		fmt.Fprintf(&b, " broker_cpu=%.2fus/%s", *r.CPUusPerMsg, r.CPUBasis)
+		if r.CPUusPerDelivery != nil {
+			fmt.Fprintf(&b, " (%.2fus/delivery)", *r.CPUusPerDelivery)
+		}
+	}
+	if r.CPUCores != nil {
+		fmt.Fprintf(&b, " broker_cores=%.2f", *r.CPUCores)
+	}
+	if r.ClientCores != nil {
+		fmt.Fprintf(&b, " client_cores=%.2f", *r.ClientCores)
+	}
+	if r.MachineCores != nil {
+		fmt.Fprintf(&b, " machine_cores=%.2f", *r.MachineCores)
+	}
+	if r.Undrained != nil {
+		fmt.Fprintf(&b, " undrained=%d", *r.Undrained)
+	}
+	b.WriteByte('\n')
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// medianMQTT returns the median of every figure over rs (at least one);
+// the counts of trouble (errors, undrained, closed_by_broker) are the
+// maximum, so a bad run is never hidden.
+func medianMQTT(rs []*mqttResult) *mqttResult {
+	m := *rs[0]
+	m.Run = "median"
+	m.Topic = ""
+	med := func(get func(*mqttResult) *float64) *float64 {
+		xs := make([]float64, 0, len(rs))
+		for _, r := range rs {
+			if p := get(r); p != nil {
+				xs = append(xs, *p)
+			}
+		}
+		if len(xs) == 0 {
+			return nil
+		}
+		v := median(xs)
+		return &v
+	}
+	worst := func(get func(*mqttResult) *int64) *int64 {
+		var w *int64
+		for _, r := range rs {
+			if p := get(r); p != nil && (w == nil || *p > *w) {
+				v := *p
+				w = &v
+			}
+		}
+		return w
+	}
+	m.WindowS = *med(func(r *mqttResult) *float64 { return &r.WindowS })
+	m.PublishedPerS = med(func(r *mqttResult) *float64 { return r.PublishedPerS })
+	m.ConfirmedPerS = med(func(r *mqttResult) *float64 { return r.ConfirmedPerS })
+	m.DeliveredPerS = med(func(r *mqttResult) *float64 { return r.DeliveredPerS })
+	m.ConnectsPerS = med(func(r *mqttResult) *float64 { return r.ConnectsPerS })
+	m.OpenedPerS = med(func(r *mqttResult) *float64 { return r.OpenedPerS })
+	m.E2EP50us = med(func(r *mqttResult) *float64 { return r.E2EP50us })
+	m.E2EP99us = med(func(r *mqttResult) *float64 { return r.E2EP99us })
+	m.ConfirmP50us = med(func(r *mqttResult) *float64 { return r.ConfirmP50us })
+	m.ConfirmP99us = med(func(r *mqttResult) *float64 { return r.ConfirmP99us })
+	m.ConnectP50us = med(func(r *mqttResult) *float64 { return r.ConnectP50us })
+	m.ConnectP99us = med(func(r *mqttResult) *float64 { return r.ConnectP99us })
+	m.RSSBeforeKiB = med(func(r *mqttResult) *float64 { return r.RSSBeforeKiB })
+	m.RSSAfterKiB = med(func(r *mqttResult) *float64 { return r.RSSAfterKiB })
+	m.RSSKiBPerConn = med(func(r *mqttResult) *float64 { return r.RSSKiBPerConn })
+	m.CPUusPerMsg = med(func(r *mqttResult) *float64 { return r.CPUusPerMsg })
+	m.CPUusPerDelivery = med(func(r *mqttResult) *float64 { return r.CPUusPerDelivery })
+	m.CPUCores = med(func(r *mqttResult) *float64 { return r.CPUCores })
+	m.ClientCores = med(func(r *mqttResult) *float64 { return r.ClientCores })
+	m.MachineCores = med(func(r *mqttResult) *float64 { return r.MachineCores })
+	m.Errors = worst(func(r *mqttResult) *int64 { return r.Errors })
+	m.Undrained = worst(func(r *mqttResult) *int64 { return r.Undrained })
+	m.ClosedByBroker = worst(func(r *mqttResult) *int64 { return r.ClosedByBroker })
+	return &m
+}
