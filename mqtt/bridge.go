@@ -29,8 +29,19 @@ type clientState struct {
 	cl   *mochi.Client
 	sess *core.Session
 
-	mu sync.Mutex
-	p  *pclient // guarded by mu: set for a persistent session, or once a shared subscription needs it
+	mu    sync.Mutex
+	p     *pclient // guarded by mu: set for a persistent session, or once a shared subscription needs it
+	acker *acker   // guarded by mu: started by the first pipelined QoS 1 publish
+}
+
+// ackerFor returns the connection's acker, starting it on first use.
+func (cs *clientState) ackerFor(br *bridge) *acker {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if cs.acker == nil {
+		cs.acker = newAcker(br, cs.cl, br.s.cfg.ReceiveMaximum)
+	}
+	return cs.acker
 }
 
 // pclient returns the connection's core-served subscriptions, starting
@@ -46,8 +57,11 @@ func (cs *clientState) pclient(br *bridge) *pclient {
 
 func (cs *clientState) close() {
 	cs.mu.Lock()
-	p := cs.p
+	p, a := cs.p, cs.acker
 	cs.mu.Unlock()
+	if a != nil {
+		a.close()
+	}
 	if p != nil {
 		p.close()
 	}
@@ -242,6 +256,26 @@ func (br *bridge) OnPublish(cl *mochi.Client, pk packets.Packet) (packets.Packet
 	m := messageFromPublish(pk)
 	if q := br.b.Queue(m.Address); q != nil && q.RoutingType() == core.Anycast {
 		m.RoutingType = core.Anycast // a device feeding a work queue
+	}
+	if pk.FixedHeader.Qos == 1 && !pk.FixedHeader.Retain && !pk.FixedHeader.Dup {
+		// Pipelined: route now and PUBACK when core confirms, so that a
+		// publisher with many messages in flight shares the journal's
+		// syncs. mochi is told to drop the packet (no PUBACK of its own)
+		// and gets it back from the bridge's internal client for its
+		// subscribers.
+		a := cs.ackerFor(br)
+		slot := a.reserve(pk.PacketID)
+		if slot == nil {
+			return pk, packets.ErrRejectPacket // closing
+		}
+		sess.SendAsync(m, func(err error) { a.complete(slot, err) })
+		local := pk.Copy(false)
+		local.FixedHeader.Dup = false
+		local.PacketID = 1 // mochi checks that a QoS 1 publish has one; the inline client never acks
+		if err := br.s.mochi.InjectPacket(br.inject, local); err != nil {
+			br.log.Warn().Err(err).Str("client", cl.ID).Msg("mqtt: delivery to MQTT subscribers failed")
+		}
+		return pk, packets.ErrRejectPacket
 	}
 	err := sess.Send(context.Background(), m)
 	if err == nil && pk.FixedHeader.Retain {
