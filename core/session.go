@@ -593,3 +593,19 @@ func (s *Session) DurableSubscriptions() []SubscriptionInfo {
 	}
 	return out
 }
+
+// DurableClientIDs lists the client ids that hold durable subscriptions,
+// so that a front-end can expire sessions it restored after a restart.
+func (b *Broker) DurableClientIDs() []string {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	seen := make(map[string]bool)
+	var out []string
+	for _, q := range b.queues {
+		if q.clientID != "" && !seen[q.clientID] {
+			seen[q.clientID] = true
+			out = append(out, q.clientID)
+		}
+	}
+	return out
+}

@@ -85,6 +85,7 @@ type bridge struct {
 	sess   *core.Session  // the bridge's own core session
 	cons   *core.Consumer // on "#": every multicast message
 	in     chan core.Delivery
+	expiry *time.Timer // expires sessions restored at start that nobody resumed
 	done   chan struct{}
 	wg     sync.WaitGroup
 	once   sync.Once
@@ -118,7 +119,47 @@ func newBridge(s *Server, b *core.Broker) (*bridge, error) {
 	}
 	br.wg.Add(1)
 	go br.run()
+	// Persistent sessions restored from the journal are unknown to mochi,
+	// whose expiry only covers sessions it saw: give them the maximum
+	// session expiry from now, then drop those not resumed.
+	var restored []string
+	for _, id := range b.DurableClientIDs() {
+		if len(id) > len(clientIDPrefix) && id[:len(clientIDPrefix)] == clientIDPrefix {
+			restored = append(restored, id[len(clientIDPrefix):])
+		}
+	}
+	if len(restored) > 0 {
+		br.expiry = time.AfterFunc(s.cfg.MaxSessionExpiry, func() {
+			for _, id := range restored {
+				br.mu.Lock()
+				_, connected := br.byID[id]
+				br.mu.Unlock()
+				if !connected {
+					br.discardSession(id)
+				}
+			}
+		})
+	}
 	return br, nil
+}
+
+// OnClientExpired drops an expired persistent session's subscriptions and
+// the messages they held.
+func (br *bridge) OnClientExpired(cl *mochi.Client) {
+	br.discardSession(cl.ID)
+}
+
+// discardSession deletes the durable subscriptions of MQTT client id.
+func (br *bridge) discardSession(id string) {
+	s, err := br.b.NewSession(core.SessionOptions{ClientID: clientIDPrefix + id})
+	if err != nil {
+		return // connected again meanwhile
+	}
+	for _, info := range s.DurableSubscriptions() {
+		s.Unsubscribe(info.Name)
+	}
+	s.Close()
+	br.log.Debug().Str("client", id).Msg("mqtt: expired persistent session dropped")
 }
 
 // ID implements mochi.Hook.
@@ -129,7 +170,7 @@ func (br *bridge) Provides(b byte) bool {
 	switch b {
 	case mochi.OnConnectAuthenticate, mochi.OnACLCheck, mochi.OnSessionEstablished,
 		mochi.OnDisconnect, mochi.OnPublish, mochi.OnSubscribed, mochi.OnUnsubscribed,
-		mochi.OnPacketRead, mochi.OnPacketEncode, mochi.OnWillSent:
+		mochi.OnPacketRead, mochi.OnPacketEncode, mochi.OnWillSent, mochi.OnClientExpired:
 		return true
 	}
 	return false
@@ -385,6 +426,9 @@ func (br *bridge) run() {
 // close stops the bridge goroutine and its core session.
 func (br *bridge) close() {
 	br.once.Do(func() {
+		if br.expiry != nil {
+			br.expiry.Stop()
+		}
 		close(br.done)
 		br.wg.Wait()
 		br.sess.Close()

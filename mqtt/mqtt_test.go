@@ -544,3 +544,30 @@ func TestPersistentSessionByteBudget(t *testing.T) {
 		t.Fatalf("session queue %+v, want 5 kept and 5 dropped (counted)", st)
 	}
 }
+
+func TestExpiredPersistentSessionIsDropped(t *testing.T) {
+	b, err := core.New(core.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	// A session left behind (as after a restart), unknown to mochi.
+	s, _ := b.NewSession(core.SessionOptions{ClientID: "mqtt/gone"})
+	if _, err := s.Subscribe(core.ConsumerOptions{Address: "x", RoutingType: core.Multicast, SubscriptionName: "q1/x",
+		Handler: func(core.Delivery) {}}); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	srv, err := mqtt.New(mqtt.Config{MaxSessionExpiry: 100 * time.Millisecond}, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for b.Queue("mqtt/gone.q1/x") != nil {
+		if time.Now().After(deadline) {
+			t.Fatal("restored session never expired")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
