@@ -298,7 +298,7 @@ func (br *bridge) OnPublish(cl *mochi.Client, pk packets.Packet) (packets.Packet
 	if q := br.b.Queue(m.Address); q != nil && q.RoutingType() == core.Anycast {
 		m.RoutingType = core.Anycast // a device feeding a work queue
 	}
-	if pk.FixedHeader.Qos == 1 && !pk.FixedHeader.Retain && !pk.FixedHeader.Dup {
+	if pk.FixedHeader.Qos == 1 && !pk.FixedHeader.Retain && !pk.FixedHeader.Dup && !noLocal(cl) {
 		// Pipelined: route now and PUBACK when core confirms, so that a
 		// publisher with many messages in flight shares the journal's
 		// syncs. mochi is told to drop the packet (no PUBACK of its own)
@@ -335,6 +335,21 @@ func (br *bridge) OnPublish(cl *mochi.Client, pk packets.Packet) (packets.Packet
 		return pk, packets.ErrRejectPacket
 	}
 	return pk, nil
+}
+
+// noLocal reports whether an MQTT 5 client has a subscription with the
+// no-local option: its publishes must then keep their origin, which the
+// pipelined path (re-published by the bridge's client) would lose.
+func noLocal(cl *mochi.Client) bool {
+	if cl.Properties.ProtocolVersion < 5 {
+		return false
+	}
+	for _, sub := range cl.State.Subscriptions.GetAll() {
+		if sub.NoLocal {
+			return true
+		}
+	}
+	return false
 }
 
 // messageFromPublish maps a PUBLISH to a core message (see the package

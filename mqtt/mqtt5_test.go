@@ -271,3 +271,24 @@ func TestQoS1PublishNotStoredIsNotAcknowledged(t *testing.T) {
 		t.Fatalf("PUBACK %+v for a message the journal refused; want a failure reason code", r)
 	}
 }
+
+func TestMQTT5NoLocal(t *testing.T) {
+	tb := startBroker(t)
+	c := tb.client5(t, "self", 0)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := c.c.Subscribe(ctx, &paho5.Subscribe{Subscriptions: []paho5.SubscribeOptions{{Topic: "echo/#", QoS: 1, NoLocal: true}}}); err != nil {
+		t.Fatal(err)
+	}
+	other := tb.client5(t, "other", 0)
+	c.publish(t, &paho5.Publish{Topic: "echo/a", QoS: 1, Payload: []byte("mine")})
+	other.publish(t, &paho5.Publish{Topic: "echo/a", QoS: 1, Payload: []byte("theirs")})
+	if p := c.next(t); string(p.Payload) != "theirs" {
+		t.Fatalf("no-local subscriber got %q", p.Payload)
+	}
+	select {
+	case p := <-c.inbox:
+		t.Fatalf("no-local subscriber got %q", p.Payload)
+	case <-time.After(100 * time.Millisecond):
+	}
+}
