@@ -32,33 +32,8 @@ const (
 // runSTOMP runs cfg.runs repetitions, printing a line for each and then,
 // with more than one, a line with the medians.
 func runSTOMP(ctx context.Context, cfg *config, stdout, stderr io.Writer) error {
-	if cfg.pid > 0 {
-		if _, err := procCPU(cfg.pid); err != nil {
-			return fmt.Errorf("-pid %d: %w", cfg.pid, err)
-		}
-	}
-	var results []*result
-	for i := 1; i <= cfg.runs; i++ {
-		if i > 1 {
-			select {
-			case <-time.After(runPause):
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-		}
-		r, err := runOnce(ctx, cfg, strconv.Itoa(i))
-		if err != nil {
-			return fmt.Errorf("%s run %d: %w", cfg.scenario, i, err)
-		}
-		if err := r.write(stdout, cfg.json); err != nil {
-			return err
-		}
-		results = append(results, r)
-	}
-	if len(results) > 1 {
-		return medianResult(results).write(stdout, cfg.json)
-	}
-	return nil
+	once := func(ctx context.Context, run string) (*result, error) { return runOnce(ctx, cfg, run) }
+	return runRepeated(ctx, &cfg.common, cfg.scenario, once, medianResult, stdout)
 }
 
 // bench is the state of one run. Producers and consumers update the
@@ -67,45 +42,11 @@ type bench struct {
 	cfg  *config
 	dest string
 	base time.Time // send stamps are time.Since(base): monotonic, one process
-
-	stop      chan struct{} // closed when producers must stop sending
-	stopped   atomic.Bool   // same, cheap to poll per message
-	measuring atomic.Bool   // inside the measured window: record latencies
-	tearing   atomic.Bool   // teardown began: errors from here on are expected
+	runState
 
 	sent      atomic.Int64 // see result.SentPerS
 	delivered atomic.Int64 // see result.DeliveredPerS
 	confirmed atomic.Int64 // RECEIPTs for persistent sends
-
-	failOnce sync.Once
-	failErr  error         // first fatal error; read after failed is closed
-	failed   chan struct{} // closed by fail
-}
-
-// fail records the run's first fatal error; errors during teardown are
-// expected and ignored.
-func (b *bench) fail(err error) {
-	if b.tearing.Load() {
-		return
-	}
-	b.failOnce.Do(func() {
-		b.failErr = err
-		close(b.failed)
-	})
-}
-
-// sleep waits d, or until the run fails or ctx ends.
-func (b *bench) sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-b.failed:
-		return b.failErr
-	}
 }
 
 // newDestination returns a destination name unique to this run.
@@ -384,12 +325,11 @@ func (b *bench) syncProbes(ctx context.Context, p *producer, cons []*consumer) e
 // runOnce performs one run: connect, warm up, measure, stop, drain, tear down.
 func runOnce(ctx context.Context, cfg *config, run string) (res *result, err error) {
 	b := &bench{
-		cfg:    cfg,
-		dest:   newDestination(cfg.scenario),
-		base:   time.Now(),
-		stop:   make(chan struct{}),
-		failed: make(chan struct{}),
+		cfg:  cfg,
+		dest: newDestination(cfg.scenario),
+		base: time.Now(),
 	}
+	b.init()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	// Raw connections get an absolute deadline past which nothing may block.
@@ -397,12 +337,8 @@ func runOnce(ctx context.Context, cfg *config, run string) (res *result, err err
 
 	var cons []*consumer
 	var prods []*producer
-	stopProducers := sync.OnceFunc(func() {
-		b.stopped.Store(true)
-		close(b.stop)
-	})
 	defer func() {
-		stopProducers()
+		b.stopLoad()
 		b.tearing.Store(true)
 		teardown(prods, cons)
 	}()
@@ -486,7 +422,7 @@ func runOnce(ctx context.Context, cfg *config, run string) (res *result, err err
 	}
 	self1, selfErr1 := procCPU(os.Getpid())
 	mach1, machErr1 := machineCPU()
-	stopProducers()
+	b.stopLoad()
 
 	// Drain: producers finish their last send and outstanding receipts come
 	// back, consumers catch up; all within -drain.
@@ -497,21 +433,10 @@ func runOnce(ctx context.Context, cfg *config, run string) (res *result, err err
 		}
 		return b.sent.Load()
 	}
-	for {
-		if b.drained(prods) && b.delivered.Load() >= expected() {
-			break
-		}
-		if time.Now().After(drainDeadline) {
-			break
-		}
-		if err := b.sleep(ctx, pollInterval); err != nil {
-			return nil, err
-		}
-	}
-	select {
-	case <-b.failed:
-		return nil, b.failErr
-	default:
+	if err := b.drainUntil(ctx, drainDeadline, func() bool {
+		return b.drained(prods) && b.delivered.Load() >= expected()
+	}); err != nil {
+		return nil, err
 	}
 	res = b.result(run, t1.Sub(t0), snap0, snap1, cpu0, cpu1, cons, prods)
 	if selfErr0 == nil && selfErr1 == nil {

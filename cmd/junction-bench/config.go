@@ -7,9 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"slices"
-	"strings"
-	"time"
 )
 
 // Scenario names accepted by -scenario.
@@ -26,28 +23,30 @@ const (
 
 var scenarios = []string{scQueue, scFanout, scDurWait, scDurPipe}
 
+var stompSpec = &commonSpec{
+	name:            "stomp",
+	addr:            "127.0.0.1:61613",
+	scenarios:       scenarios,
+	sizeHelp:        "message body size in bytes (at least 8: the first 8 carry the send time)",
+	durationHelp:    "measured window",
+	warmupHelp:      "load before the measured window",
+	drainHelp:       "at most this long after the window to let consumers catch up and receipts arrive",
+	pidHelp:         "broker process id: report its CPU time per message from /proc/PID/stat",
+	dialTimeoutHelp: "TCP connect plus STOMP CONNECT timeout",
+}
+
 // config is one validated "stomp" command line.
 type config struct {
-	addr        string // as given
-	dialAddr    string // resolved loopback ip:port
-	scenario    string
-	size        int
-	duration    time.Duration
-	warmup      time.Duration
-	drain       time.Duration
-	producers   int
-	consumers   int // consumers, or subscribers for fanout
-	inflight    int // durable-pipelined: receipts outstanding in total
-	ack         string
-	prefetch    int
-	login       string
-	passcode    string
-	host        string
-	version     string // STOMP version asked for in CONNECT
-	pid         int
-	runs        int
-	json        bool
-	dialTimeout time.Duration
+	common
+	producers int
+	consumers int // consumers, or subscribers for fanout
+	inflight  int // durable-pipelined: receipts outstanding in total
+	ack       string
+	prefetch  int
+	login     string
+	passcode  string
+	host      string
+	version   string // STOMP version asked for in CONNECT
 }
 
 // persistent reports whether the scenario sends persistent:true.
@@ -57,84 +56,31 @@ func (c *config) persistent() bool { return c.scenario == scDurWait || c.scenari
 // Zero for -producers, -consumers and -inflight means the scenario's default.
 func parseSTOMPFlags(args []string, stderr io.Writer) (*config, error) {
 	c := &config{}
-	fs := flag.NewFlagSet("junction-bench stomp", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.StringVar(&c.addr, "addr", "127.0.0.1:61613", "broker STOMP `host:port` (loopback only)")
-	fs.StringVar(&c.scenario, "scenario", scQueue, "one of "+strings.Join(scenarios, ", "))
-	fs.IntVar(&c.size, "size", 1024, "message body size in bytes (at least 8: the first 8 carry the send time)")
-	fs.DurationVar(&c.duration, "duration", 10*time.Second, "measured window")
-	fs.DurationVar(&c.warmup, "warmup", 2*time.Second, "load before the measured window")
-	fs.DurationVar(&c.drain, "drain", 10*time.Second, "at most this long after the window to let consumers catch up and receipts arrive")
-	fs.IntVar(&c.producers, "producers", 0, "producer connections (default 1 for queue, 2 for durable-*; fanout always 1)")
-	fs.IntVar(&c.consumers, "consumers", 0, "consumer connections (default 1)")
-	fs.IntVar(&c.consumers, "subscribers", 0, "fanout: topic subscribers (default 10); same as -consumers")
-	fs.IntVar(&c.inflight, "inflight", 0, "durable-pipelined: receipts outstanding in total over all producers (default 200)")
-	fs.StringVar(&c.ack, "ack", ackAuto, "queue: consumer ack mode, auto or client-individual (durable-* always ack client-individual)")
-	fs.IntVar(&c.prefetch, "prefetch", 0, "consumer prefetch, sent as activemq.prefetchSize and prefetch-count on SUBSCRIBE (0: broker default)")
-	fs.StringVar(&c.login, "login", "", "STOMP login")
-	fs.StringVar(&c.passcode, "passcode", "", "STOMP passcode")
-	fs.StringVar(&c.host, "host", "/", "STOMP CONNECT host header (RabbitMQ: the vhost)")
-	fs.StringVar(&c.version, "stomp-version", "1.2", "STOMP version to ask for, 1.1 or 1.2 (they differ in how ACK names the message)")
-	fs.IntVar(&c.pid, "pid", 0, "broker process id: report its CPU time per message from /proc/PID/stat")
-	fs.IntVar(&c.runs, "runs", 1, "repetitions; with more than one, a median line follows")
-	fs.BoolVar(&c.json, "json", false, "print one JSON object per line instead of text")
-	fs.DurationVar(&c.dialTimeout, "dial-timeout", 5*time.Second, "TCP connect plus STOMP CONNECT timeout")
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: junction-bench stomp -addr 127.0.0.1:61613 -scenario S [flags]\n\nscenarios: %s\n\nflags:\n", strings.Join(scenarios, ", "))
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil, err
-		}
-		return nil, errUsage
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "unexpected arguments: %q\n", fs.Args())
-		fs.Usage()
-		return nil, errUsage
-	}
-	if err := c.validate(); err != nil {
-		return nil, err
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), c.dialTimeout)
-	defer cancel()
-	da, err := loopbackAddr(ctx, c.addr)
+	err := parseCommand(stompSpec, &c.common, args, stderr, func(fs *flag.FlagSet) {
+		fs.IntVar(&c.producers, "producers", 0, "producer connections (default 1 for queue, 2 for durable-*; fanout always 1)")
+		fs.IntVar(&c.consumers, "consumers", 0, "consumer connections (default 1)")
+		fs.IntVar(&c.consumers, "subscribers", 0, "fanout: topic subscribers (default 10); same as -consumers")
+		fs.IntVar(&c.inflight, "inflight", 0, "durable-pipelined: receipts outstanding in total over all producers (default 200)")
+		fs.StringVar(&c.ack, "ack", ackAuto, "queue: consumer ack mode, auto or client-individual (durable-* always ack client-individual)")
+		fs.IntVar(&c.prefetch, "prefetch", 0, "consumer prefetch, sent as activemq.prefetchSize and prefetch-count on SUBSCRIBE (0: broker default)")
+		fs.StringVar(&c.login, "login", "", "STOMP login")
+		fs.StringVar(&c.passcode, "passcode", "", "STOMP passcode")
+		fs.StringVar(&c.host, "host", "/", "STOMP CONNECT host header (RabbitMQ: the vhost)")
+		fs.StringVar(&c.version, "stomp-version", "1.2", "STOMP version to ask for, 1.1 or 1.2 (they differ in how ACK names the message)")
+	}, c.validate)
 	if err != nil {
 		return nil, err
 	}
-	c.dialAddr = da
 	return c, nil
 }
 
 // validate fills scenario defaults and checks ranges.
 func (c *config) validate() error {
-	if !slices.Contains(scenarios, c.scenario) {
-		return fmt.Errorf("unknown -scenario %q (want one of %s)", c.scenario, strings.Join(scenarios, ", "))
-	}
-	if c.size < minBodySize || c.size > maxBodySize {
-		return fmt.Errorf("-size %d out of range [%d, %d]", c.size, minBodySize, maxBodySize)
-	}
-	if c.duration <= 0 || c.duration > time.Hour {
-		return fmt.Errorf("-duration %v out of range (0, 1h]", c.duration)
-	}
-	if c.warmup < 0 || c.warmup > 10*time.Minute {
-		return fmt.Errorf("-warmup %v out of range [0, 10m]", c.warmup)
-	}
-	if c.drain < 0 || c.drain > 10*time.Minute {
-		return fmt.Errorf("-drain %v out of range [0, 10m]", c.drain)
-	}
-	if c.dialTimeout <= 0 || c.dialTimeout > time.Minute {
-		return fmt.Errorf("-dial-timeout %v out of range (0, 1m]", c.dialTimeout)
-	}
-	if c.runs < 1 || c.runs > 100 {
-		return fmt.Errorf("-runs %d out of range [1, 100]", c.runs)
+	if err := c.validateCommon(scenarios); err != nil {
+		return err
 	}
 	if c.prefetch < 0 {
 		return fmt.Errorf("-prefetch %d is negative", c.prefetch)
-	}
-	if c.pid < 0 {
-		return fmt.Errorf("-pid %d is negative", c.pid)
 	}
 	if c.version != "1.1" && c.version != "1.2" {
 		return fmt.Errorf("-stomp-version %q: want 1.1 or 1.2", c.version)

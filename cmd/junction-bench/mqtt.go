@@ -6,14 +6,12 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"net"
 	"os"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -45,15 +43,21 @@ const (
 	connectBackoff   = 10 * time.Millisecond
 )
 
+var mqttSpec = &commonSpec{
+	name:            "mqtt",
+	addr:            "127.0.0.1:1883",
+	scenarios:       mqttScenarios,
+	sizeHelp:        "qos1, fanout: payload size in bytes (at least 8: the first 8 carry the send time)",
+	durationHelp:    "measured window (not idle)",
+	warmupHelp:      "load before the measured window (not idle)",
+	drainHelp:       "qos1, fanout: at most this long after the window for PUBACKs and deliveries to arrive",
+	pidHelp:         "broker process id: report its CPU time per message from /proc/PID/stat (idle: required, for VmRSS)",
+	dialTimeoutHelp: "TCP connect plus MQTT CONNECT/CONNACK timeout",
+}
+
 // mqttConfig is one validated "mqtt" command line.
 type mqttConfig struct {
-	addr        string // as given
-	dialAddr    string // resolved loopback ip:port
-	scenario    string
-	size        int
-	duration    time.Duration
-	warmup      time.Duration
-	drain       time.Duration
+	common
 	settle      time.Duration // idle: wait before reading the broker's RSS
 	inflight    int           // qos1: publishes unacknowledged at most
 	subscribers int           // fanout
@@ -63,93 +67,36 @@ type mqttConfig struct {
 	clientID    string        // qos1: the persistent subscriber's client id
 	username    string
 	password    string
-	pid         int
-	runs        int
-	json        bool
-	dialTimeout time.Duration
 }
 
 // parseMQTTFlags parses and validates the flags of the mqtt subcommand.
 // Zero for the scenario-specific counts means the scenario's default.
 func parseMQTTFlags(args []string, stderr io.Writer) (*mqttConfig, error) {
 	c := &mqttConfig{}
-	fs := flag.NewFlagSet("junction-bench mqtt", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.StringVar(&c.addr, "addr", "127.0.0.1:1883", "broker MQTT `host:port` (loopback only)")
-	fs.StringVar(&c.scenario, "scenario", mqQoS1, "one of "+strings.Join(mqttScenarios, ", "))
-	fs.IntVar(&c.size, "size", 1024, "qos1, fanout: payload size in bytes (at least 8: the first 8 carry the send time)")
-	fs.DurationVar(&c.duration, "duration", 10*time.Second, "measured window (not idle)")
-	fs.DurationVar(&c.warmup, "warmup", 2*time.Second, "load before the measured window (not idle)")
-	fs.DurationVar(&c.drain, "drain", 10*time.Second, "qos1, fanout: at most this long after the window for PUBACKs and deliveries to arrive")
-	fs.DurationVar(&c.settle, "settle", 2*time.Second, "idle: wait after the last CONNACK before reading the broker's RSS")
-	fs.IntVar(&c.inflight, "inflight", 0, "qos1: QoS 1 publishes outstanding (unacknowledged) at most (default 200)")
-	fs.IntVar(&c.subscribers, "subscribers", 0, "fanout: QoS 0 subscriber connections (default 10)")
-	fs.IntVar(&c.clients, "clients", 0, "connect: concurrent connect/disconnect workers (default 8)")
-	fs.IntVar(&c.conns, "conns", 0, "idle: idle connections to hold open (default 10000)")
-	fs.IntVar(&c.concurrency, "concurrency", 0, "idle: connections opened at once (default 64)")
-	fs.StringVar(&c.clientID, "client-id", "junction-bench-qos1-sub", "qos1: client id of the persistent-session subscriber")
-	fs.StringVar(&c.username, "username", "", "MQTT user name (empty: none)")
-	fs.StringVar(&c.password, "password", "", "MQTT password")
-	fs.IntVar(&c.pid, "pid", 0, "broker process id: report its CPU time per message from /proc/PID/stat (idle: required, for VmRSS)")
-	fs.IntVar(&c.runs, "runs", 1, "repetitions; with more than one, a median line follows")
-	fs.BoolVar(&c.json, "json", false, "print one JSON object per line instead of text")
-	fs.DurationVar(&c.dialTimeout, "dial-timeout", 5*time.Second, "TCP connect plus MQTT CONNECT/CONNACK timeout")
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: junction-bench mqtt -addr 127.0.0.1:1883 -scenario S [flags]\n\nscenarios: %s\n\nflags:\n", strings.Join(mqttScenarios, ", "))
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil, err
-		}
-		return nil, errUsage
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "unexpected arguments: %q\n", fs.Args())
-		fs.Usage()
-		return nil, errUsage
-	}
-	if err := c.validate(); err != nil {
-		return nil, err
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), c.dialTimeout)
-	defer cancel()
-	da, err := loopbackAddr(ctx, c.addr)
+	err := parseCommand(mqttSpec, &c.common, args, stderr, func(fs *flag.FlagSet) {
+		fs.DurationVar(&c.settle, "settle", 2*time.Second, "idle: wait after the last CONNACK before reading the broker's RSS")
+		fs.IntVar(&c.inflight, "inflight", 0, "qos1: QoS 1 publishes outstanding (unacknowledged) at most (default 200)")
+		fs.IntVar(&c.subscribers, "subscribers", 0, "fanout: QoS 0 subscriber connections (default 10)")
+		fs.IntVar(&c.clients, "clients", 0, "connect: concurrent connect/disconnect workers (default 8)")
+		fs.IntVar(&c.conns, "conns", 0, "idle: idle connections to hold open (default 10000)")
+		fs.IntVar(&c.concurrency, "concurrency", 0, "idle: connections opened at once (default 64)")
+		fs.StringVar(&c.clientID, "client-id", "junction-bench-qos1-sub", "qos1: client id of the persistent-session subscriber")
+		fs.StringVar(&c.username, "username", "", "MQTT user name (empty: none)")
+		fs.StringVar(&c.password, "password", "", "MQTT password")
+	}, c.validate)
 	if err != nil {
 		return nil, err
 	}
-	c.dialAddr = da
 	return c, nil
 }
 
 // validate fills scenario defaults and checks ranges.
 func (c *mqttConfig) validate() error {
-	if !slices.Contains(mqttScenarios, c.scenario) {
-		return fmt.Errorf("unknown -scenario %q (want one of %s)", c.scenario, strings.Join(mqttScenarios, ", "))
-	}
-	if c.size < minBodySize || c.size > maxBodySize {
-		return fmt.Errorf("-size %d out of range [%d, %d]", c.size, minBodySize, maxBodySize)
-	}
-	if c.duration <= 0 || c.duration > time.Hour {
-		return fmt.Errorf("-duration %v out of range (0, 1h]", c.duration)
-	}
-	if c.warmup < 0 || c.warmup > 10*time.Minute {
-		return fmt.Errorf("-warmup %v out of range [0, 10m]", c.warmup)
-	}
-	if c.drain < 0 || c.drain > 10*time.Minute {
-		return fmt.Errorf("-drain %v out of range [0, 10m]", c.drain)
+	if err := c.validateCommon(mqttScenarios); err != nil {
+		return err
 	}
 	if c.settle < 0 || c.settle > 10*time.Minute {
 		return fmt.Errorf("-settle %v out of range [0, 10m]", c.settle)
-	}
-	if c.dialTimeout <= 0 || c.dialTimeout > time.Minute {
-		return fmt.Errorf("-dial-timeout %v out of range (0, 1m]", c.dialTimeout)
-	}
-	if c.runs < 1 || c.runs > 100 {
-		return fmt.Errorf("-runs %d out of range [1, 100]", c.runs)
-	}
-	if c.pid < 0 {
-		return fmt.Errorf("-pid %d is negative", c.pid)
 	}
 	if c.clientID == "" || len(c.clientID) > 65535 {
 		return errors.New("-client-id must be 1 to 65535 bytes")
@@ -222,33 +169,8 @@ func runMQTT(ctx context.Context, cfg *mqttConfig, stdout, stderr io.Writer) err
 	if cfg.scenario == mqIdle && uint64(cfg.conns)+fdReserve > nofile {
 		return fmt.Errorf("-conns %d exceeds this tool's open-file limit %d (less %d kept free); raise the hard limit (ulimit -Hn)", cfg.conns, nofile, fdReserve)
 	}
-	if cfg.pid > 0 {
-		if _, err := procCPU(cfg.pid); err != nil {
-			return fmt.Errorf("-pid %d: %w", cfg.pid, err)
-		}
-	}
-	var results []*mqttResult
-	for i := 1; i <= cfg.runs; i++ {
-		if i > 1 {
-			select {
-			case <-time.After(runPause):
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-		}
-		r, err := runMQTTOnce(ctx, cfg, strconv.Itoa(i))
-		if err != nil {
-			return fmt.Errorf("mqtt %s run %d: %w", cfg.scenario, i, err)
-		}
-		if err := r.write(stdout, cfg.json); err != nil {
-			return err
-		}
-		results = append(results, r)
-	}
-	if len(results) > 1 {
-		return medianMQTT(results).write(stdout, cfg.json)
-	}
-	return nil
+	once := func(ctx context.Context, run string) (*mqttResult, error) { return runMQTTOnce(ctx, cfg, run) }
+	return runRepeated(ctx, &cfg.common, "mqtt "+cfg.scenario, once, medianMQTT, stdout)
 }
 
 // mqttBench is the state of one MQTT run. Clients update the counters;
@@ -258,11 +180,7 @@ type mqttBench struct {
 	topic string
 	tag   string    // random, makes client ids unique to the run
 	base  time.Time // send stamps are time.Since(base)
-
-	stop      chan struct{} // closed when publishers and workers must stop
-	stopped   atomic.Bool   // same, cheap to poll
-	measuring atomic.Bool   // inside the measured window: record latencies
-	tearing   atomic.Bool   // teardown began: errors from here on are expected
+	runState
 
 	published atomic.Int64 // PUBLISH packets handed to paho's writer
 	confirmed atomic.Int64 // QoS 1 publishes whose token completed without error
@@ -272,43 +190,6 @@ type mqttBench struct {
 
 	e2e  atomicHist // publish-to-delivery latency, all subscribers
 	conf atomicHist // qos1: Publish to PUBACK; connect: dial to CONNACK
-
-	failOnce sync.Once
-	failErr  error
-	failed   chan struct{}
-}
-
-// fail records the run's first fatal error; errors during teardown are
-// expected and ignored.
-func (b *mqttBench) fail(err error) {
-	if b.tearing.Load() {
-		return
-	}
-	b.failOnce.Do(func() {
-		b.failErr = err
-		close(b.failed)
-	})
-}
-
-// sleep waits d, or until the run fails or ctx ends.
-func (b *mqttBench) sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-b.failed:
-		return b.failErr
-	}
-}
-
-// stopLoad tells publishers and workers to stop; safe to call twice.
-func (b *mqttBench) stopLoad() {
-	if !b.stopped.Swap(true) {
-		close(b.stop)
-	}
 }
 
 // atomicHist is a histogram recorded without locks, so that message
@@ -472,13 +353,12 @@ func runMQTTOnce(ctx context.Context, cfg *mqttConfig, run string) (*mqttResult,
 	rand.Read(r[:])
 	tag := hex.EncodeToString(r[:])
 	b := &mqttBench{
-		cfg:    cfg,
-		tag:    tag,
-		topic:  "bench/" + cfg.scenario + "/" + tag,
-		base:   time.Now(),
-		stop:   make(chan struct{}),
-		failed: make(chan struct{}),
+		cfg:   cfg,
+		tag:   tag,
+		topic: "bench/" + cfg.scenario + "/" + tag,
+		base:  time.Now(),
 	}
+	b.init()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var res *mqttResult
@@ -624,27 +504,16 @@ func (b *mqttBench) runQoS1(ctx context.Context) (*mqttResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	b.stopLoad()
 	// Drain: every PUBACK back and every confirmed message delivered.
-	drainDeadline := s1.at.Add(cfg.drain)
 	drained := func() bool { return isClosed(pubDone) && outstanding.Load() == 0 }
-	for !(drained() && b.delivered.Load() >= b.published.Load()) && time.Now().Before(drainDeadline) {
-		if err := b.sleep(ctx, pollInterval); err != nil {
-			return nil, err
-		}
+	res, err := b.publishResult(ctx, s0, s1, func() bool {
+		return drained() && b.delivered.Load() >= b.published.Load()
+	})
+	if err != nil {
+		return nil, err
 	}
-	select {
-	case <-b.failed:
-		return nil, b.failErr
-	default:
-	}
-	res := b.result(s0, s1)
 	res.Inflight = cfg.inflight
-	res.Size = cfg.size
-	res.PublishedPerS = rate(s0.published, s1.published, s0, s1)
 	res.ConfirmedPerS = rate(s0.confirmed, s1.confirmed, s0, s1)
-	res.DeliveredPerS = rate(s0.delivered, s1.delivered, s0, s1)
-	res.E2EP50us, res.E2EP99us = quantiles(b.e2e.snapshot())
 	res.ConfirmP50us, res.ConfirmP99us = quantiles(b.conf.snapshot())
 	b.cpuPer(res, s0, s1, "confirmed", s1.confirmed-s0.confirmed)
 	und := int64(-1) // unknown: PUBACKs still outstanding
@@ -753,25 +622,14 @@ func (b *mqttBench) runFanout(ctx context.Context) (*mqttResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	b.stopLoad()
 	subsN := int64(cfg.subscribers)
-	drainDeadline := s1.at.Add(cfg.drain)
-	for !(isClosed(pubDone) && b.delivered.Load() >= b.published.Load()*subsN) && time.Now().Before(drainDeadline) {
-		if err := b.sleep(ctx, pollInterval); err != nil {
-			return nil, err
-		}
+	res, err := b.publishResult(ctx, s0, s1, func() bool {
+		return isClosed(pubDone) && b.delivered.Load() >= b.published.Load()*subsN
+	})
+	if err != nil {
+		return nil, err
 	}
-	select {
-	case <-b.failed:
-		return nil, b.failErr
-	default:
-	}
-	res := b.result(s0, s1)
 	res.Subscribers = cfg.subscribers
-	res.Size = cfg.size
-	res.PublishedPerS = rate(s0.published, s1.published, s0, s1)
-	res.DeliveredPerS = rate(s0.delivered, s1.delivered, s0, s1)
-	res.E2EP50us, res.E2EP99us = quantiles(b.e2e.snapshot())
 	b.cpuPer(res, s0, s1, "published", s1.published-s0.published)
 	if res.CPUCores != nil {
 		if d := s1.delivered - s0.delivered; d > 0 {
@@ -1054,6 +912,22 @@ func (b *mqttBench) result(s0, s1 mqttSnap) *mqttResult {
 	return r
 }
 
+// publishResult ends a publishing scenario (qos1, fanout): it stops the
+// load, waits until done reports true or -drain passes, and fills the
+// figures both scenarios share.
+func (b *mqttBench) publishResult(ctx context.Context, s0, s1 mqttSnap, done func() bool) (*mqttResult, error) {
+	b.stopLoad()
+	if err := b.drainUntil(ctx, s1.at.Add(b.cfg.drain), done); err != nil {
+		return nil, err
+	}
+	res := b.result(s0, s1)
+	res.Size = b.cfg.size
+	res.PublishedPerS = rate(s0.published, s1.published, s0, s1)
+	res.DeliveredPerS = rate(s0.delivered, s1.delivered, s0, s1)
+	res.E2EP50us, res.E2EP99us = quantiles(b.e2e.snapshot())
+	return res, nil
+}
+
 // cpuPer fills the broker CPU figures (with -pid) per basis message.
 func (b *mqttBench) cpuPer(r *mqttResult, s0, s1 mqttSnap, basis string, n int64) {
 	if b.cfg.pid == 0 {
@@ -1150,28 +1024,24 @@ type mqttResult struct {
 
 // write prints r as one line, JSON or text.
 func (r *mqttResult) write(w io.Writer, asJSON bool) error {
-	if asJSON {
-		b, err := json.Marshal(r)
-		if err != nil {
-			return err
-		}
-		_, err = fmt.Fprintf(w, "%s\n", b)
-		return err
-	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "mqtt-%-8s run=%-6s", r.Scenario, r.Run)
+	return writeLine(w, asJSON, r, r.text)
+}
+
+// text builds r's plain-text line.
+func (r *mqttResult) text(b *strings.Builder) {
+	fmt.Fprintf(b, "mqtt-%-8s run=%-6s", r.Scenario, r.Run)
 	for _, f := range []struct {
 		name string
 		v    int
 	}{{"size", r.Size}, {"inflight", r.Inflight}, {"subscribers", r.Subscribers}, {"clients", r.Clients}, {"conns", r.Conns}} {
 		if f.v > 0 {
-			fmt.Fprintf(&b, " %s=%d", f.name, f.v)
+			fmt.Fprintf(b, " %s=%d", f.name, f.v)
 		}
 	}
 	if r.Scenario == mqIdle {
-		fmt.Fprintf(&b, " open=%.2fs", r.WindowS)
+		fmt.Fprintf(b, " open=%.2fs", r.WindowS)
 	} else {
-		fmt.Fprintf(&b, " window=%.2fs", r.WindowS)
+		fmt.Fprintf(b, " window=%.2fs", r.WindowS)
 	}
 	rates := []struct {
 		name string
@@ -1182,47 +1052,30 @@ func (r *mqttResult) write(w io.Writer, asJSON bool) error {
 	}
 	for _, f := range rates {
 		if f.v != nil {
-			fmt.Fprintf(&b, " %s=%.0f/s", f.name, *f.v)
+			fmt.Fprintf(b, " %s=%.0f/s", f.name, *f.v)
 		}
 	}
 	if r.Errors != nil {
-		fmt.Fprintf(&b, " errors=%d", *r.Errors)
+		fmt.Fprintf(b, " errors=%d", *r.Errors)
 	}
 	lat := func(name string, p50, p99 *float64) {
 		if p50 != nil && p99 != nil {
-			fmt.Fprintf(&b, " %s_p50=%s %s_p99=%s", name, fmtUs(*p50), name, fmtUs(*p99))
+			fmt.Fprintf(b, " %s_p50=%s %s_p99=%s", name, fmtUs(*p50), name, fmtUs(*p99))
 		}
 	}
 	lat("e2e", r.E2EP50us, r.E2EP99us)
 	lat("confirm", r.ConfirmP50us, r.ConfirmP99us)
 	lat("connect", r.ConnectP50us, r.ConnectP99us)
 	if r.RSSKiBPerConn != nil {
-		fmt.Fprintf(&b, " rss_before=%.0fKiB rss_after=%.0fKiB rss_per_conn=%.2fKiB", *r.RSSBeforeKiB, *r.RSSAfterKiB, *r.RSSKiBPerConn)
+		fmt.Fprintf(b, " rss_before=%.0fKiB rss_after=%.0fKiB rss_per_conn=%.2fKiB", *r.RSSBeforeKiB, *r.RSSAfterKiB, *r.RSSKiBPerConn)
 	}
 	if r.ClosedByBroker != nil {
-		fmt.Fprintf(&b, " closed_by_broker=%d", *r.ClosedByBroker)
+		fmt.Fprintf(b, " closed_by_broker=%d", *r.ClosedByBroker)
 	}
-	if r.CPUusPerMsg != nil {
-		fmt.Fprintf(&b, " broker_cpu=%.2fus/%s", *r.CPUusPerMsg, r.CPUBasis)
-		if r.CPUusPerDelivery != nil {
-			fmt.Fprintf(&b, " (%.2fus/delivery)", *r.CPUusPerDelivery)
-		}
-	}
-	if r.CPUCores != nil {
-		fmt.Fprintf(&b, " broker_cores=%.2f", *r.CPUCores)
-	}
-	if r.ClientCores != nil {
-		fmt.Fprintf(&b, " client_cores=%.2f", *r.ClientCores)
-	}
-	if r.MachineCores != nil {
-		fmt.Fprintf(&b, " machine_cores=%.2f", *r.MachineCores)
-	}
+	cpuFigures{r.CPUusPerMsg, r.CPUusPerDelivery, r.CPUCores, r.ClientCores, r.MachineCores, r.CPUBasis}.text(b, true)
 	if r.Undrained != nil {
-		fmt.Fprintf(&b, " undrained=%d", *r.Undrained)
+		fmt.Fprintf(b, " undrained=%d", *r.Undrained)
 	}
-	b.WriteByte('\n')
-	_, err := io.WriteString(w, b.String())
-	return err
 }
 
 // medianMQTT returns the median of every figure over rs (at least one);
@@ -1232,19 +1085,7 @@ func medianMQTT(rs []*mqttResult) *mqttResult {
 	m := *rs[0]
 	m.Run = "median"
 	m.Topic = ""
-	med := func(get func(*mqttResult) *float64) *float64 {
-		xs := make([]float64, 0, len(rs))
-		for _, r := range rs {
-			if p := get(r); p != nil {
-				xs = append(xs, *p)
-			}
-		}
-		if len(xs) == 0 {
-			return nil
-		}
-		v := median(xs)
-		return &v
-	}
+	med := func(get func(*mqttResult) *float64) *float64 { return medianOf(rs, get) }
 	worst := func(get func(*mqttResult) *int64) *int64 {
 		var w *int64
 		for _, r := range rs {

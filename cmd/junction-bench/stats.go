@@ -175,6 +175,35 @@ func (r *result) labels() (sent, delivered string) {
 
 // write prints r as one line, JSON or text.
 func (r *result) write(w io.Writer, asJSON bool) error {
+	return writeLine(w, asJSON, r, r.text)
+}
+
+// text builds r's plain-text line.
+func (r *result) text(b *strings.Builder) {
+	sl, dl := r.labels()
+	fmt.Fprintf(b, "%-17s run=%-6s size=%d P=%d C=%d", r.Scenario, r.Run, r.Size, r.Producers, r.Consumers)
+	if r.Inflight > 0 {
+		fmt.Fprintf(b, " inflight=%d", r.Inflight)
+	}
+	fmt.Fprintf(b, " ack=%s", r.Ack)
+	if r.Prefetch > 0 {
+		fmt.Fprintf(b, " prefetch=%d", r.Prefetch)
+	}
+	fmt.Fprintf(b, " window=%.2fs", r.WindowS)
+	if r.Scenario == scDurWait || r.Scenario == scDurPipe {
+		fmt.Fprintf(b, " confirmed=%.0f/s", r.ConfirmedPerS)
+	}
+	fmt.Fprintf(b, " %s=%.0f/s %s=%.0f/s", sl, r.SentPerS, dl, r.DeliveredPerS)
+	fmt.Fprintf(b, " e2e_p50=%s e2e_p99=%s", fmtUs(r.E2EP50us), fmtUs(r.E2EP99us))
+	if r.Scenario == scDurWait || r.Scenario == scDurPipe {
+		fmt.Fprintf(b, " confirm_p50=%s confirm_p99=%s", fmtUs(r.ConfirmP50us), fmtUs(r.ConfirmP99us))
+	}
+	cpuFigures{r.CPUusPerMsg, r.CPUusPerDelivery, r.CPUCores, r.ClientCores, r.MachineCores, r.CPUBasis}.text(b, false)
+	fmt.Fprintf(b, " undrained=%d", r.Undrained)
+}
+
+// writeLine prints r as one line: JSON, or the plain text that text builds.
+func writeLine(w io.Writer, asJSON bool, r any, text func(*strings.Builder)) error {
 	if asJSON {
 		b, err := json.Marshal(r)
 		if err != nil {
@@ -184,42 +213,36 @@ func (r *result) write(w io.Writer, asJSON bool) error {
 		return err
 	}
 	var b strings.Builder
-	sl, dl := r.labels()
-	fmt.Fprintf(&b, "%-17s run=%-6s size=%d P=%d C=%d", r.Scenario, r.Run, r.Size, r.Producers, r.Consumers)
-	if r.Inflight > 0 {
-		fmt.Fprintf(&b, " inflight=%d", r.Inflight)
-	}
-	fmt.Fprintf(&b, " ack=%s", r.Ack)
-	if r.Prefetch > 0 {
-		fmt.Fprintf(&b, " prefetch=%d", r.Prefetch)
-	}
-	fmt.Fprintf(&b, " window=%.2fs", r.WindowS)
-	if r.Scenario == scDurWait || r.Scenario == scDurPipe {
-		fmt.Fprintf(&b, " confirmed=%.0f/s", r.ConfirmedPerS)
-	}
-	fmt.Fprintf(&b, " %s=%.0f/s %s=%.0f/s", sl, r.SentPerS, dl, r.DeliveredPerS)
-	fmt.Fprintf(&b, " e2e_p50=%s e2e_p99=%s", fmtUs(r.E2EP50us), fmtUs(r.E2EP99us))
-	if r.Scenario == scDurWait || r.Scenario == scDurPipe {
-		fmt.Fprintf(&b, " confirm_p50=%s confirm_p99=%s", fmtUs(r.ConfirmP50us), fmtUs(r.ConfirmP99us))
-	}
-	if r.CPUusPerMsg != nil {
-		fmt.Fprintf(&b, " broker_cpu=%.2fus/%s", *r.CPUusPerMsg, r.CPUBasis)
-		if r.CPUusPerDelivery != nil {
-			fmt.Fprintf(&b, " (%.2fus/delivery)", *r.CPUusPerDelivery)
-		}
-		if r.CPUCores != nil {
-			fmt.Fprintf(&b, " broker_cores=%.2f", *r.CPUCores)
-		}
-	}
-	if r.ClientCores != nil {
-		fmt.Fprintf(&b, " client_cores=%.2f", *r.ClientCores)
-	}
-	if r.MachineCores != nil {
-		fmt.Fprintf(&b, " machine_cores=%.2f", *r.MachineCores)
-	}
-	fmt.Fprintf(&b, " undrained=%d\n", r.Undrained)
+	text(&b)
+	b.WriteByte('\n')
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// cpuFigures are the CPU fields of result and mqttResult, for text output.
+type cpuFigures struct {
+	perMsg, perDelivery, brokerCores, clientCores, machineCores *float64
+	basis                                                       string
+}
+
+// text appends the CPU figures present. With coresAlone false,
+// broker_cores is printed only along with a per-message figure.
+func (c cpuFigures) text(b *strings.Builder, coresAlone bool) {
+	if c.perMsg != nil {
+		fmt.Fprintf(b, " broker_cpu=%.2fus/%s", *c.perMsg, c.basis)
+		if c.perDelivery != nil {
+			fmt.Fprintf(b, " (%.2fus/delivery)", *c.perDelivery)
+		}
+	}
+	if c.brokerCores != nil && (coresAlone || c.perMsg != nil) {
+		fmt.Fprintf(b, " broker_cores=%.2f", *c.brokerCores)
+	}
+	if c.clientCores != nil {
+		fmt.Fprintf(b, " client_cores=%.2f", *c.clientCores)
+	}
+	if c.machineCores != nil {
+		fmt.Fprintf(b, " machine_cores=%.2f", *c.machineCores)
+	}
 }
 
 // fmtUs formats microseconds for reading (us below 1 ms, then ms, then s),
@@ -251,43 +274,40 @@ func medianResult(rs []*result) *result {
 	m := *rs[0]
 	m.Run = "median"
 	m.Destination = ""
-	med := func(get func(*result) float64) float64 {
-		xs := make([]float64, 0, len(rs))
-		for _, r := range rs {
-			xs = append(xs, get(r))
-		}
-		return median(xs)
-	}
-	medPtr := func(get func(*result) *float64) *float64 {
-		xs := make([]float64, 0, len(rs))
-		for _, r := range rs {
-			if p := get(r); p != nil {
-				xs = append(xs, *p)
-			}
-		}
-		if len(xs) == 0 {
-			return nil
-		}
-		v := median(xs)
-		return &v
-	}
-	m.WindowS = med(func(r *result) float64 { return r.WindowS })
-	m.SentPerS = med(func(r *result) float64 { return r.SentPerS })
-	m.DeliveredPerS = med(func(r *result) float64 { return r.DeliveredPerS })
-	m.ConfirmedPerS = med(func(r *result) float64 { return r.ConfirmedPerS })
-	m.E2EP50us = med(func(r *result) float64 { return r.E2EP50us })
-	m.E2EP99us = med(func(r *result) float64 { return r.E2EP99us })
-	m.ConfirmP50us = med(func(r *result) float64 { return r.ConfirmP50us })
-	m.ConfirmP99us = med(func(r *result) float64 { return r.ConfirmP99us })
-	m.CPUusPerMsg = medPtr(func(r *result) *float64 { return r.CPUusPerMsg })
-	m.CPUusPerDelivery = medPtr(func(r *result) *float64 { return r.CPUusPerDelivery })
-	m.CPUCores = medPtr(func(r *result) *float64 { return r.CPUCores })
-	m.ClientCores = medPtr(func(r *result) *float64 { return r.ClientCores })
-	m.MachineCores = medPtr(func(r *result) *float64 { return r.MachineCores })
+	med := func(get func(*result) *float64) float64 { return *medianOf(rs, get) }
+	m.WindowS = med(func(r *result) *float64 { return &r.WindowS })
+	m.SentPerS = med(func(r *result) *float64 { return &r.SentPerS })
+	m.DeliveredPerS = med(func(r *result) *float64 { return &r.DeliveredPerS })
+	m.ConfirmedPerS = med(func(r *result) *float64 { return &r.ConfirmedPerS })
+	m.E2EP50us = med(func(r *result) *float64 { return &r.E2EP50us })
+	m.E2EP99us = med(func(r *result) *float64 { return &r.E2EP99us })
+	m.ConfirmP50us = med(func(r *result) *float64 { return &r.ConfirmP50us })
+	m.ConfirmP99us = med(func(r *result) *float64 { return &r.ConfirmP99us })
+	m.CPUusPerMsg = medianOf(rs, func(r *result) *float64 { return r.CPUusPerMsg })
+	m.CPUusPerDelivery = medianOf(rs, func(r *result) *float64 { return r.CPUusPerDelivery })
+	m.CPUCores = medianOf(rs, func(r *result) *float64 { return r.CPUCores })
+	m.ClientCores = medianOf(rs, func(r *result) *float64 { return r.ClientCores })
+	m.MachineCores = medianOf(rs, func(r *result) *float64 { return r.MachineCores })
 	for _, r := range rs {
 		m.Undrained = max(m.Undrained, r.Undrained)
 	}
 	return &m
+}
+
+// medianOf returns the median of the values get returns for rs, leaving
+// out nil ones, or nil when all are nil.
+func medianOf[R any](rs []R, get func(R) *float64) *float64 {
+	xs := make([]float64, 0, len(rs))
+	for _, r := range rs {
+		if p := get(r); p != nil {
+			xs = append(xs, *p)
+		}
+	}
+	if len(xs) == 0 {
+		return nil
+	}
+	v := median(xs)
+	return &v
 }
 
 // median returns the median of xs (the mean of the middle two for an even
