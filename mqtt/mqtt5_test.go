@@ -292,3 +292,75 @@ func TestMQTT5NoLocal(t *testing.T) {
 	case <-time.After(100 * time.Millisecond):
 	}
 }
+
+func TestReceiveMaximumSpansSubscriptions(t *testing.T) {
+	tb := startBroker(t)
+	nc, err := net.Dial("tcp", tb.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Manual acknowledgement, Receive Maximum 2, persistent session with
+	// two subscriptions: at most 2 QoS 1 deliveries may be unacknowledged.
+	var mu sync.Mutex
+	var held []*paho5.Publish
+	c := paho5.NewClient(paho5.ClientConfig{Conn: nc, EnableManualAcknowledgment: true,
+		OnPublishReceived: []func(paho5.PublishReceived) (bool, error){
+			func(r paho5.PublishReceived) (bool, error) {
+				mu.Lock()
+				held = append(held, r.Packet)
+				mu.Unlock()
+				return true, nil
+			},
+		}})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	expiry, rm := uint32(60), uint16(2)
+	if _, err := c.Connect(ctx, &paho5.Connect{ClientID: "rm", KeepAlive: 30, CleanStart: true,
+		Properties: &paho5.ConnectProperties{SessionExpiryInterval: &expiry, ReceiveMaximum: &rm}}); err != nil {
+		t.Fatal(err)
+	}
+	defer c.Disconnect(&paho5.Disconnect{})
+	if _, err := c.Subscribe(ctx, &paho5.Subscribe{Subscriptions: []paho5.SubscribeOptions{{Topic: "a", QoS: 1}, {Topic: "b", QoS: 1}}}); err != nil {
+		t.Fatal(err)
+	}
+	pub := tb.client5(t, "pub", 0)
+	for _, topic := range []string{"a", "b", "a", "b"} {
+		pub.publish(t, &paho5.Publish{Topic: topic, QoS: 1, Payload: []byte(topic)})
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		mu.Lock()
+		n := len(held)
+		mu.Unlock()
+		if n == 2 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	time.Sleep(100 * time.Millisecond)
+	mu.Lock()
+	n := len(held)
+	first := append([]*paho5.Publish(nil), held...)
+	mu.Unlock()
+	if n != 2 {
+		t.Fatalf("%d QoS 1 deliveries in flight, want the client's Receive Maximum of 2", n)
+	}
+	for _, p := range first {
+		if err := c.Ack(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline = time.Now().Add(5 * time.Second)
+	for {
+		mu.Lock()
+		n = len(held)
+		mu.Unlock()
+		if n == 4 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after acks, %d of 4 delivered", n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

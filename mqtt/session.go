@@ -60,9 +60,10 @@ type pclient struct {
 	nextID  uint16               // guarded by mu
 	closed  bool                 // guarded by mu
 
-	wake chan struct{}
-	done chan struct{}
-	wg   sync.WaitGroup
+	wake    chan struct{}
+	ackWake chan struct{} // kicked by PUBACKs, for a writer waiting on the window
+	done    chan struct{}
+	wg      sync.WaitGroup
 }
 
 type psub struct {
@@ -86,7 +87,7 @@ func newPClient(br *bridge, cl *mochi.Client, sess *core.Session) *pclient {
 	p := &pclient{
 		br: br, cl: cl, sess: sess,
 		subs: make(map[string]*psub), pending: make(map[uint16]delivered),
-		wake: make(chan struct{}, 1), done: make(chan struct{}),
+		wake: make(chan struct{}, 1), ackWake: make(chan struct{}, 1), done: make(chan struct{}),
 	}
 	p.wg.Add(1)
 	go p.writeLoop()
@@ -218,6 +219,11 @@ func (p *pclient) writeLoop() {
 			pk := publishFromMessage(m, time.Now())
 			pk.FixedHeader.Qos = 0
 			if m.Durable && o.sub.qos > 0 {
+				// All of the connection's subscriptions share the client's
+				// Receive Maximum [MQTT-3.3.4-7]: wait for PUBACKs first.
+				if !p.waitWindow() {
+					return
+				}
 				pk.FixedHeader.Qos = 1
 				pk.FixedHeader.Dup = o.d.Redelivered()
 				// The delivery's own consumer: o.sub.cons is set only when
@@ -237,6 +243,34 @@ func (p *pclient) writeLoop() {
 			}
 		}
 		clear(batch)
+	}
+}
+
+// window is how many QoS 1 deliveries may await PUBACK at once: the
+// client's Receive Maximum (MQTT 5), else the configured one.
+func (p *pclient) window() int {
+	w := p.br.s.cfg.ReceiveMaximum
+	if rm := int(p.cl.Properties.Props.ReceiveMaximum); rm > 0 && rm < w {
+		w = rm
+	}
+	return w
+}
+
+// waitWindow blocks the writer while the window is full; false when the
+// pclient is closing.
+func (p *pclient) waitWindow() bool {
+	for {
+		p.mu.Lock()
+		n := len(p.pending)
+		p.mu.Unlock()
+		if n < p.window() {
+			return true
+		}
+		select {
+		case <-p.done:
+			return false
+		case <-p.ackWake:
+		}
 	}
 }
 
@@ -270,6 +304,10 @@ func (p *pclient) acked(id uint16) {
 	if ok {
 		d.cons.Ack(d.id)
 		d.cons.Flow(1)
+		select {
+		case p.ackWake <- struct{}{}:
+		default:
+		}
 	}
 }
 
