@@ -309,13 +309,15 @@ func (br *bridge) OnPublish(cl *mochi.Client, pk packets.Packet) (packets.Packet
 		if slot == nil {
 			return pk, packets.ErrRejectPacket // closing
 		}
-		sess.SendAsync(m, func(err error) { a.complete(slot, err) })
+		// MQTT subscribers first, so that none can subscribe after the
+		// PUBACK and still be handed this message.
 		local := pk.Copy(false)
 		local.FixedHeader.Dup = false
 		local.PacketID = 1 // mochi checks that a QoS 1 publish has one; the inline client never acks
 		if err := br.s.mochi.InjectPacket(br.inject, local); err != nil {
 			br.log.Warn().Err(err).Str("client", cl.ID).Msg("mqtt: delivery to MQTT subscribers failed")
 		}
+		sess.SendAsync(m, func(err error) { a.complete(slot, err) })
 		return pk, packets.ErrRejectPacket
 	}
 	err := sess.Send(context.Background(), m)
