@@ -11,6 +11,7 @@ import (
 	paho5 "github.com/eclipse/paho.golang/paho"
 
 	"github.com/junctionmq/junction/core"
+	"github.com/junctionmq/junction/internal/testserve"
 	"github.com/junctionmq/junction/mqtt"
 )
 
@@ -240,27 +241,13 @@ func TestQoS1PublishNotStoredIsNotAcknowledged(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, _ := net.Listen("tcp", "127.0.0.1:0")
-	var wg sync.WaitGroup
+	t.Cleanup(func() { b.Close() })
+	addr, stop := testserve.Serve(t, srv.ServeConn)
 	t.Cleanup(func() {
-		l.Close()
 		srv.Close()
-		wg.Wait()
-		b.Close()
+		stop()
 	})
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			nc, err := l.Accept()
-			if err != nil {
-				return
-			}
-			wg.Add(1)
-			go func() { defer wg.Done(); srv.ServeConn(context.Background(), nc) }()
-		}
-	}()
-	tb := &testBroker{addr: l.Addr().String(), broker: b, srv: srv}
+	tb := &testBroker{addr: addr, broker: b, srv: srv}
 	// A durable queue makes the publish durable-bound.
 	if err := b.CreateAddress("metrics.cpu", core.Anycast); err != nil {
 		t.Fatal(err)

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,6 +13,7 @@ import (
 	"github.com/eclipse/paho.mqtt.golang/packets"
 
 	"github.com/junctionmq/junction/core"
+	"github.com/junctionmq/junction/internal/testserve"
 	"github.com/junctionmq/junction/mqtt"
 )
 
@@ -48,35 +48,13 @@ func startBrokerWith(t *testing.T, cfg mqtt.Config) *testBroker {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			nc, err := l.Accept()
-			if err != nil {
-				return
-			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				srv.ServeConn(ctx, nc)
-			}()
-		}
-	}()
+	t.Cleanup(func() { b.Close() })
+	addr, stop := testserve.Serve(t, srv.ServeConn)
 	t.Cleanup(func() {
-		l.Close()
-		srv.Close()
-		cancel()
-		wg.Wait()
-		b.Close()
+		srv.Close() // disconnects the clients, so the handlers return
+		stop()
 	})
-	return &testBroker{addr: l.Addr().String(), broker: b, srv: srv}
+	return &testBroker{addr: addr, broker: b, srv: srv}
 }
 
 func (tb *testBroker) client(t *testing.T, id string, opts ...func(*paho.ClientOptions)) paho.Client {

@@ -2,12 +2,10 @@ package stomp_test
 
 import (
 	"bufio"
-	"context"
 	"errors"
 	"io"
 	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,6 +14,7 @@ import (
 
 	"github.com/junctionmq/junction/core"
 	"github.com/junctionmq/junction/internal/stomptest"
+	"github.com/junctionmq/junction/internal/testserve"
 	"github.com/junctionmq/junction/stomp"
 )
 
@@ -35,34 +34,9 @@ func startBroker(t *testing.T, cfg stomp.Config, settings ...core.AddressSetting
 		t.Fatal(err)
 	}
 	srv := stomp.New(cfg, b)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			nc, err := l.Accept()
-			if err != nil {
-				return
-			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				srv.ServeConn(ctx, nc)
-			}()
-		}
-	}()
-	t.Cleanup(func() {
-		l.Close()
-		cancel()
-		wg.Wait()
-		b.Close()
-	})
-	return &testBroker{addr: l.Addr().String(), broker: b, srv: srv}
+	t.Cleanup(func() { b.Close() }) // runs after the server's stop (cleanups run last-in first-out)
+	addr, _ := testserve.Serve(t, srv.ServeConn)
+	return &testBroker{addr: addr, broker: b, srv: srv}
 }
 
 func (tb *testBroker) dial(t *testing.T, opts ...func(*gostomp.Conn) error) *gostomp.Conn {

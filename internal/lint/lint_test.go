@@ -22,6 +22,7 @@ var allowed = map[string][]string{
 	"cmd/junction-bench": {},
 	"internal/lint":      {},
 	"internal/stomptest": {},
+	"internal/testserve": {},
 }
 
 // tree returns the top-level tree of one of our import paths
