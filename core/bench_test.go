@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"fmt"
 	"testing"
 )
 
@@ -71,4 +72,44 @@ func BenchmarkFanout10(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.N*10)/b.Elapsed().Seconds(), "deliveries/s")
+}
+
+// BenchmarkSelectiveDeepQueue sends one message a selective consumer
+// takes to a queue that also holds depth messages it does not, then acks
+// it and returns the credit. The cost per message must not grow with
+// depth: sends are offered alone and the consumer does not look at the
+// backlog again.
+func BenchmarkSelectiveDeepQueue(b *testing.B) {
+	for _, depth := range []int{0, 10000, 100000} {
+		b.Run(fmt.Sprintf("depth=%d", depth), func(b *testing.B) {
+			br, _ := New(Config{ExpiryScanInterval: -1})
+			defer br.Close()
+			s, _ := br.NewSession(SessionOptions{})
+			ctx := context.Background()
+			blue := map[string]any{"color": "blue"}
+			for range depth {
+				if err := s.Send(ctx, &Message{Address: "q", RoutingType: Anycast, Priority: DefaultPriority, Properties: blue}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			var last uint64
+			c, err := s.Subscribe(ConsumerOptions{Address: "q", RoutingType: Anycast, Credit: 1, Selector: "color = 'red'",
+				Handler: func(d Delivery) { last = d.ID }})
+			if err != nil {
+				b.Fatal(err)
+			}
+			red := map[string]any{"color": "red"}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				if err := s.Send(ctx, &Message{Address: "q", RoutingType: Anycast, Priority: DefaultPriority, Properties: red}); err != nil {
+					b.Fatal(err)
+				}
+				if err := c.Ack(last); err != nil {
+					b.Fatal(err)
+				}
+				c.Flow(1)
+			}
+		})
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -64,11 +65,13 @@ type Broker struct {
 	largeThreshold int
 	recovered      RecoveryStats
 
-	msgID    atomic.Uint64
-	tmpID    atomic.Uint64
-	queueID  atomic.Uint64
-	txID     atomic.Uint64
-	routeGen atomic.Uint64 // mirrors gen for lock-free cache checks
+	msgID     atomic.Uint64
+	tmpID     atomic.Uint64
+	sessionID atomic.Uint64
+	run       string // random per start, in temporary queue names
+	queueID   atomic.Uint64
+	txID      atomic.Uint64
+	routeGen  atomic.Uint64 // mirrors gen for lock-free cache checks
 
 	done chan struct{}
 	wg   sync.WaitGroup
@@ -113,6 +116,7 @@ func New(cfg Config) (*Broker, error) {
 		clientIDs: make(map[string]*Session),
 		done:      make(chan struct{}),
 		retained:  retainedStore{byAddr: make(map[string]*Message), ids: make(map[string]uint64)},
+		run:       strconv.FormatUint(uint64(rand.Uint32()), 36),
 		msgs:      cfg.Messages,
 		bindings:  cfg.Bindings,
 		large:     cfg.Large,
@@ -251,6 +255,9 @@ func (b *Broker) DeleteAddress(name string) error {
 	b.bumpLocked()
 	b.mu.Unlock()
 	for _, q := range qs {
+		if q.owner != nil {
+			q.owner.forgetTemp(q)
+		}
 		b.dropQueue(q)
 	}
 	return nil
@@ -276,9 +283,17 @@ func (b *Broker) deleteQueue(q *Queue) {
 	b.mu.Lock()
 	if b.queues[q.name] == q {
 		b.unbindLocked(q)
+		if a := b.addresses[q.address]; q.owner != nil && a != nil && a.anycast == nil && !a.isMulti && len(a.multicast) == 0 {
+			// A temporary queue's address goes with it: a client that
+			// makes one per request must not leave addresses behind.
+			delete(b.addresses, q.address)
+		}
 		b.bumpLocked()
 	}
 	b.mu.Unlock()
+	if q.owner != nil {
+		q.owner.forgetTemp(q)
+	}
 	b.dropQueue(q)
 }
 
@@ -307,6 +322,23 @@ func (b *Broker) QueueStats() []QueueStats {
 		out = append(out, q.Stats())
 	}
 	return out
+}
+
+// AddressRoutingTypes reports whether the address name exists and which
+// routing types it accepts as it stands: anycast when it has its queue,
+// multicast when it takes multicast sends. It creates nothing. A
+// front-end uses it to give a bare address, one whose protocol names no
+// routing type (an AMQP link address), the routing type the address
+// already has, and anycast when it has none or does not exist. A
+// wildcard pattern is never an address.
+func (b *Broker) AddressRoutingTypes(name string) (anycast, multicast, exists bool) {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	a := b.addresses[name]
+	if a == nil {
+		return false, false, false
+	}
+	return a.anycast != nil, a.isMulti, true
 }
 
 // AddressStats is a snapshot of an address's counters.
@@ -459,7 +491,7 @@ func (b *Broker) resolve(m *Message) (*address, error) {
 		return a, nil
 	}
 	s := b.settings.resolve(m.Address)
-	if !s.AutoCreate {
+	if !s.AutoCreate || isTemporaryName(m.Address) {
 		if a == nil {
 			return nil, fmt.Errorf("%w: %q", ErrAddressNotFound, m.Address)
 		}
@@ -638,7 +670,8 @@ func (b *Broker) tempQueueName(addr string) string {
 // targetsOf returns the queues a message to a resolved address reaches;
 // an anycast queue is appended to buf (which the caller may keep on its
 // stack), multicast routes come from the shared cache and must not be
-// changed.
+// changed. Subscriptions whose selector or no-local refuse m are left
+// out (Queue.admits).
 func (b *Broker) targetsOf(a *address, m *Message, buf []*Queue) []*Queue {
 	if m.RoutingType == Anycast {
 		b.mu.RLock()
@@ -648,5 +681,5 @@ func (b *Broker) targetsOf(a *address, m *Message, buf []*Queue) []*Queue {
 		}
 		return append(buf, a.anycast)
 	}
-	return b.multicastRoutes(a)
+	return admitted(b.multicastRoutes(a), m)
 }

@@ -260,15 +260,25 @@ func decodeMessage(p []byte) (*Message, []uint64, error) {
 
 // Record layout of a queue binding (bindings journal, user type
 // recQueue): u8 version, u8 routing type, u8 flags (bit0 durable
-// subscription), str name, str address, str client id.
+// subscription, bit1 has a selector), str name, str address, str client
+// id, then, with bit1, str selector. Records written before selectors
+// existed have bit1 clear and end after the client id; they decode as
+// before.
 func encodeQueue(q *Queue) []byte {
 	b := []byte{codecVersion, byte(q.routing), 0}
 	if q.clientID != "" {
-		b[2] = 1
+		b[2] |= 1
+	}
+	if q.filter != nil {
+		b[2] |= 2
 	}
 	b = appendStr(b, q.name)
 	b = appendStr(b, q.address)
-	return appendStr(b, q.clientID)
+	b = appendStr(b, q.clientID)
+	if q.filter != nil {
+		b = appendStr(b, q.filter.String())
+	}
+	return b
 }
 
 type queueRecord struct {
@@ -276,6 +286,7 @@ type queueRecord struct {
 	name     string
 	address  string
 	clientID string
+	selector string
 }
 
 func decodeQueue(p []byte) (queueRecord, error) {
@@ -285,10 +296,13 @@ func decodeQueue(p []byte) (queueRecord, error) {
 		return r, fmt.Errorf("%w: queue record version", errCorruptRecord)
 	}
 	r.routing = RoutingType(d.byte())
-	d.byte()
+	flags := d.byte()
 	r.name = d.str()
 	r.address = d.str()
 	r.clientID = d.str()
+	if flags&2 != 0 {
+		r.selector = d.str()
+	}
 	if d.err != nil || len(d.b) != 0 || (r.routing != Anycast && r.routing != Multicast) || r.name == "" {
 		return r, fmt.Errorf("%w: queue record", errCorruptRecord)
 	}

@@ -3,6 +3,8 @@ package core
 import (
 	"sort"
 	"time"
+
+	"github.com/junctionmq/junction/core/selector"
 )
 
 // Delivery is one message handed to a consumer. It is passed by value;
@@ -47,6 +49,8 @@ type Consumer struct {
 	s         *Session
 	handler   Handler
 	exclusive bool
+	sel       *selector.Selector // consumer-side selector (anycast queues); nil = everything
+	noLocal   bool               // set q.noLocal while attached
 
 	// Guarded by q.mu:
 	credit   int
@@ -54,6 +58,9 @@ type Consumer struct {
 	inflight []slot // by ascending delivery id; r is nil once settled
 	live     int    // entries of inflight not yet settled
 	closed   bool
+	// seen[p] is the seq up to which the ready list of priority p holds
+	// nothing this consumer may take (see Queue.scanForLocked).
+	seen [MaxPriority + 1]uint64
 }
 
 // Queue returns the queue the consumer reads.
@@ -72,7 +79,7 @@ func (c *Consumer) Flow(n int) {
 			q.withCred++
 		}
 		c.credit += n
-		moves = q.dispatchLocked(time.Now(), moves)
+		moves = q.creditedLocked(c, time.Now(), moves)
 	}
 	q.mu.Unlock()
 	q.b.carryOut(moves)
@@ -91,7 +98,7 @@ func (c *Consumer) SetCredit(n int) {
 			q.withCred--
 		}
 		c.credit = n
-		moves = q.dispatchLocked(time.Now(), moves)
+		moves = q.creditedLocked(c, time.Now(), moves)
 	}
 	q.mu.Unlock()
 	q.b.carryOut(moves)
@@ -220,7 +227,7 @@ func (c *Consumer) Release(id uint64, failed bool) error {
 		return ErrUnknownDelivery
 	}
 	moves = q.returnLocked(r, failed, now, moves)
-	moves = q.dispatchLocked(now, moves)
+	moves = q.dispatchFreshLocked(now, moves)
 	q.mu.Unlock()
 	q.b.carryOut(moves)
 	return nil
@@ -287,6 +294,15 @@ func (c *Consumer) close(countFailure bool) {
 		if owner == c {
 			delete(q.groups, g) // reassigned on the group's next message
 		}
+	}
+	if c.noLocal {
+		q.noLocal.CompareAndSwap(c.s.id, 0)
+	}
+	// Groups and exclusivity may have moved: what waited may be taken
+	// now, by anyone.
+	q.dirtyLocked()
+	for _, x := range q.consumers {
+		x.seen = [MaxPriority + 1]uint64{}
 	}
 	// Return in reverse so that each insert lands in front of the later ones.
 	for i := len(c.inflight) - 1; i >= 0; i-- {

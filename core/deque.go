@@ -1,7 +1,8 @@
 package core
 
 // deque is a ring buffer of message references: O(1) at both ends, and
-// O(n) removal from the middle, which only message groups need.
+// O(n) removal from the middle, which message groups and selectors need,
+// and binary search by seq.
 type deque struct {
 	buf  []*ref
 	head int
@@ -64,14 +65,25 @@ func (d *deque) removeAt(i int) *ref {
 	return r
 }
 
-// insertOrdered puts r before the first element with a larger seq, so
-// returned messages go back where they were relative to the others. The
-// scan starts at the front, where returned messages belong.
-func (d *deque) insertOrdered(r *ref) {
-	i := 0
-	for i < d.n && d.at(i).seq < r.seq {
-		i++
+// search returns the index of the first element whose seq is at least
+// seq (d.len() if none). A queue keeps each ready list sorted by seq.
+func (d *deque) search(seq uint64) int {
+	lo, hi := 0, d.n
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if d.at(m).seq < seq {
+			lo = m + 1
+		} else {
+			hi = m
+		}
 	}
+	return lo
+}
+
+// insertOrdered puts r before the first element with a larger seq, so
+// returned messages go back where they were relative to the others.
+func (d *deque) insertOrdered(r *ref) {
+	i := d.search(r.seq)
 	if i == 0 {
 		d.pushFront(r)
 		return

@@ -20,4 +20,7 @@ var (
 	ErrClientIDRequired  = errors.New("core: durable subscription needs a client id")
 	ErrAuthFailed        = errors.New("core: authentication failed")
 	ErrAddressFull       = errors.New("core: queue full")
+	// ErrInvalidSelector wraps the *selector.SyntaxError of a consumer's
+	// selector that does not parse.
+	ErrInvalidSelector = errors.New("core: invalid selector")
 )

@@ -2,6 +2,7 @@ package core
 
 import (
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"time"
 )
@@ -102,6 +103,10 @@ type Message struct {
 	durableRefs atomic.Int32
 	// large is set when the body is stored in the large-message store.
 	large bool
+	// origin is the id of the Session that sent the message, for no-local
+	// subscriptions; set before routing, never journaled (a recovered
+	// message, or a copy moved to a dead-letter address, has none: 0).
+	origin uint64
 }
 
 // ValidateProperties checks that every property value has one of the
@@ -147,5 +152,17 @@ const (
 	PropOriginalAddress = "_AMQ_ORIG_ADDRESS"
 	PropOriginalQueue   = "_AMQ_ORIG_QUEUE"
 	PropOriginalID      = "_AMQ_ORIG_MESSAGE_ID"
-	PropReason          = "_JUNCTION_REASON"
+	// PropReason says why: "rejected", "expired", "max-deliveries"...
+	PropReason = "_AMQ_REASON"
 )
+
+// InternalPropertyPrefix begins the names of properties a front-end
+// keeps for its own use (such as what AMQP fields core has no field for,
+// or MQTT's loop guard). Front-ends never show another's internal
+// properties to clients.
+const InternalPropertyPrefix = "_JUNCTION_"
+
+// IsInternalProperty reports whether the property name is internal.
+func IsInternalProperty(name string) bool {
+	return strings.HasPrefix(name, InternalPropertyPrefix)
+}

@@ -202,7 +202,10 @@ func (b *Broker) recover() (RecoveryStats, error) {
 			if err != nil {
 				return err
 			}
-			q := b.restoreQueue(rec)
+			q, err := b.restoreQueue(rec)
+			if err != nil {
+				return err
+			}
 			q.id = id
 			byID[id] = q
 			st.Queues++
@@ -329,8 +332,14 @@ type RecoveryStats struct {
 }
 
 // restoreQueue recreates a durable queue (and its address) from its
-// binding, without writing it again.
-func (b *Broker) restoreQueue(rec queueRecord) *Queue {
+// binding, without writing it again. A selector that no longer parses
+// (it did when it was written) stops recovery rather than letting the
+// subscription take messages it did not select.
+func (b *Broker) restoreQueue(rec queueRecord) (*Queue, error) {
+	sel, err := parseSelector(rec.selector)
+	if err != nil {
+		return nil, fmt.Errorf("%w: queue %q: %w", errCorruptRecord, rec.name, err)
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if rec.routing == Anycast {
@@ -338,11 +347,12 @@ func (b *Broker) restoreQueue(rec queueRecord) *Queue {
 		q := b.newQueueLocked(rec.name, rec.address, Anycast, true, false, "")
 		a.anycast = q
 		b.bumpLocked()
-		return q
+		return q, nil
 	}
 	q := b.newQueueLocked(rec.name, rec.address, Multicast, true, false, rec.clientID)
+	q.filter = sel
 	b.bindSubscriptionLocked(q)
-	return q
+	return q, nil
 }
 
 // restore puts a recovered message back on q with its delivery count.

@@ -4,6 +4,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/junctionmq/junction/core/selector"
 )
 
 // ref is a queue's reference to a message. A multicast message has one
@@ -67,6 +69,13 @@ type Queue struct {
 	shared    bool // a shared subscription: several competing consumers
 	clientID  string
 	settings  Settings
+	owner     *Session           // a temporary queue's session, which deletes it on close; nil otherwise
+	filter    *selector.Selector // a subscription's selector, applied as messages are routed to it
+
+	// noLocal is the id of the session whose own messages this
+	// subscription refuses (its consumer asked for no-local); 0 = none.
+	// It follows the attached consumer, so it is atomic for routing.
+	noLocal atomic.Uint64
 
 	mu        sync.Mutex
 	ready     [MaxPriority + 1]deque // guarded by mu
@@ -81,6 +90,15 @@ type Queue struct {
 	groups    map[string]*Consumer   // guarded by mu: message group owners
 	seq       uint64                 // guarded by mu
 	deleted   bool                   // guarded by mu
+	// clean (guarded by mu) says that the last dispatch left nothing a
+	// consumer could take: every ready ref waits for credit, for its
+	// group's owner, or for a consumer whose selector it matches. Until
+	// something changes that, a dispatch need only offer the refs made
+	// ready since (fresh, guarded by mu), and a consumer given credit
+	// need only look for itself (scanForLocked). Closing a consumer, and
+	// more than maxFresh new refs at once, end it.
+	clean bool
+	fresh []*ref
 
 	maxBytes    atomic.Int64 // bound on bytes; 0 = none (settings, or the consumer that created it)
 	bytes       atomic.Int64
@@ -140,7 +158,7 @@ func (q *Queue) enqueue(m *Message, now time.Time) {
 	var moves []move
 	q.mu.Lock()
 	if q.addLocked(r, now) {
-		moves = q.dispatchLocked(now, moves)
+		moves = q.dispatchFreshLocked(now, moves)
 	}
 	q.mu.Unlock()
 	q.b.carryOut(moves)
@@ -164,7 +182,33 @@ func (q *Queue) addLocked(r *ref, now time.Time) bool {
 	}
 	q.ready[m.Priority].pushBack(r)
 	q.nready++
+	q.freshLocked(r)
 	return true
+}
+
+// maxFresh bounds the refs offered one by one after a clean dispatch;
+// more than that (a burst of scheduled messages falling due) is a full
+// dispatch.
+const maxFresh = 16
+
+// freshLocked notes a ref made ready: while q is clean, the next
+// dispatch offers it alone.
+func (q *Queue) freshLocked(r *ref) {
+	if !q.clean {
+		return
+	}
+	if len(q.fresh) == maxFresh {
+		q.dirtyLocked()
+		return
+	}
+	q.fresh = append(q.fresh, r)
+}
+
+// dirtyLocked makes the next dispatch look at every ready ref.
+func (q *Queue) dirtyLocked() {
+	q.clean = false
+	clear(q.fresh)
+	q.fresh = q.fresh[:0]
 }
 
 // scheduleLocked holds r back until due and arms the timer if r is now
@@ -206,7 +250,7 @@ func (q *Queue) onTimer() {
 		q.readyLocked(r)
 	}
 	q.armTimerLocked()
-	moves = q.dispatchLocked(now, moves)
+	moves = q.dispatchFreshLocked(now, moves)
 	q.mu.Unlock()
 	q.b.carryOut(moves)
 }
@@ -214,19 +258,48 @@ func (q *Queue) onTimer() {
 // readyLocked makes r available: a redelivery goes back to its place in
 // queue order, a new message to the back.
 func (q *Queue) readyLocked(r *ref) {
+	p := r.msg.Priority
 	if r.failures > 0 || r.deliveryID != 0 {
-		q.ready[r.msg.Priority].insertOrdered(r)
+		q.ready[p].insertOrdered(r)
+		// Consumers that had looked past r's place must look at it.
+		for _, c := range q.consumers {
+			if c.seen[p] >= r.seq {
+				c.seen[p] = r.seq - 1
+			}
+		}
 	} else {
-		q.ready[r.msg.Priority].pushBack(r)
+		// A scheduled message that fell due joins the back like a new
+		// one, renumbered so that every ready list stays sorted by seq
+		// (deque.search depends on it).
+		q.seq++
+		r.seq = q.seq
+		q.ready[p].pushBack(r)
 	}
 	q.nready++
+	q.freshLocked(r)
 }
+
+// Dispatch comes in three sizes. dispatchLocked is a full pass: one
+// look per ready message (and, with selectors, one evaluation per
+// consumer with credit), after which the queue is clean. On a clean
+// queue, dispatchFreshLocked offers only the refs made ready since (a
+// send, a release, a scheduled message falling due), and creditedLocked
+// lets only the consumer given credit look, from where it stopped. So a
+// send costs O(1) however many messages wait for a selective consumer,
+// and a consumer passes each message it does not select once; a full
+// pass happens when consumers leave, and whenever a caller changes
+// state without saying what changed (dispatchLocked is always correct).
 
 // dispatchLocked hands ready messages to consumers with credit, highest
 // priority first and FIFO within a priority. A message whose group owner
-// has no credit is skipped, not blocking the others. Expired messages
-// found on the way are collected for the expiry address.
+// has no credit, or that no consumer with credit selects, is skipped,
+// not blocking the others. Expired messages found on the way are
+// collected for the expiry address.
 func (q *Queue) dispatchLocked(now time.Time, moves []move) []move {
+	// Whatever the pass below leaves, nobody can take: clean.
+	q.clean = true
+	clear(q.fresh)
+	q.fresh = q.fresh[:0]
 	if q.withCred == 0 || q.nready == 0 {
 		return moves
 	}
@@ -256,19 +329,159 @@ func (q *Queue) dispatchLocked(now time.Time, moves []move) []move {
 	return moves
 }
 
+// dispatchFreshLocked dispatches after refs were made ready and nothing
+// else changed: on a clean queue it offers only them.
+func (q *Queue) dispatchFreshLocked(now time.Time, moves []move) []move {
+	if !q.clean {
+		return q.dispatchLocked(now, moves)
+	}
+	fresh := q.fresh
+	sortFresh(fresh)
+	for _, r := range fresh {
+		if q.withCred == 0 {
+			break
+		}
+		moves = q.offerLocked(r, now, moves)
+	}
+	clear(fresh)
+	q.fresh = fresh[:0]
+	return moves
+}
+
+// sortFresh orders refs as a full pass would meet them: by priority,
+// then queue order. There are at most maxFresh, so insertion sort.
+func sortFresh(rs []*ref) {
+	for i := 1; i < len(rs); i++ {
+		for j := i; j > 0 && freshBefore(rs[j], rs[j-1]); j-- {
+			rs[j], rs[j-1] = rs[j-1], rs[j]
+		}
+	}
+}
+
+func freshBefore(a, b *ref) bool {
+	if a.msg.Priority != b.msg.Priority {
+		return a.msg.Priority > b.msg.Priority
+	}
+	return a.seq < b.seq
+}
+
+// offerLocked tries to deliver one ready ref of a clean queue; the
+// others are known to wait, so r may go first.
+func (q *Queue) offerLocked(r *ref, now time.Time, moves []move) []move {
+	d := &q.ready[r.msg.Priority]
+	i := d.len() - 1
+	if i < 0 || d.at(i) != r { // not the newest: find its place
+		i = d.search(r.seq)
+		if i == d.len() || d.at(i) != r {
+			return moves // no longer ready
+		}
+	}
+	if r.msg.Expired(now) {
+		d.removeAt(i)
+		q.nready--
+		return append(moves, move{r, moveExpired})
+	}
+	c, _ := q.pickLocked(r)
+	if c == nil {
+		return moves
+	}
+	d.removeAt(i)
+	q.nready--
+	q.deliverLocked(c, r)
+	return moves
+}
+
+// creditedLocked dispatches after c was given credit. On a clean queue
+// only c can take anything new, so only c looks, from where it stopped.
+func (q *Queue) creditedLocked(c *Consumer, now time.Time, moves []move) []move {
+	if q.clean && len(q.fresh) == 0 {
+		return q.scanForLocked(c, now, moves)
+	}
+	return q.dispatchLocked(now, moves)
+}
+
+// scanForLocked delivers to c what it may take from a clean queue,
+// within its credit. c.seen[p] remembers how far c has looked in each
+// ready list: the refs up to there wait for reasons only closing a
+// consumer changes (c's selector, another consumer's group or
+// exclusivity), so a selective consumer on a deep queue passes each
+// message it does not select once, not on every grant of credit.
+func (q *Queue) scanForLocked(c *Consumer, now time.Time, moves []move) []move {
+	if q.exclusive != nil && q.exclusive != c {
+		return moves
+	}
+	for p := MaxPriority; p >= 0 && c.credit > 0; p-- {
+		d := &q.ready[p]
+		if d.len() == 0 {
+			continue
+		}
+		for i := d.search(c.seen[p] + 1); i < d.len() && c.credit > 0; {
+			r := d.at(i)
+			if r.msg.Expired(now) {
+				d.removeAt(i)
+				q.nready--
+				moves = append(moves, move{r, moveExpired})
+				continue
+			}
+			if !q.takesLocked(c, r) {
+				c.seen[p] = r.seq
+				i++
+				continue
+			}
+			d.removeAt(i)
+			q.nready--
+			if gid := r.msg.GroupID; gid != "" && q.groups[gid] == nil {
+				q.claimGroupLocked(gid, c)
+			}
+			q.deliverLocked(c, r)
+		}
+	}
+	return moves
+}
+
+// takesLocked reports whether c may be given r, credit aside: c selects
+// r, and r's group, if owned, is c's (or its owner does not select r).
+func (q *Queue) takesLocked(c *Consumer, r *ref) bool {
+	if !c.accepts(r) {
+		return false
+	}
+	if gid := r.msg.GroupID; gid != "" {
+		if owner := q.groups[gid]; owner != nil && owner != c && owner.accepts(r) {
+			return false
+		}
+	}
+	return true
+}
+
+func (q *Queue) claimGroupLocked(gid string, c *Consumer) {
+	if q.groups == nil {
+		q.groups = make(map[string]*Consumer)
+	}
+	q.groups[gid] = c
+}
+
 // pickLocked chooses the consumer for r. It returns stop when no message
 // can be delivered now (the exclusive consumer has no credit), or nil when
-// only r must wait (its group's owner has no credit).
+// only r must wait: its group's owner has no credit, or no consumer with
+// credit selects it.
+//
+// A group's messages go to its owner; one the owner's selector does not
+// select goes to another consumer that selects it, without moving the
+// group (rather than waiting for an owner that will never take it).
 func (q *Queue) pickLocked(r *ref) (c *Consumer, stop bool) {
-	if q.exclusive != nil {
-		if q.exclusive.credit > 0 {
-			return q.exclusive, false
+	if ex := q.exclusive; ex != nil {
+		switch {
+		case ex.credit == 0:
+			return nil, true
+		case !ex.accepts(r):
+			return nil, false
 		}
-		return nil, true
+		return ex, false
 	}
 	gid := r.msg.GroupID
+	var owner *Consumer
 	if gid != "" {
-		if owner := q.groups[gid]; owner != nil {
+		if owner = q.groups[gid]; owner != nil && owner.accepts(r) {
 			if owner.credit > 0 {
 				return owner, false
 			}
@@ -278,18 +491,15 @@ func (q *Queue) pickLocked(r *ref) (c *Consumer, stop bool) {
 	n := len(q.consumers)
 	for k := 0; k < n; k++ {
 		i := (q.rr + k) % n
-		if c := q.consumers[i]; c.credit > 0 {
+		if c := q.consumers[i]; c.credit > 0 && c.accepts(r) {
 			q.rr = (i + 1) % n
-			if gid != "" {
-				if q.groups == nil {
-					q.groups = make(map[string]*Consumer)
-				}
-				q.groups[gid] = c
+			if gid != "" && owner == nil {
+				q.claimGroupLocked(gid, c)
 			}
 			return c, false
 		}
 	}
-	return nil, true
+	return nil, false
 }
 
 func (q *Queue) deliverLocked(c *Consumer, r *ref) {
@@ -403,7 +613,7 @@ type QueueStats struct {
 	Address      string
 	RoutingType  RoutingType
 	Durable      bool
-	Temporary    bool
+	Temporary    bool   // deleted with its consumer or session
 	Depth        int64  // messages in the queue: ready, scheduled and in flight
 	InFlight     int64  // delivered, not yet acked
 	Scheduled    int64  // waiting for their delivery time or redelivery delay
@@ -421,7 +631,7 @@ type QueueStats struct {
 func (q *Queue) Stats() QueueStats {
 	return QueueStats{
 		Name: q.name, Address: q.address, RoutingType: q.routing,
-		Durable: q.durable, Temporary: q.temporary,
+		Durable: q.durable, Temporary: q.temporary || q.owner != nil,
 		Depth:        q.stats.depth.Load(),
 		InFlight:     q.stats.inflight.Load(),
 		Scheduled:    q.stats.scheduled.Load(),

@@ -5,10 +5,13 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/junctionmq/junction/core/selector"
 	"github.com/junctionmq/junction/core/wildcard"
 )
 
@@ -31,16 +34,21 @@ type SessionOptions struct {
 type Session struct {
 	b    *Broker
 	opts SessionOptions
+	id   uint64 // unique in the broker's run: messages' origin, temporary queue names
+
+	tempSeq atomic.Uint64 // numbers the session's temporary queues
 
 	mu        sync.Mutex
 	consumers map[*Consumer]struct{} // guarded by mu
 	txs       map[*Tx]struct{}       // guarded by mu
+	temps     map[*Queue]struct{}    // guarded by mu: temporary queues to delete on Close
 	closed    bool                   // guarded by mu
 }
 
 // NewSession opens a session.
 func (b *Broker) NewSession(opts SessionOptions) (*Session, error) {
-	s := &Session{b: b, opts: opts, consumers: make(map[*Consumer]struct{}), txs: make(map[*Tx]struct{})}
+	s := &Session{b: b, opts: opts, id: b.sessionID.Add(1),
+		consumers: make(map[*Consumer]struct{}), txs: make(map[*Tx]struct{}), temps: make(map[*Queue]struct{})}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
@@ -101,6 +109,7 @@ func (s *Session) send(m *Message, done func(error)) error {
 		return err
 	}
 	now := time.Now()
+	m.origin = s.id
 	if err := s.b.prepare(m, s.opts.User, now); err != nil {
 		return err
 	}
@@ -151,6 +160,50 @@ type ConsumerOptions struct {
 	// Exclusive asks for all messages of the queue while this consumer is
 	// attached; other consumers stand by.
 	Exclusive bool
+	// Selector, when not blank, is a JMS message selector (package
+	// core/selector): the consumer receives only the messages it selects.
+	// An identifier names a message property or, failing that, one of
+	// these header fields:
+	//
+	//	JMSMessageID       "ID:" + the message id in decimal ("ID:42"),
+	//	                   the form JMS requires of provider ids
+	//	JMSPriority        Priority (int64)
+	//	JMSTimestamp       Timestamp, ms since the epoch (int64)
+	//	JMSCorrelationID   CorrelationID; NULL when empty
+	//	JMSDeliveryMode    'PERSISTENT' when Durable, else 'NON_PERSISTENT'
+	//	JMSExpiration      Expiration, ms since the epoch; 0 when none
+	//	JMSType            no field of its own: the property JMSType
+	//	JMSXGroupID        GroupID; NULL when empty
+	//	JMSXUserID         UserID; NULL when empty
+	//	JMSXDeliveryCount  this delivery attempt: failed attempts + 1
+	//
+	// Properties come first, so a front-end that carries a header as a
+	// property (as AMQP carries JMSType) is taken at its word.
+	//
+	// On a queue (anycast, or Queue) the messages a consumer does not
+	// select stay for the others. The cost: a consumer passes each
+	// message it does not select once, and the queue looks at every
+	// waiting message again when a consumer leaves, so with a selective
+	// consumer on a deep queue of messages it does not want those events
+	// cost a pass over the queue; a send's cost does not grow with the
+	// queue.
+	//
+	// A multicast subscription applies its selector as messages are
+	// routed and holds only what it selects, as JMS specifies for durable
+	// subscriptions, which keep their selector across restarts.
+	// Subscribing again to a durable subscription with another selector
+	// replaces it (its messages are dropped); a shared subscription
+	// refuses a consumer whose selector differs from its own.
+	//
+	// An invalid selector fails Subscribe with an error wrapping
+	// ErrInvalidSelector and the *selector.SyntaxError.
+	Selector string
+	// NoLocal keeps a non-shared multicast subscription from receiving
+	// the messages sent through this Session (JMS no-local, AMQP's
+	// no-local filter), while its consumer is attached. Ignored for
+	// queues (anycast, or Queue) and shared subscriptions. Messages
+	// recovered after a restart have no sender and are delivered.
+	NoLocal bool
 	// MaxBytes bounds the body bytes of the subscription queue this
 	// consumer creates (a front-end's per-session budget, such as MQTT's);
 	// overflow follows the address's full policy. 0 uses the address
@@ -165,14 +218,24 @@ func (s *Session) Subscribe(o ConsumerOptions) (*Consumer, error) {
 	if o.Handler == nil {
 		return nil, errors.New("core: consumer needs a handler")
 	}
+	sel, err := parseSelector(o.Selector)
+	if err != nil {
+		return nil, err
+	}
 	if err := s.check(); err != nil {
 		return nil, err
 	}
-	q, err := s.queueFor(o)
+	q, err := s.queueFor(o, sel)
 	if err != nil {
 		return nil, err
 	}
 	c := &Consumer{q: q, s: s, handler: o.Handler, exclusive: o.Exclusive}
+	// A subscription reached by address filters as messages are routed
+	// (queueFor gave it sel); a queue filters as it dispatches.
+	subscription := o.Queue == "" && q.routing == Multicast
+	if !subscription {
+		c.sel = sel
+	}
 	q.mu.Lock()
 	if q.deleted {
 		q.mu.Unlock()
@@ -183,6 +246,14 @@ func (s *Session) Subscribe(o ConsumerOptions) (*Consumer, error) {
 		if len(q.consumers) > 0 {
 			q.mu.Unlock()
 			return nil, fmt.Errorf("%w: %q", ErrSubscriptionInUse, q.name)
+		}
+	}
+	if subscription && !q.shared {
+		c.noLocal = o.NoLocal
+		if o.NoLocal {
+			q.noLocal.Store(s.id)
+		} else {
+			q.noLocal.Store(0)
 		}
 	}
 	q.consumers = append(q.consumers, c)
@@ -205,8 +276,11 @@ func (s *Session) Subscribe(o ConsumerOptions) (*Consumer, error) {
 	return c, nil
 }
 
-// queueFor finds or creates the queue a consumer reads.
-func (s *Session) queueFor(o ConsumerOptions) (*Queue, error) {
+// queueFor finds or creates the queue a consumer reads. A subscription
+// it creates gets sel as its filter, and the session as its no-local
+// origin if asked, before it is bound: no message routed to it escapes
+// them.
+func (s *Session) queueFor(o ConsumerOptions, sel *selector.Selector) (*Queue, error) {
 	b := s.b
 	if o.Queue != "" {
 		if q := b.Queue(o.Queue); q != nil {
@@ -234,7 +308,7 @@ func (s *Session) queueFor(o ConsumerOptions) (*Queue, error) {
 		}
 		a := b.addresses[o.Address]
 		if a == nil || a.anycast == nil {
-			if !settings.AutoCreate {
+			if !settings.AutoCreate || isTemporaryName(o.Address) {
 				return nil, fmt.Errorf("%w: %q", ErrQueueNotFound, o.Address)
 			}
 			a = b.addressLocked(o.Address, true)
@@ -247,7 +321,7 @@ func (s *Session) queueFor(o ConsumerOptions) (*Queue, error) {
 	if !pattern {
 		a := b.addresses[o.Address]
 		if a == nil || !a.isMulti {
-			if !settings.AutoCreate {
+			if !settings.AutoCreate || isTemporaryName(o.Address) {
 				return nil, fmt.Errorf("%w: %q", ErrAddressNotFound, o.Address)
 			}
 		}
@@ -255,16 +329,25 @@ func (s *Session) queueFor(o ConsumerOptions) (*Queue, error) {
 	if o.SharedSubscriptionName != "" {
 		name := sharedName(o.SharedSubscriptionName, o.Address)
 		if q := b.queues[name]; q != nil {
+			// JMS 2.0: a shared subscription's consumers share its selector.
+			if q.filter.String() != sel.String() {
+				return nil, fmt.Errorf("%w: shared subscription %q has selector %q, not %q", ErrSubscriptionInUse, name, q.filter.String(), sel.String())
+			}
 			return q, nil
 		}
 		q := b.newQueueLocked(name, o.Address, Multicast, false, true, "")
 		q.shared = true
+		q.filter = sel
 		q.limit(o.MaxBytes)
 		b.bindSubscriptionLocked(q)
 		return q, nil
 	}
 	if o.SubscriptionName == "" {
 		q := b.newQueueLocked(b.tempQueueName(o.Address), o.Address, Multicast, false, true, "")
+		q.filter = sel
+		if o.NoLocal {
+			q.noLocal.Store(s.id)
+		}
 		q.limit(o.MaxBytes)
 		b.bindSubscriptionLocked(q)
 		return q, nil
@@ -274,12 +357,12 @@ func (s *Session) queueFor(o ConsumerOptions) (*Queue, error) {
 	}
 	name := durableName(s.opts.ClientID, o.SubscriptionName)
 	if q := b.queues[name]; q != nil {
-		if q.address == o.Address {
+		if q.address == o.Address && q.filter.String() == sel.String() {
 			q.limit(o.MaxBytes) // a restored subscription gets its budget back
 			return q, nil
 		}
-		// Subscribing again under the same name to another topic replaces
-		// the subscription, as JMS specifies.
+		// Subscribing again under the same name to another topic, or with
+		// another selector, replaces the subscription, as JMS specifies.
 		if q.stats.consumers.Load() > 0 {
 			return nil, fmt.Errorf("%w: %q", ErrSubscriptionInUse, name)
 		}
@@ -289,6 +372,10 @@ func (s *Session) queueFor(o ConsumerOptions) (*Queue, error) {
 		defer b.dropQueue(q)
 	}
 	q := b.newQueueLocked(name, o.Address, Multicast, true, false, s.opts.ClientID)
+	q.filter = sel
+	if o.NoLocal {
+		q.noLocal.Store(s.id)
+	}
 	q.limit(o.MaxBytes)
 	if err := b.persistQueue(q); err != nil {
 		delete(b.queues, name)
@@ -313,6 +400,68 @@ func (s *Session) Unsubscribe(name string) error {
 	return s.b.DeleteQueue(durableName(s.opts.ClientID, name))
 }
 
+// TemporaryQueuePrefix begins the name of every temporary queue (see
+// [Session.CreateTemporaryQueue]). Sends and consumers never auto-create
+// an address with this prefix, so a reply sent to a temporary queue that
+// is gone fails with ErrAddressNotFound instead of filling a queue that
+// nobody will read.
+const TemporaryQueuePrefix = "temp-queue."
+
+func isTemporaryName(addr string) bool { return strings.HasPrefix(addr, TemporaryQueuePrefix) }
+
+// CreateTemporaryQueue creates a non-durable anycast address and its
+// queue for replies (JMS TemporaryQueue, AMQP dynamic nodes) and returns
+// its name,
+//
+//	temp-queue.<broker run>-<session>.<n>
+//
+// where <broker run> is random per broker start, <session> the session's
+// number in this run and <n> counts the session's temporary queues: no
+// name is ever reused, even after a restart, so a stale reply-to cannot
+// reach a newer queue. Anyone may send to it and consumers of any
+// session may read it. It is deleted, with its messages, when the
+// session closes or by [Broker.DeleteQueue].
+func (s *Session) CreateTemporaryQueue() (string, error) {
+	if err := s.check(); err != nil {
+		return "", err
+	}
+	b := s.b
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return "", ErrClosed
+	}
+	var name string
+	for {
+		name = TemporaryQueuePrefix + b.run + "-" + strconv.FormatUint(s.id, 10) + "." + strconv.FormatUint(s.tempSeq.Add(1), 10)
+		if b.addresses[name] == nil && b.queues[name] == nil {
+			break // taken only if someone created such an address by hand
+		}
+	}
+	a := b.addressLocked(name, false)
+	q := b.newQueueLocked(name, name, Anycast, false, false, "")
+	q.owner = s
+	a.anycast = q
+	b.bumpLocked()
+	b.mu.Unlock()
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		b.deleteQueue(q)
+		return "", ErrSessionClosed
+	}
+	s.temps[q] = struct{}{}
+	s.mu.Unlock()
+	return name, nil
+}
+
+// forgetTemp drops a deleted temporary queue from the session's list.
+func (s *Session) forgetTemp(q *Queue) {
+	s.mu.Lock()
+	delete(s.temps, q)
+	s.mu.Unlock()
+}
+
 func (s *Session) forget(c *Consumer) {
 	s.mu.Lock()
 	delete(s.consumers, c)
@@ -320,7 +469,8 @@ func (s *Session) forget(c *Consumer) {
 }
 
 // Close closes the session's consumers (their unacked messages return
-// to their queues) and rolls back its open transactions. Idempotent.
+// to their queues), rolls back its open transactions and deletes its
+// temporary queues. Idempotent.
 func (s *Session) Close() {
 	s.mu.Lock()
 	if s.closed {
@@ -330,13 +480,19 @@ func (s *Session) Close() {
 	s.closed = true
 	txs := s.txs
 	cs := s.consumers
-	s.txs, s.consumers = nil, nil
+	temps := s.temps
+	s.txs, s.consumers, s.temps = nil, nil, nil
 	s.mu.Unlock()
 	for tx := range txs {
 		tx.rollback()
 	}
 	for c := range cs {
 		c.close(true)
+	}
+	for q := range temps {
+		// Consumers of other sessions may still be attached: JMS deletes
+		// a temporary queue with its connection regardless.
+		s.b.deleteQueue(q)
 	}
 	if s.opts.ClientID != "" {
 		s.b.mu.Lock()
@@ -433,6 +589,7 @@ func (t *Tx) Commit(ctx context.Context) error {
 	now := time.Now()
 	addrs := make([]*address, len(t.sends))
 	for i, m := range t.sends {
+		m.origin = t.s.id
 		err := b.prepare(m, t.s.opts.User, now)
 		if err == nil {
 			addrs[i], err = b.resolve(m)
@@ -562,7 +719,7 @@ func (t *Tx) rollback() {
 		var moves []move
 		q.mu.Lock()
 		moves = q.returnLocked(r, true, now, moves)
-		moves = q.dispatchLocked(now, moves)
+		moves = q.dispatchFreshLocked(now, moves)
 		q.mu.Unlock()
 		q.b.carryOut(moves)
 	}
@@ -571,8 +728,9 @@ func (t *Tx) rollback() {
 
 // SubscriptionInfo describes a durable subscription.
 type SubscriptionInfo struct {
-	Name    string // the subscription name given at Subscribe
-	Address string // the address or wildcard pattern it is bound to
+	Name     string // the subscription name given at Subscribe
+	Address  string // the address or wildcard pattern it is bound to
+	Selector string // its selector as given at Subscribe; "" for none
 }
 
 // DurableSubscriptions lists the durable subscriptions of the session's
@@ -588,7 +746,7 @@ func (s *Session) DurableSubscriptions() []SubscriptionInfo {
 	var out []SubscriptionInfo
 	for name, q := range s.b.queues {
 		if q.clientID == s.opts.ClientID && strings.HasPrefix(name, prefix) {
-			out = append(out, SubscriptionInfo{Name: name[len(prefix):], Address: q.address})
+			out = append(out, SubscriptionInfo{Name: name[len(prefix):], Address: q.address, Selector: q.filter.String()})
 		}
 	}
 	return out

@@ -16,6 +16,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/junctionmq/junction/core"
+	"github.com/junctionmq/junction/core/selector"
 	"github.com/junctionmq/junction/stomp/internal/wire"
 )
 
@@ -472,6 +473,7 @@ func (c *conn) onSubscribe(f *frame.Frame) error {
 		RoutingType: rt,
 		Credit:      prefetch,
 		Exclusive:   f.Header.Get("activemq.exclusive") == "true",
+		Selector:    f.Header.Get(hdrSelector),
 		Handler:     func(d core.Delivery) { c.push(outItem{d: d, sub: sub}) },
 	}
 	if name := f.Header.Get("shared-subscription-name"); name != "" {
@@ -495,6 +497,10 @@ func (c *conn) onSubscribe(f *frame.Frame) error {
 	if err != nil {
 		delete(c.subs, id)
 		delete(c.subsBySeq, sub.seq)
+		var se *selector.SyntaxError
+		if errors.As(err, &se) {
+			return protoErr("invalid selector", "Selector %q: %s at offset %d.", opts.Selector, se.Msg, se.Pos)
+		}
 		return protoErr("subscribe failed", "%v", err)
 	}
 	c.outMu.Lock()

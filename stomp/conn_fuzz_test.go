@@ -22,6 +22,8 @@ func FuzzConn(f *testing.F) {
 		"BEGIN\ntransaction:t\n\n\x00SEND\ndestination:/topic/t\ntransaction:t\npersistent:true\n\n\x00COMMIT\ntransaction:t\n\n\x00",
 		"SUBSCRIBE\ndestination:/topic/a.#\nid:x\n\n\x00SEND\ndestination:/topic/a.b\nJMSXGroupID:g\npriority:9\n\n\x00",
 		"NACK\nid:1-1\n\n\x00UNSUBSCRIBE\nid:nope\n\n\x00",
+		"SUBSCRIBE\ndestination:/queue/s\nid:2\nselector:colour = 'red' AND JMSPriority > 4\n\n\x00SEND\ndestination:/queue/s\ncolour:red\npriority:9\n\n\x00",
+		"SUBSCRIBE\ndestination:/topic/t\nid:3\nselector:((a\n\n\x00",
 		"SEND\ndestination:/queue/a\ncontent-length:3\n\na\x00b\x00",
 		"DISCONNECT\nreceipt:1\n\n\x00",
 		"\n\n\nSEND\ndestination:/queue/a\nAMQ_SCHEDULED_DELAY:1\nexpires:1\n\n\x00",

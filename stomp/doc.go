@@ -38,6 +38,34 @@
 // content-length (always: bodies may contain NUL), timestamp, and the
 // mapped headers above; properties of other types are written as text.
 //
+// # SUBSCRIBE headers
+//
+//	destination                  what to read (see Destinations)
+//	id                           the subscription's id (required from 1.1)
+//	ack                          auto | client | client-individual
+//	activemq.prefetchSize        the window of unacked messages (credit)
+//	activemq.exclusive:true      take every message while attached
+//	selector                     JMS message selector (package
+//	                             core/selector): only matching messages
+//	shared-subscription-name     join a shared topic subscription
+//	activemq.subscriptionName    make a topic subscription durable
+//	(or durable-subscription-name)
+//
+// A selector is SQL-92 as in JMS, such as "color = 'red' AND
+// JMSPriority > 4"; identifiers are message properties, then the JMS
+// header names (JMSPriority, JMSTimestamp, JMSCorrelationID,
+// JMSDeliveryMode, JMSXGroupID, ...; see core.ConsumerOptions). On a
+// queue the messages
+// it does not select stay for other subscribers; a topic or durable
+// subscription keeps only what it selects, and a durable one keeps its
+// selector across restarts (subscribing again with another selector
+// replaces it, as JMS does). Properties that come from STOMP headers are
+// strings, so "price > 10" never matches a price sent in a header:
+// compare them as strings, or use the mapped fields, which are numbers
+// (JMSPriority, JMSTimestamp, JMSExpiration). A selector that does not
+// parse gets an ERROR frame (message "invalid selector", the body naming
+// the problem and its offset) and the connection closes.
+//
 // # Acknowledgement and flow
 //
 // SUBSCRIBE's ack header selects auto (the message is acked once written

@@ -28,6 +28,7 @@ const (
 	hdrGroupID        = "JMSXGroupID"
 	hdrScheduledDelay = "AMQ_SCHEDULED_DELAY"
 	hdrTimestamp      = "timestamp"
+	hdrSelector       = "selector" // on SUBSCRIBE
 )
 
 // parseDestination maps a STOMP destination to an address and routing
@@ -156,7 +157,7 @@ func appendMessageHeaders(buf []byte, m *core.Message, v wire.Version) []byte {
 		buf = wire.AppendHeader(buf, hdrGroupID, m.GroupID, v)
 	}
 	for k, val := range m.Properties {
-		if reserved[k] || k == "" {
+		if reserved[k] || k == "" || core.IsInternalProperty(k) {
 			continue
 		}
 		buf = wire.AppendHeader(buf, k, propertyText(val), v)
