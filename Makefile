@@ -43,7 +43,7 @@ SCENARIOS  ?= queue fanout
 BENCH_ARGS ?= -size 1024 -duration 10s -warmup 2s
 bench-stomp: build ## STOMP end to end over loopback, side by side with ActiveMQ when it runs
 	@dir=$$(mktemp -d); \
-	./bin/junction --data-dir $$dir/data --stomp $(BENCH_ADDR) --mqtt '' --log-level warn & pid=$$!; \
+	./bin/junction --data-dir $$dir/data --stomp $(BENCH_ADDR) --mqtt '' --amqp '' --log-level warn & pid=$$!; \
 	trap 'kill $$pid 2>/dev/null; rm -rf '"$$dir" EXIT; \
 	for i in $$(seq 50); do (exec 3<>/dev/tcp/$${BENCH_ADDR%:*}/$${BENCH_ADDR#*:}) 2>/dev/null && break; sleep 0.1; done; \
 	amq=$$(cat $${PEERS_DIR:-/tmp/broker-peers-$$(id -u)}/activemq/activemq.pid 2>/dev/null); \
@@ -58,6 +58,11 @@ fuzz: ## run each fuzz target for FUZZTIME
 	$(GO) test -run='^$$' -fuzz='^FuzzDifferential$$' -fuzztime=$(FUZZTIME) -fuzzminimizetime=5s ./stomp/internal/wire/
 	$(GO) test -run='^$$' -fuzz='^FuzzRecordReader$$' -fuzztime=$(FUZZTIME) -fuzzminimizetime=5s ./persistence/journal/
 	$(GO) test -run='^$$' -fuzz='^FuzzDecodeMessage$$' -fuzztime=$(FUZZTIME) -fuzzminimizetime=5s ./core/
+	$(GO) test -run='^$$' -fuzz='^FuzzParse$$' -fuzztime=$(FUZZTIME) -fuzzminimizetime=5s ./core/selector/
+	$(GO) test -run='^$$' -fuzz='^FuzzDecode$$' -fuzztime=$(FUZZTIME) -fuzzminimizetime=5s ./amqp/internal/encoding/
+	$(GO) test -run='^$$' -fuzz='^FuzzDecodeFrame$$' -fuzztime=$(FUZZTIME) -fuzzminimizetime=5s ./amqp/internal/frames/
+	$(GO) test -run='^$$' -fuzz='^FuzzParseMessage$$' -fuzztime=$(FUZZTIME) -fuzzminimizetime=5s ./amqp/internal/frames/
+	$(GO) test -run='^$$' -fuzz='^FuzzConn$$' -fuzztime=$(FUZZTIME) -fuzzminimizetime=5s ./amqp/
 	$(GO) test -run='^$$' -fuzz='^FuzzConn$$' -fuzztime=$(FUZZTIME) -fuzzminimizetime=5s ./stomp/
 	$(GO) test -run='^$$' -fuzz='^FuzzConn$$' -fuzztime=$(FUZZTIME) -fuzzminimizetime=5s ./mqtt/
 	$(GO) test -run='^$$' -fuzz='^FuzzTopicRoundTrip$$' -fuzztime=$(FUZZTIME) -fuzzminimizetime=5s ./mqtt/

@@ -3,6 +3,7 @@ module github.com/junctionmq/junction
 go 1.26
 
 require (
+	github.com/Azure/go-amqp v1.7.0
 	github.com/eclipse/paho.golang v0.23.0
 	github.com/eclipse/paho.mqtt.golang v1.5.1
 	github.com/go-stomp/stomp/v3 v3.1.3

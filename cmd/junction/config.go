@@ -28,6 +28,7 @@ type Config struct {
 	MaxConnections  int               `yaml:"max-connections"`
 	Stomp           StompConfig       `yaml:"stomp"`
 	MQTT            MQTTConfig        `yaml:"mqtt"`
+	AMQP            AMQPConfig        `yaml:"amqp"`
 	Persistence     PersistenceConfig `yaml:"persistence"`
 	// AddressSettings override the default address policies by pattern.
 	AddressSettings []core.AddressSettings `yaml:"address-settings"`
@@ -66,6 +67,13 @@ func defaultConfig() Config {
 
 			MaxSessionBytes: 64 << 20,
 		},
+		AMQP: AMQPConfig{
+			Listen:         "127.0.0.1:5672",
+			MaxFrameSize:   256 << 10,
+			MaxMessageSize: 64 << 20,
+			IdleTimeout:    time.Minute,
+			LinkCredit:     1000,
+		},
 		Persistence: PersistenceConfig{
 			Enabled:         true,
 			FileSize:        10 << 20,
@@ -88,6 +96,16 @@ type MQTTConfig struct {
 	ReceiveMaximum int           `yaml:"receive-maximum"`
 	// MaxSessionBytes is each persistent-session subscription's budget.
 	MaxSessionBytes ByteSize `yaml:"max-session-bytes"`
+}
+
+// AMQPConfig configures the AMQP 1.0 listener.
+type AMQPConfig struct {
+	Listen         string        `yaml:"listen"`
+	MaxFrameSize   ByteSize      `yaml:"max-frame-size"`
+	MaxMessageSize ByteSize      `yaml:"max-message-size"`
+	IdleTimeout    time.Duration `yaml:"idle-timeout"`
+	LinkCredit     int           `yaml:"link-credit"`
+	RequireSASL    bool          `yaml:"require-sasl"`
 }
 
 // PersistenceConfig configures the journals under the data directory.
@@ -240,6 +258,12 @@ var options = []option{
 	sizeOpt("mqtt-max-packet-size", "mqtt.max-packet-size", "largest MQTT packet accepted", func(c *Config) *ByteSize { return &c.MQTT.MaxPacketSize }),
 	sizeOpt("mqtt-max-session-bytes", "mqtt.max-session-bytes", "bytes one persistent-session subscription holds for an offline device", func(c *Config) *ByteSize { return &c.MQTT.MaxSessionBytes }),
 	durationOpt("mqtt-max-session-expiry", "mqtt.max-session-expiry", "longest time a disconnected MQTT session is kept", func(c *Config) *time.Duration { return &c.MQTT.SessionExpiry }),
+	stringOpt("amqp", "amqp.listen", "AMQP 1.0 listen address (empty disables)", func(c *Config) *string { return &c.AMQP.Listen }),
+	sizeOpt("amqp-max-frame-size", "amqp.max-frame-size", "largest AMQP frame accepted", func(c *Config) *ByteSize { return &c.AMQP.MaxFrameSize }),
+	sizeOpt("amqp-max-message-size", "amqp.max-message-size", "largest AMQP message accepted (reassembled from frames)", func(c *Config) *ByteSize { return &c.AMQP.MaxMessageSize }),
+	durationOpt("amqp-idle-timeout", "amqp.idle-timeout", "close an AMQP connection silent this long (half is advertised; 0 disables)", func(c *Config) *time.Duration { return &c.AMQP.IdleTimeout }),
+	intOpt("amqp-link-credit", "amqp.link-credit", "credit granted to each AMQP sender link: its messages in flight", func(c *Config) *int { return &c.AMQP.LinkCredit }),
+	boolOpt("amqp-require-sasl", "amqp.require-sasl", "refuse AMQP clients that skip SASL", func(c *Config) *bool { return &c.AMQP.RequireSASL }),
 	boolOpt("persistence", "persistence.enabled", "keep durable messages in the journal (false: memory only)", func(c *Config) *bool { return &c.Persistence.Enabled }),
 	sizeOpt("journal-file-size", "persistence.journal-file-size", "size of each journal file", func(c *Config) *ByteSize { return &c.Persistence.FileSize }),
 	intOpt("journal-pool-files", "persistence.journal-pool-files", "empty journal files kept for reuse", func(c *Config) *int { return &c.Persistence.PoolFiles }),
@@ -366,6 +390,23 @@ func (c *Config) validate() []fieldError {
 		if _, _, err := net.SplitHostPort(c.MQTT.Listen); err != nil {
 			bad("mqtt.listen", "not a host:port address: %v", err)
 		}
+	}
+	if c.AMQP.Listen != "" {
+		if _, _, err := net.SplitHostPort(c.AMQP.Listen); err != nil {
+			bad("amqp.listen", "not a host:port address: %v", err)
+		}
+	}
+	if c.AMQP.MaxFrameSize < 512 || c.AMQP.MaxFrameSize > 64<<20 {
+		bad("amqp.max-frame-size", "must be between 512 bytes (AMQP's minimum) and 64MiB")
+	}
+	if c.AMQP.MaxMessageSize < c.AMQP.MaxFrameSize {
+		bad("amqp.max-message-size", "must be at least max-frame-size")
+	}
+	if c.AMQP.IdleTimeout < 0 {
+		bad("amqp.idle-timeout", "must be >= 0")
+	}
+	if c.AMQP.LinkCredit < 1 || c.AMQP.LinkCredit > 1<<20 {
+		bad("amqp.link-credit", "must be between 1 and 1048576")
 	}
 	if c.MQTT.MaxPacketSize < 1024 || c.MQTT.MaxPacketSize > 256<<20 {
 		bad("mqtt.max-packet-size", "must be between 1KiB and 256MiB (MQTT's limit)")

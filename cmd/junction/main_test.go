@@ -66,6 +66,7 @@ func testConfig(t *testing.T) Config {
 	cfg.DataDir = t.TempDir()
 	cfg.Stomp.Listen = "127.0.0.1:0"
 	cfg.MQTT.Listen = "127.0.0.1:0"
+	cfg.AMQP.Listen = "127.0.0.1:0"
 	cfg.LogLevel = "debug"
 	return cfg
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/junctionmq/junction/amqp"
 	"github.com/junctionmq/junction/core"
 	"github.com/junctionmq/junction/mqtt"
 	"github.com/junctionmq/junction/persistence/fs"
@@ -145,6 +146,25 @@ func start(cfg Config, logw io.Writer) (*instance, error) {
 		}
 		in.protocols = append(in.protocols, ms)
 		if err := in.listen("mqtt", cfg.MQTT.Listen, cfg.MaxConnections, ms.ServeConn, nil); err != nil {
+			in.stop(context.Background())
+			return nil, err
+		}
+	}
+	if cfg.AMQP.Listen != "" {
+		idle := cfg.AMQP.IdleTimeout
+		if idle == 0 {
+			idle = -1
+		}
+		as := amqp.New(amqp.Config{
+			MaxFrameSize:   uint32(cfg.AMQP.MaxFrameSize),
+			MaxMessageSize: int(cfg.AMQP.MaxMessageSize),
+			IdleTimeout:    idle,
+			LinkCredit:     uint32(cfg.AMQP.LinkCredit),
+			RequireSASL:    cfg.AMQP.RequireSASL,
+			Version:        version,
+			Logger:         log.With().Str("component", "amqp").Logger(),
+		}, b)
+		if err := in.listen("amqp", cfg.AMQP.Listen, cfg.MaxConnections, as.ServeConn, as.Reject); err != nil {
 			in.stop(context.Background())
 			return nil, err
 		}

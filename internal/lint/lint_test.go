@@ -19,6 +19,7 @@ var allowed = map[string][]string{
 	"transports":         {},
 	"stomp":              {"core"},
 	"mqtt":               {"core"},
+	"amqp":               {"core"},
 	"cmd/junction-bench": {},
 	"internal/lint":      {},
 	"internal/stomptest": {},

@@ -1,0 +1,419 @@
+package amqp
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/junctionmq/junction/amqp/internal/encoding"
+	"github.com/junctionmq/junction/amqp/internal/frames"
+	"github.com/junctionmq/junction/core"
+)
+
+// conn is one AMQP connection. The read loop (serve) owns the sessions'
+// and links' incoming state; the writer goroutine owns the socket's
+// write side; core consumers' handlers only queue deliveries. State both
+// loops touch (session windows, delivery ids, unsettled deliveries, the
+// credit of client senders) is guarded by mu, which is never held while
+// calling into core.
+type conn struct {
+	s   *Server
+	nc  net.Conn
+	br  *bufio.Reader
+	log zerolog.Logger
+
+	// Set by the handshake, then read-only.
+	user         string
+	containerID  string
+	peerMaxFrame uint32        // the largest frame we send
+	peerIdle     time.Duration // the peer's idle timeout; we send at half
+	core         *core.Session
+
+	// Owned by the read loop.
+	rbuf     []byte
+	sessions map[uint16]*session
+	txs      map[string]*core.Tx
+	nextTxn  uint32
+	lastDL   time.Time // when the read deadline was last pushed
+
+	mu sync.Mutex // see the type comment
+
+	// The writer's queue and state.
+	outMu    sync.Mutex
+	out      []outItem // guarded by outMu
+	stopping bool      // guarded by outMu: no more output
+	werr     error     // guarded by outMu: why the writer stopped
+	wake     chan struct{}
+	wdone    chan struct{}
+}
+
+func newConn(s *Server, nc net.Conn) *conn {
+	id := s.nextID.Add(1)
+	return &conn{
+		s:        s,
+		nc:       nc,
+		br:       bufio.NewReaderSize(nc, 16<<10),
+		log:      s.cfg.Logger.With().Uint64("conn", id).Str("remote", nc.RemoteAddr().String()).Logger(),
+		sessions: make(map[uint16]*session),
+		txs:      make(map[string]*core.Tx),
+		wake:     make(chan struct{}, 1),
+		wdone:    make(chan struct{}),
+	}
+}
+
+// connError closes the connection with an AMQP error condition.
+type connError struct{ e *frames.Error }
+
+func (e *connError) Error() string { return string(e.e.Condition) + ": " + e.e.Description }
+
+func connErr(cond encoding.Symbol, format string, args ...any) error {
+	return &connError{&frames.Error{Condition: cond, Description: fmt.Sprintf(format, args...)}}
+}
+
+// errPeerClosed ends the read loop after the peer's close was answered.
+var errPeerClosed = errors.New("amqp: peer closed the connection")
+
+// errRefused ends a handshake that was answered with a refusal.
+var errRefused = errors.New("amqp: connection refused")
+
+func (c *conn) serve(ctx context.Context) {
+	defer c.nc.Close()
+	c.nc.SetDeadline(time.Now().Add(c.s.cfg.HandshakeTimeout))
+	if err := c.handshake(ctx); err != nil {
+		c.log.Debug().Err(err).Msg("handshake failed")
+		return
+	}
+	c.nc.SetDeadline(time.Time{})
+	c.log.Debug().Str("container", c.containerID).Str("user", c.user).Msg("connected")
+
+	go c.writeLoop()
+	stop := context.AfterFunc(ctx, func() {
+		c.closeWith(&frames.Error{Condition: frames.ErrCondConnectionForced, Description: "the broker is shutting down"})
+	})
+	err := c.readLoop()
+	stop()
+
+	var ce *connError
+	switch {
+	case errors.As(err, &ce):
+		c.log.Debug().Str("condition", string(ce.e.Condition)).Str("description", ce.e.Description).Msg("closing with error")
+		c.closeWith(ce.e)
+	case errors.Is(err, errPeerClosed):
+	default:
+		c.log.Debug().Err(err).Msg("connection lost")
+		c.stopWriter(err)
+	}
+	c.teardown()
+	<-c.wdone
+}
+
+// teardown ends every session: consumers close (their unsettled
+// deliveries go back to their queues), open transactions roll back,
+// temporary queues are deleted.
+func (c *conn) teardown() {
+	for ch, s := range c.sessions {
+		s.detachAll()
+		delete(c.sessions, ch)
+	}
+	c.core.Close()
+}
+
+// handshake reads the protocol headers, runs SASL if the client asks for
+// it, and exchanges open frames. It writes directly: the writer is not
+// running yet.
+func (c *conn) handshake(ctx context.Context) error {
+	hdr, err := c.readProtoHeader()
+	if err != nil {
+		return err
+	}
+	switch hdr {
+	case frames.ProtoSASL:
+		if err := c.sasl(ctx); err != nil {
+			return err
+		}
+		if hdr, err = c.readProtoHeader(); err != nil {
+			return err
+		}
+		if hdr != frames.ProtoAMQP {
+			c.nc.Write(frames.ProtoAMQP[:])
+			return fmt.Errorf("amqp: unexpected protocol header % x after SASL", hdr[:])
+		}
+	case frames.ProtoAMQP:
+		if c.s.cfg.RequireSASL {
+			c.nc.Write(frames.ProtoSASL[:])
+			return errors.New("amqp: client skipped SASL, which is required")
+		}
+		user, err := c.s.broker.Authenticate(ctx, "", "")
+		if err != nil {
+			c.nc.Write(frames.ProtoSASL[:])
+			return fmt.Errorf("amqp: client skipped SASL and anonymous clients are refused: %w", err)
+		}
+		c.user = user
+	default:
+		// The header we speak, then close (Part 2 §2.2).
+		c.nc.Write(frames.ProtoSASL[:])
+		return fmt.Errorf("amqp: unsupported protocol header % x", hdr[:])
+	}
+	if _, err := c.nc.Write(frames.ProtoAMQP[:]); err != nil {
+		return err
+	}
+
+	h, body, err := c.readFrame(frames.MinMaxFrameSize)
+	if err != nil {
+		return err
+	}
+	if h.Type != frames.TypeAMQP || h.Channel != 0 {
+		return c.refuse(frames.ErrCondNotAllowed, "the first frame must be open on channel 0")
+	}
+	perf, _, err := frames.Decode(h.Type, body)
+	if err != nil {
+		return c.refuse(frames.ErrCondDecodeError, "%v", err)
+	}
+	open, ok := perf.(*frames.Open)
+	if !ok {
+		return c.refuse(frames.ErrCondNotAllowed, "expected open, got %T", perf)
+	}
+	if open.MaxFrameSize < frames.MinMaxFrameSize {
+		return c.refuse(frames.ErrCondInvalidField, "max-frame-size %d is below 512", open.MaxFrameSize)
+	}
+	c.containerID = open.ContainerID
+	c.peerMaxFrame = min(open.MaxFrameSize, c.s.cfg.MaxFrameSize)
+	c.peerIdle = open.IdleTimeout
+	sess, err := c.s.broker.NewSession(core.SessionOptions{User: c.user, ClientID: open.ContainerID})
+	if errors.Is(err, core.ErrClientIDInUse) {
+		return c.refuse(frames.ErrCondInvalidField, "container-id %q is already connected", open.ContainerID)
+	}
+	if err != nil {
+		return c.refuse(frames.ErrCondInternal, "%v", err)
+	}
+	c.core = sess
+	_, err = c.nc.Write(frames.Append(nil, frames.TypeAMQP, 0, c.s.open(), nil))
+	return err
+}
+
+// refuse answers the client's open with the refusal pattern: an open
+// marked connection-establishment-failed, then a close with the error.
+func (c *conn) refuse(cond encoding.Symbol, format string, args ...any) error {
+	e := &frames.Error{Condition: cond, Description: fmt.Sprintf(format, args...)}
+	buf := frames.Append(nil, frames.TypeAMQP, 0, c.s.refusalOpen(), nil)
+	buf = frames.Append(buf, frames.TypeAMQP, 0, &frames.Close{Error: e}, nil)
+	c.nc.Write(buf)
+	return fmt.Errorf("%w: %s: %s", errRefused, cond, e.Description)
+}
+
+func (c *conn) readProtoHeader() ([8]byte, error) {
+	var h [8]byte
+	_, err := io.ReadFull(c.br, h[:])
+	return h, err
+}
+
+// sasl runs the SASL layer: mechanisms, init, outcome (Part 5 §5.3).
+func (c *conn) sasl(ctx context.Context) error {
+	mechs := []encoding.Symbol{mechPlain}
+	if _, err := c.s.broker.Authenticate(ctx, "", ""); err == nil {
+		mechs = append(mechs, mechAnonymous)
+	}
+	buf := append([]byte(nil), frames.ProtoSASL[:]...)
+	buf = frames.Append(buf, frames.TypeSASL, 0, &frames.SASLMechanisms{Mechanisms: mechs}, nil)
+	if _, err := c.nc.Write(buf); err != nil {
+		return err
+	}
+	h, body, err := c.readFrame(frames.MinMaxFrameSize)
+	if err != nil {
+		return err
+	}
+	if h.Type != frames.TypeSASL {
+		return errors.New("amqp: expected a SASL frame")
+	}
+	perf, _, err := frames.Decode(h.Type, body)
+	if err != nil {
+		return err
+	}
+	init, ok := perf.(*frames.SASLInit)
+	if !ok {
+		return fmt.Errorf("amqp: expected sasl-init, got %T", perf)
+	}
+	outcome := func(code uint8) error {
+		_, err := c.nc.Write(frames.Append(nil, frames.TypeSASL, 0, &frames.SASLOutcome{Code: code}, nil))
+		return err
+	}
+	var login, pass string
+	switch init.Mechanism {
+	case mechPlain:
+		// authzid NUL authcid NUL passwd (RFC 4616).
+		parts := bytes.SplitN(init.InitialResponse, []byte{0}, 3)
+		if len(parts) != 3 {
+			outcome(frames.SASLCodeAuth)
+			return errors.New("amqp: malformed PLAIN response")
+		}
+		login, pass = string(parts[1]), string(parts[2])
+	case mechAnonymous:
+	default:
+		outcome(frames.SASLCodeAuth)
+		return fmt.Errorf("amqp: unsupported SASL mechanism %q", init.Mechanism)
+	}
+	user, err := c.s.broker.Authenticate(ctx, login, pass)
+	if err != nil {
+		outcome(frames.SASLCodeAuth)
+		return fmt.Errorf("amqp: SASL %s for %q: %w", init.Mechanism, login, err)
+	}
+	c.user = user
+	return outcome(frames.SASLCodeOK)
+}
+
+// SASL mechanisms offered.
+const (
+	mechPlain     = encoding.Symbol("PLAIN")
+	mechAnonymous = encoding.Symbol("ANONYMOUS")
+)
+
+// readFrame reads one frame of at most limit bytes into c.rbuf and
+// returns its header and body (after the extended header). The body is
+// only valid until the next call.
+func (c *conn) readFrame(limit uint32) (frames.Header, []byte, error) {
+	var hb [frames.HeaderSize]byte
+	if _, err := io.ReadFull(c.br, hb[:]); err != nil {
+		return frames.Header{}, nil, err
+	}
+	h, err := frames.ParseHeader(hb[:])
+	if err != nil {
+		return h, nil, connErr(frames.ErrCondFramingError, "%v", err)
+	}
+	if h.Size > limit {
+		return h, nil, connErr(frames.ErrCondFramingError, "frame of %d bytes exceeds max-frame-size %d", h.Size, limit)
+	}
+	n := int(h.Size) - frames.HeaderSize
+	if cap(c.rbuf) < n {
+		c.rbuf = make([]byte, n, max(n, 4<<10))
+	}
+	buf := c.rbuf[:n]
+	if _, err := io.ReadFull(c.br, buf); err != nil {
+		return h, nil, err
+	}
+	ext := int(h.DataOffset)*4 - frames.HeaderSize
+	return h, buf[ext:], nil
+}
+
+// readLoop reads and handles frames until the connection ends.
+func (c *conn) readLoop() error {
+	idle := c.s.cfg.IdleTimeout
+	for {
+		if idle > 0 {
+			// Pushing the deadline costs a timer update: do it only when
+			// an eighth of the timeout has passed.
+			if now := time.Now(); now.Sub(c.lastDL) > idle/8 {
+				c.nc.SetReadDeadline(now.Add(idle))
+				c.lastDL = now
+			}
+		}
+		h, body, err := c.readFrame(c.s.cfg.MaxFrameSize)
+		if err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				return connErr(frames.ErrCondResourceLimitExceeded, "nothing received for %v (idle timeout)", idle)
+			}
+			return err
+		}
+		if h.Type != frames.TypeAMQP {
+			return connErr(frames.ErrCondFramingError, "frame type %d after open", h.Type)
+		}
+		perf, payload, err := frames.Decode(h.Type, body)
+		if err != nil {
+			return connErr(frames.ErrCondDecodeError, "%v", err)
+		}
+		if perf == nil {
+			continue // heartbeat
+		}
+		if err := c.handle(h.Channel, perf, payload); err != nil {
+			return err
+		}
+	}
+}
+
+// handle dispatches one performative.
+func (c *conn) handle(ch uint16, perf frames.Body, payload []byte) error {
+	switch p := perf.(type) {
+	case *frames.Open:
+		return connErr(frames.ErrCondIllegalState, "open received twice")
+	case *frames.Close:
+		if p.Error != nil {
+			c.log.Debug().Str("condition", string(p.Error.Condition)).Str("description", p.Error.Description).Msg("peer closed with error")
+		}
+		c.closeWith(nil)
+		return errPeerClosed
+	case *frames.Begin:
+		return c.begin(ch, p)
+	}
+	s := c.sessions[ch]
+	if s == nil {
+		return connErr(frames.ErrCondIllegalState, "%T on channel %d, which has no session", perf, ch)
+	}
+	var err error
+	switch p := perf.(type) {
+	case *frames.End:
+		s.end(nil)
+		return nil
+	case *frames.Attach:
+		err = s.attach(p)
+	case *frames.Detach:
+		err = s.detach(p)
+	case *frames.Flow:
+		err = s.flow(p)
+	case *frames.Transfer:
+		err = s.transfer(p, payload)
+	case *frames.Disposition:
+		err = s.disposition(p)
+	default:
+		return connErr(frames.ErrCondNotAllowed, "%T is not allowed here", perf)
+	}
+	var se *sessionError
+	if errors.As(err, &se) {
+		s.end(se.e)
+		return nil
+	}
+	return err
+}
+
+// begin opens a session on channel ch. The broker answers on the same
+// channel number: channels are chosen per direction, and mirroring the
+// peer's keeps them unique.
+func (c *conn) begin(ch uint16, b *frames.Begin) error {
+	if ch > c.s.cfg.ChannelMax {
+		return connErr(frames.ErrCondFramingError, "channel %d exceeds channel-max %d", ch, c.s.cfg.ChannelMax)
+	}
+	if c.sessions[ch] != nil {
+		return connErr(frames.ErrCondNotAllowed, "channel %d already has a session", ch)
+	}
+	if b.RemoteChannel != nil {
+		return connErr(frames.ErrCondNotAllowed, "begin answers a session the broker did not start")
+	}
+	s := newSession(c, ch, b)
+	c.sessions[ch] = s
+	c.enqueue(outItem{sess: s, body: &frames.Begin{
+		RemoteChannel:  &ch,
+		NextOutgoingID: 0,
+		IncomingWindow: c.s.cfg.SessionWindow,
+		OutgoingWindow: maxWindow,
+		HandleMax:      c.s.cfg.HandleMax,
+	}})
+	return nil
+}
+
+// maxWindow is the outgoing window the broker advertises: it does not
+// limit its own sending by window, only by the peer's.
+const maxWindow = 1<<31 - 1
+
+// deliveryTag encodes a core delivery id as a delivery tag: unique per
+// link, as the spec requires.
+func deliveryTag(dst []byte, id uint64) []byte {
+	return binary.BigEndian.AppendUint64(dst, id)
+}

@@ -1,0 +1,67 @@
+// Package amqp is Junction's AMQP 1.0 front-end: the server side of the
+// protocol (ISO/IEC 19464), over core.
+//
+// The codec lives in amqp/internal/encoding (the type system) and
+// amqp/internal/frames (frames, performatives, message sections); this
+// package holds the connection, session and link state machines and the
+// mapping onto core.
+//
+// # Connections
+//
+// A client sends the SASL header (mechanisms PLAIN, checked by core's
+// authenticator, and ANONYMOUS when it accepts anonymous clients) or,
+// unless [Config.RequireSASL], the plain AMQP header when anonymous
+// clients are accepted. Open carries the broker's limits
+// (max-frame-size, channel-max), half of its idle timeout, and the
+// capabilities ANONYMOUS-RELAY, DELAYED_DELIVERY and SHARED-SUBS. The
+// broker sends empty frames at half the client's idle timeout and closes
+// a client silent for its own with amqp:resource-limit-exceeded. The
+// client's container-id is its core client id: a second connection with
+// the same one is refused (open marked
+// amqp:connection-establishment-failed, then close).
+//
+// # Addresses
+//
+// A terminus address (or a message's to on the anonymous relay, a
+// sending link with no target address) maps to a core address and
+// routing type by the first rule that applies: a queue:// or topic://
+// prefix; the capability queue or temporary-queue (anycast), topic or
+// temporary-topic (multicast); the x-opt-jms-dest annotation on the
+// anonymous relay; the routing type of the existing address (multicast
+// when it only has subscriptions); anycast.
+//
+// A receiving link on a multicast address is a subscription: durable when
+// its source is durable (configuration or unsettled-state) with expiry
+// policy never, named by the container-id and the link name, kept by a
+// detach without close and resumed by the next attach, deleted by a
+// closing detach; shared (capability shared) under the link name less
+// Qpid JMS's "|global" suffix; otherwise temporary. A dynamic source or
+// target creates a temporary queue, deleted with the link. The filters
+// apache.org:selector-filter:string (a JMS selector) and
+// apache.org:no-local-filter:list apply; others are dropped from the
+// attach answer, which tells the client they are not in force.
+//
+// # Flow and delivery
+//
+// A client receiver's link credit is its consumer's core credit, kept
+// exact against deliveries in progress; drain hands over what the credit
+// allows, then gives up the rest. Messages larger than the client's
+// max-frame-size are split across transfers. A client sender gets
+// [Config.LinkCredit] credit, topped up as deliveries are confirmed: the
+// credit bounds what it has in flight. An unsettled delivery is
+// accepted once core has it: for a durable message on a durable queue,
+// once the journal has synced it; rejected with the error's condition
+// otherwise. Outcomes from clients: accepted acks; released returns the
+// message without counting an attempt; modified with delivery-failed
+// counts one; modified with undeliverable-here and rejected dead-letter
+// it.
+//
+// # Transactions
+//
+// A coordinator link (amqp:local-transactions) declares core local
+// transactions and discharges them; transfers and accepted outcomes in
+// transactional-state join the transaction.
+//
+// The mapping of message sections onto core.Message fields is in
+// docs/protocol-mapping.md.
+package amqp

@@ -1,0 +1,225 @@
+package amqp
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"time"
+
+	"github.com/junctionmq/junction/amqp/internal/encoding"
+	"github.com/junctionmq/junction/amqp/internal/frames"
+	"github.com/junctionmq/junction/core"
+)
+
+// transfer takes one transfer frame of a client sender: it reassembles
+// the delivery and, once complete, routes it.
+func (l *link) transfer(t *frames.Transfer, payload []byte) error {
+	c := l.sess.c
+	p := l.partial
+	if p == nil {
+		if t.DeliveryID == nil {
+			return connErr(frames.ErrCondInvalidField, "the first transfer of a delivery needs a delivery-id")
+		}
+		c.mu.Lock()
+		if l.credit == 0 {
+			c.mu.Unlock()
+			l.detachWith(&frames.Error{Condition: frames.ErrCondTransferLimitExceeded, Description: "transfer without link credit"})
+			return nil
+		}
+		l.credit--
+		l.deliveryCount++
+		settled := t.Settled != nil && *t.Settled
+		if !settled {
+			l.unconfirmed++
+		}
+		f := l.refillLocked()
+		c.mu.Unlock()
+		if f != nil {
+			c.enqueue(outItem{kind: kindFlow, sess: l.sess, body: f})
+		}
+		p = &incoming{id: *t.DeliveryID, settled: settled}
+		if ts, ok := t.State.(*frames.TransactionalState); ok {
+			p.txn = append([]byte(nil), ts.TxnID...)
+		}
+	}
+	if t.Aborted {
+		l.partial = nil // an aborted delivery is discarded, its credit spent
+		l.settleIn(p, nil, false)
+		return nil
+	}
+	if !t.More && len(p.buf) == 0 {
+		l.partial = nil
+		return l.receive(p, payload) // one frame: parse in place
+	}
+	if len(p.buf)+len(payload) > c.s.cfg.MaxMessageSize {
+		l.partial = nil
+		l.settleIn(p, nil, false)
+		l.detachWith(&frames.Error{Condition: frames.ErrCondMessageSizeExceeded,
+			Description: "message exceeds the broker's max-message-size"})
+		return nil
+	}
+	p.buf = append(p.buf, payload...)
+	if t.More {
+		l.partial = p
+		return nil
+	}
+	l.partial = nil
+	return l.receive(p, p.buf)
+}
+
+// settleIn answers an incoming delivery: with state (nil = accepted)
+// unless it came pre-settled. send false only releases its place among
+// the link's unconfirmed deliveries.
+func (l *link) settleIn(p *incoming, state frames.DeliveryState, send bool) {
+	if p.settled {
+		return
+	}
+	if !send {
+		c := l.sess.c
+		c.mu.Lock()
+		l.unconfirmed--
+		c.mu.Unlock()
+		return
+	}
+	l.sess.c.enqueue(outItem{kind: kindSettle, sess: l.sess, link: l, deliveryID: p.id, state: state, confirm: true})
+}
+
+// receive routes a complete message, confirming it once core has it (for
+// a durable message, once the journal has it).
+func (l *link) receive(p *incoming, raw []byte) error {
+	c := l.sess.c
+	pm, err := frames.ParseMessage(raw)
+	if err != nil {
+		return connErr(frames.ErrCondDecodeError, "message: %v", err)
+	}
+	if l.coordinator {
+		l.txControl(p, pm)
+		return nil
+	}
+	addr, rt := l.addr, l.rt
+	if addr == "" {
+		if pm.Properties == nil || derefString(pm.Properties.To) == "" {
+			l.settleIn(p, rejected(frames.ErrCondNotFound, "the anonymous relay needs the message's to"), true)
+			return nil
+		}
+		addr, rt, err = c.resolve(*pm.Properties.To, jmsDestCaps(pm))
+		if err != nil {
+			l.settleIn(p, rejectedBy(err), true)
+			return nil
+		}
+	}
+	m, err := toCore(pm, addr, rt, time.Now())
+	if err != nil {
+		l.settleIn(p, rejectedBy(err), true)
+		return nil
+	}
+	if p.txn != nil {
+		tx := c.txs[string(p.txn)]
+		if tx == nil {
+			l.settleIn(p, rejected(frames.ErrCondTxUnknownID, "transaction is not declared"), true)
+			return nil
+		}
+		var outcome frames.DeliveryState = &frames.Accepted{}
+		if err := tx.Send(m); err != nil {
+			outcome = rejectedBy(err)
+		}
+		l.settleIn(p, &frames.TransactionalState{TxnID: p.txn, Outcome: outcome}, true)
+		return nil
+	}
+	if p.settled {
+		c.core.SendAsync(m, c.logDropped)
+		return nil
+	}
+	c.core.SendAsync(m, func(err error) {
+		var st frames.DeliveryState
+		if err != nil {
+			st = rejectedBy(err)
+		}
+		l.settleIn(p, st, true)
+	})
+	return nil
+}
+
+// logDropped notes a pre-settled message core could not take: the
+// client gave up knowing.
+func (c *conn) logDropped(err error) {
+	if err != nil {
+		c.log.Debug().Err(err).Msg("pre-settled message dropped")
+	}
+}
+
+// txControl serves the transaction coordinator: declare starts a core
+// transaction, discharge commits or rolls it back (Part 4).
+func (l *link) txControl(p *incoming, pm *frames.Message) {
+	c := l.sess.c
+	ctl, err := frames.DecodeTxControl(pm.Value)
+	if err != nil {
+		l.settleIn(p, rejected(frames.ErrCondDecodeError, err.Error()), true)
+		return
+	}
+	switch x := ctl.(type) {
+	case *frames.Declare:
+		tx, err := c.core.Begin()
+		if err != nil {
+			l.settleIn(p, rejectedBy(err), true)
+			return
+		}
+		c.nextTxn++
+		id := binary.BigEndian.AppendUint32(nil, c.nextTxn)
+		c.txs[string(id)] = tx
+		l.settleIn(p, &frames.Declared{TxnID: id}, true)
+	case *frames.Discharge:
+		tx := c.txs[string(x.TxnID)]
+		if tx == nil {
+			l.settleIn(p, rejected(frames.ErrCondTxUnknownID, "transaction is not declared"), true)
+			return
+		}
+		delete(c.txs, string(x.TxnID))
+		if x.Fail {
+			tx.Rollback()
+			l.settleIn(p, nil, true)
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), c.s.cfg.WriteTimeout)
+		err := tx.Commit(ctx)
+		cancel()
+		if err != nil {
+			l.settleIn(p, rejected(frames.ErrCondTxRollback, err.Error()), true)
+			return
+		}
+		l.settleIn(p, nil, true)
+	}
+}
+
+func rejected(cond encoding.Symbol, desc string) *frames.Rejected {
+	return &frames.Rejected{Error: &frames.Error{Condition: cond, Description: desc}}
+}
+
+func rejectedBy(err error) *frames.Rejected {
+	var le *linkError
+	if errors.As(err, &le) {
+		return &frames.Rejected{Error: le.e}
+	}
+	return rejected(conditionOf(err), err.Error())
+}
+
+// conditionOf maps a core error to an AMQP error condition.
+func conditionOf(err error) encoding.Symbol {
+	switch {
+	case errors.Is(err, core.ErrAuthFailed):
+		return frames.ErrCondUnauthorizedAccess
+	case errors.Is(err, core.ErrAddressNotFound), errors.Is(err, core.ErrQueueNotFound):
+		return frames.ErrCondNotFound
+	case errors.Is(err, core.ErrAddressFull):
+		return frames.ErrCondResourceLimitExceeded
+	case errors.Is(err, core.ErrInvalidAddress), errors.Is(err, core.ErrInvalidMessage),
+		errors.Is(err, core.ErrRoutingMismatch), errors.Is(err, core.ErrInvalidSelector),
+		errors.Is(err, core.ErrClientIDRequired):
+		return frames.ErrCondInvalidField
+	case errors.Is(err, core.ErrSubscriptionInUse):
+		return frames.ErrCondResourceLocked
+	case errors.Is(err, core.ErrClosed), errors.Is(err, core.ErrSessionClosed):
+		return frames.ErrCondConnectionForced
+	}
+	return frames.ErrCondInternal
+}

@@ -1,0 +1,199 @@
+package amqp
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/junctionmq/junction/amqp/internal/encoding"
+	"github.com/junctionmq/junction/amqp/internal/frames"
+	"github.com/junctionmq/junction/core"
+)
+
+// Config configures a Server. Zero fields take the defaults given.
+type Config struct {
+	// MaxFrameSize is the largest frame accepted, advertised in open.
+	// Default 256 KiB; at least 512 bytes.
+	MaxFrameSize uint32
+	// MaxMessageSize bounds a message reassembled from transfer frames.
+	// Default 64 MiB.
+	MaxMessageSize int
+	// ChannelMax is the highest session channel accepted. Default 255.
+	ChannelMax uint16
+	// HandleMax is the highest link handle accepted per session. Default
+	// 1023.
+	HandleMax uint32
+	// IdleTimeout closes a connection from which nothing arrives for this
+	// long. Half of it is advertised in open, so that a peer sending
+	// heartbeats at half its peer's timeout (as the spec suggests) stays
+	// well inside it. Default 60s; negative disables.
+	IdleTimeout time.Duration
+	// HandshakeTimeout bounds the protocol headers, SASL and open.
+	// Default 10s.
+	HandshakeTimeout time.Duration
+	// WriteTimeout bounds one socket write; a peer that does not read for
+	// this long is disconnected. Default 30s.
+	WriteTimeout time.Duration
+	// LinkCredit is the credit granted to a client's sender link; it is
+	// topped up when less than a third remains. Default 1000.
+	LinkCredit uint32
+	// SessionWindow is the incoming window (in transfer frames) granted
+	// to each session. Default 5000.
+	SessionWindow uint32
+	// RequireSASL refuses connections that skip SASL. By default a client
+	// may skip it when the broker accepts anonymous clients.
+	RequireSASL bool
+	// ContainerID is the broker's container-id in open. Default
+	// "junction".
+	ContainerID string
+	// Product and Version are sent as open properties.
+	Product, Version string
+	// Logger for connection events, at debug level. Zero logs nothing.
+	Logger zerolog.Logger
+}
+
+func (c Config) withDefaults() Config {
+	if c.MaxFrameSize == 0 {
+		c.MaxFrameSize = 256 << 10
+	}
+	c.MaxFrameSize = max(c.MaxFrameSize, frames.MinMaxFrameSize)
+	if c.MaxMessageSize <= 0 {
+		c.MaxMessageSize = 64 << 20
+	}
+	if c.ChannelMax == 0 {
+		c.ChannelMax = 255
+	}
+	if c.HandleMax == 0 {
+		c.HandleMax = 1023
+	}
+	if c.IdleTimeout == 0 {
+		c.IdleTimeout = 60 * time.Second
+	}
+	if c.IdleTimeout < 0 {
+		c.IdleTimeout = 0
+	}
+	if c.HandshakeTimeout <= 0 {
+		c.HandshakeTimeout = 10 * time.Second
+	}
+	if c.WriteTimeout <= 0 {
+		c.WriteTimeout = 30 * time.Second
+	}
+	if c.LinkCredit == 0 {
+		c.LinkCredit = 1000
+	}
+	if c.SessionWindow == 0 {
+		c.SessionWindow = 5000
+	}
+	if c.ContainerID == "" {
+		c.ContainerID = "junction"
+	}
+	if c.Product == "" {
+		c.Product = "Junction"
+	}
+	return c
+}
+
+// Server serves AMQP 1.0 connections over a broker. Its handler,
+// ServeConn, plugs into any listener.
+type Server struct {
+	cfg    Config
+	broker *core.Broker
+	nextID atomic.Uint64
+
+	mu    sync.Mutex
+	conns map[*conn]struct{} // guarded by mu
+}
+
+// New returns a server for broker b.
+func New(cfg Config, b *core.Broker) *Server {
+	return &Server{cfg: cfg.withDefaults(), broker: b, conns: make(map[*conn]struct{})}
+}
+
+// ServeConn serves one client connection until it ends or ctx is
+// cancelled (the client then gets a close with amqp:connection:forced).
+// It closes nc before returning.
+func (s *Server) ServeConn(ctx context.Context, nc net.Conn) {
+	c := newConn(s, nc)
+	s.mu.Lock()
+	s.conns[c] = struct{}{}
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.conns, c)
+		s.mu.Unlock()
+	}()
+	c.serve(ctx)
+}
+
+// Connections returns the number of open connections.
+func (s *Server) Connections() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.conns)
+}
+
+// Detect reports whether prefix, the first bytes of a connection, is an
+// AMQP protocol header. A prefix too short to tell returns false.
+func Detect(prefix []byte) bool {
+	return len(prefix) >= 4 && bytes.HasPrefix(prefix, []byte("AMQP"))
+}
+
+// Reject tells a client turned away by a connection limit why, before
+// the listener closes nc: the AMQP header, then an open followed at once
+// by a close with amqp:resource-limit-exceeded (the refusal pattern Qpid
+// JMS recognises by the connection-establishment-failed property).
+func (s *Server) Reject(nc net.Conn) {
+	buf := append([]byte(nil), frames.ProtoAMQP[:]...)
+	buf = frames.Append(buf, frames.TypeAMQP, 0, s.refusalOpen(), nil)
+	buf = frames.Append(buf, frames.TypeAMQP, 0, &frames.Close{Error: &frames.Error{
+		Condition:   frames.ErrCondResourceLimitExceeded,
+		Description: "the broker's connection limit is reached; try again later",
+	}}, nil)
+	nc.SetWriteDeadline(time.Now().Add(time.Second))
+	nc.Write(buf)
+}
+
+// open is the broker's open performative.
+func (s *Server) open() *frames.Open {
+	return &frames.Open{
+		ContainerID:  s.cfg.ContainerID,
+		MaxFrameSize: s.cfg.MaxFrameSize,
+		ChannelMax:   s.cfg.ChannelMax,
+		IdleTimeout:  s.cfg.IdleTimeout / 2,
+		OfferedCapabilities: []encoding.Symbol{
+			capAnonymousRelay, capDelayedDelivery, capSharedSubs,
+		},
+		Properties: encoding.Map{
+			{Key: encoding.Symbol("product"), Value: s.cfg.Product},
+			{Key: encoding.Symbol("version"), Value: s.cfg.Version},
+		},
+	}
+}
+
+// refusalOpen is the open sent just before a close that refuses the
+// connection.
+func (s *Server) refusalOpen() *frames.Open {
+	o := s.open()
+	o.Properties = append(o.Properties, encoding.MapEntry{Key: encoding.Symbol(propEstablishmentFailed), Value: true})
+	return o
+}
+
+// Capabilities and properties the broker offers or reads.
+const (
+	capAnonymousRelay  = encoding.Symbol("ANONYMOUS-RELAY")
+	capDelayedDelivery = encoding.Symbol("DELAYED_DELIVERY")
+	capSharedSubs      = encoding.Symbol("SHARED-SUBS")
+	capQueue           = encoding.Symbol("queue")
+	capTopic           = encoding.Symbol("topic")
+	capTempQueue       = encoding.Symbol("temporary-queue")
+	capTempTopic       = encoding.Symbol("temporary-topic")
+	capShared          = encoding.Symbol("shared")
+	capGlobal          = encoding.Symbol("global")
+
+	propEstablishmentFailed = "amqp:connection-establishment-failed"
+)
