@@ -1,5 +1,6 @@
-// Package transports accepts network connections and hands each one to a
-// protocol handler. It is shared by every protocol Junction speaks (STOMP,
+// Package transports accepts network connections, optionally over TLS and
+// optionally recognising the protocol from the first bytes, and hands
+// each one to a protocol handler. It is shared by every protocol Junction speaks (STOMP,
 // MQTT, AMQP, WebSocket) and imports nothing of Junction's: the seam is
 // [net.Listener] in and [Handler], a plain func(context.Context, net.Conn),
 // out.
@@ -48,6 +49,44 @@
 // in Read or Write return, and reports the context's error.
 // [Server.Close] does the same without the grace period and waits for
 // every handler to return.
+//
+// # One port for all protocols
+//
+// [Mux] is a Handler that reads the first bytes of a connection and
+// hands it to the first registered [Protocol] whose Detect recognises
+// them; cmd registers each protocol's own Detect (stomp.Detect,
+// mqtt.Detect, amqp.Detect) with [DetectHTTP] for WebSocket upgrades and
+// [DetectTLS] for TLS. Detection runs in the connection's goroutine, off
+// the accept loop, under one absolute read deadline (DetectTimeout) that
+// a client sending a byte at a time cannot extend, and reads at most
+// MaxPrefix bytes: a silent or dribbling client is closed when the
+// deadline passes, garbage once MaxPrefix bytes have failed to match,
+// each with one OnUnknown call for the log. The chosen Handler gets a
+// net.Conn that replays the bytes read before reading on; every other
+// method is the underlying conn's, and the deadline is cleared first.
+//
+// # TLS
+//
+// [TLSConfig] loads a certificate, its key and optionally client CAs
+// from PEM files (TLS 1.2 at least), and returns a [CertReloader] whose
+// Reload reads them again for new handshakes, keeping the old ones if
+// the new files are bad. [TLSHandler] is a Handler that performs the
+// server handshake in the connection's goroutine, bounded by
+// HandshakeTimeout and by shutdown, then passes the *tls.Conn on. They
+// compose with Mux both ways: a Mux behind a TLSHandler detects on the
+// decrypted stream; a TLSHandler registered in a Mux with DetectTLS
+// serves TLS and plaintext clients on one port.
+//
+// A protocol handler learns about TLS from its conn alone, whatever
+// wrappers this package put around it: [ConnectionState] and
+// [PeerCertificate] look through them, and since every wrapper (like
+// *tls.Conn) has a ConnectionState() tls.ConnectionState method, a
+// protocol package, which may not import this one, asserts that
+// interface and checks HandshakeComplete. Wrappers also have NetConn, as
+// *tls.Conn does; a handler must not read from what NetConn returns,
+// which would skip replayed bytes. A type assertion to *net.TCPConn
+// fails behind a Mux or TLS, as it should: the raw socket does not hold
+// what the wrapper holds.
 //
 // # Callbacks
 //
