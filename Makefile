@@ -5,7 +5,7 @@ FUZZTIME  ?= 10s
 BENCHTIME ?= 2s
 ROUNDS    ?= 10
 
-.PHONY: help run build test race lint bench bench-stomp crash-test fuzz clean
+.PHONY: help run build test race lint bench bench-stomp crash-test e2e fuzz clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -43,7 +43,7 @@ SCENARIOS  ?= queue fanout
 BENCH_ARGS ?= -size 1024 -duration 10s -warmup 2s
 bench-stomp: build ## STOMP end to end over loopback, side by side with ActiveMQ when it runs
 	@dir=$$(mktemp -d); \
-	./bin/junction --data-dir $$dir/data --stomp $(BENCH_ADDR) --mqtt '' --amqp '' --log-level warn & pid=$$!; \
+	./bin/junction --data-dir $$dir/data --stomp $(BENCH_ADDR) --mqtt '' --amqp '' --ws '' --all '' --log-level warn & pid=$$!; \
 	trap 'kill $$pid 2>/dev/null; rm -rf '"$$dir" EXIT; \
 	for i in $$(seq 50); do (exec 3<>/dev/tcp/$${BENCH_ADDR%:*}/$${BENCH_ADDR#*:}) 2>/dev/null && break; sleep 0.1; done; \
 	amq=$$(cat $${PEERS_DIR:-/tmp/broker-peers-$$(id -u)}/activemq/activemq.pid 2>/dev/null); \
@@ -52,6 +52,23 @@ bench-stomp: build ## STOMP end to end over loopback, side by side with ActiveMQ
 	  echo "junction $$s"; ./bin/junction-bench stomp -addr $(BENCH_ADDR) -scenario $$s $(BENCH_ARGS) -pid $$pid || exit 1; \
 	  if [ -n "$$amq" ]; then echo "activemq $$s"; ./bin/junction-bench stomp -addr $(AMQ_ADDR) -scenario $$s $(BENCH_ARGS) -pid $$amq || exit 1; fi; \
 	done; done
+
+# Browser end to end: a page with stompjs, MQTT.js and rhea (bundled
+# from testdata/e2e/node_modules, no CDN) in headless Chromium talks to a
+# fresh broker over WebSockets, on the WebSocket port and on the one
+# port; each client must receive what the two others sent. Needs node,
+# npm and Debian's chromium (.ci/run installs them).
+E2E_WS  ?= 127.0.0.1:61695
+E2E_ALL ?= 127.0.0.1:61696
+E2E_OUT ?= testdata/e2e
+e2e: build ## browser test: STOMP, MQTT and AMQP over WebSockets in headless Chromium
+	@cd testdata/e2e && { [ -d node_modules ] || npm ci --no-audit --no-fund; }
+	@dir=$$(mktemp -d); \
+	./bin/junction --data-dir $$dir/data --stomp '' --mqtt '' --amqp '' --ws $(E2E_WS) --all $(E2E_ALL) --log-level warn & pid=$$!; \
+	trap 'kill $$pid 2>/dev/null; rm -rf '"$$dir" EXIT; \
+	for i in $$(seq 50); do (exec 3<>/dev/tcp/$${E2E_WS%:*}/$${E2E_WS#*:}) 2>/dev/null && break; sleep 0.1; done; \
+	node testdata/e2e/run.mjs ws://$(E2E_WS) $(E2E_OUT)/e2e-ws-port.png && \
+	node testdata/e2e/run.mjs ws://$(E2E_ALL) $(E2E_OUT)/e2e-one-port.png
 
 fuzz: ## run each fuzz target for FUZZTIME
 	$(GO) test -run='^$$' -fuzz='^FuzzReader$$' -fuzztime=$(FUZZTIME) -fuzzminimizetime=5s ./stomp/internal/wire/

@@ -29,6 +29,9 @@ type Config struct {
 	Stomp           StompConfig       `yaml:"stomp"`
 	MQTT            MQTTConfig        `yaml:"mqtt"`
 	AMQP            AMQPConfig        `yaml:"amqp"`
+	WebSocket       WebSocketConfig   `yaml:"websocket"`
+	All             AllConfig         `yaml:"all"`
+	TLS             TLSConfig         `yaml:"tls"`
 	Persistence     PersistenceConfig `yaml:"persistence"`
 	// AddressSettings override the default address policies by pattern.
 	AddressSettings []core.AddressSettings `yaml:"address-settings"`
@@ -74,6 +77,17 @@ func defaultConfig() Config {
 			IdleTimeout:    time.Minute,
 			LinkCredit:     1000,
 		},
+		WebSocket: WebSocketConfig{
+			Listen: "127.0.0.1:61614",
+			// A largest MQTT packet or STOMP frame, sent in one message,
+			// with room for the WebSocket framing.
+			MaxMessageSize: 10<<20 + 64<<10,
+		},
+		All: AllConfig{
+			Listen:        "127.0.0.1:61616",
+			DetectTimeout: 5 * time.Second,
+		},
+		TLS: TLSConfig{HandshakeTimeout: 10 * time.Second},
 		Persistence: PersistenceConfig{
 			Enabled:         true,
 			FileSize:        10 << 20,
@@ -107,6 +121,41 @@ type AMQPConfig struct {
 	LinkCredit     int           `yaml:"link-credit"`
 	RequireSASL    bool          `yaml:"require-sasl"`
 }
+
+// WebSocketConfig configures the WebSocket endpoint (STOMP, MQTT and
+// AMQP over WebSockets, chosen by subprotocol or path).
+type WebSocketConfig struct {
+	Listen string `yaml:"listen"`
+	// AllowedOrigins, comma-separated; empty allows the request's own
+	// host and localhost, "*" allows any.
+	AllowedOrigins string   `yaml:"allowed-origins"`
+	MaxMessageSize ByteSize `yaml:"max-message-size"`
+}
+
+// AllConfig configures the one port on which every protocol is
+// detected from its first bytes.
+type AllConfig struct {
+	Listen        string        `yaml:"listen"`
+	DetectTimeout time.Duration `yaml:"detect-timeout"`
+}
+
+// TLSConfig holds the certificate every TLS listener uses and those
+// listeners' addresses (each empty by default). With a certificate, the
+// one port also accepts TLS.
+type TLSConfig struct {
+	Cert              string        `yaml:"cert"`
+	Key               string        `yaml:"key"`
+	ClientCA          string        `yaml:"client-ca"`
+	RequireClientCert bool          `yaml:"require-client-cert"`
+	HandshakeTimeout  time.Duration `yaml:"handshake-timeout"`
+	Stomp             string        `yaml:"stomp"`
+	MQTT              string        `yaml:"mqtt"`
+	AMQP              string        `yaml:"amqp"`
+	WebSocket         string        `yaml:"websocket"`
+}
+
+// enabled reports whether a certificate is configured.
+func (t TLSConfig) enabled() bool { return t.Cert != "" }
 
 // PersistenceConfig configures the journals under the data directory.
 type PersistenceConfig struct {
@@ -264,6 +313,20 @@ var options = []option{
 	durationOpt("amqp-idle-timeout", "amqp.idle-timeout", "close an AMQP connection silent this long (half is advertised; 0 disables)", func(c *Config) *time.Duration { return &c.AMQP.IdleTimeout }),
 	intOpt("amqp-link-credit", "amqp.link-credit", "credit granted to each AMQP sender link: its messages in flight", func(c *Config) *int { return &c.AMQP.LinkCredit }),
 	boolOpt("amqp-require-sasl", "amqp.require-sasl", "refuse AMQP clients that skip SASL", func(c *Config) *bool { return &c.AMQP.RequireSASL }),
+	stringOpt("ws", "websocket.listen", "WebSocket listen address for STOMP, MQTT and AMQP (empty disables)", func(c *Config) *string { return &c.WebSocket.Listen }),
+	stringOpt("ws-allowed-origins", "websocket.allowed-origins", "comma-separated origins allowed to open WebSockets (empty: the request's host and localhost; * any)", func(c *Config) *string { return &c.WebSocket.AllowedOrigins }),
+	sizeOpt("ws-max-message-size", "websocket.max-message-size", "largest WebSocket message accepted", func(c *Config) *ByteSize { return &c.WebSocket.MaxMessageSize }),
+	stringOpt("all", "all.listen", "one listen address for every protocol, detected from the first bytes (empty disables)", func(c *Config) *string { return &c.All.Listen }),
+	durationOpt("detect-timeout", "all.detect-timeout", "how long the one port waits for a connection's first bytes", func(c *Config) *time.Duration { return &c.All.DetectTimeout }),
+	stringOpt("tls-cert", "tls.cert", "PEM certificate (chain) for the TLS listeners; reloaded on SIGHUP", func(c *Config) *string { return &c.TLS.Cert }),
+	stringOpt("tls-key", "tls.key", "PEM private key of --tls-cert", func(c *Config) *string { return &c.TLS.Key }),
+	stringOpt("tls-client-ca", "tls.client-ca", "PEM CA certificates that client certificates are verified against", func(c *Config) *string { return &c.TLS.ClientCA }),
+	boolOpt("tls-require-client-cert", "tls.require-client-cert", "refuse TLS clients without a certificate signed by --tls-client-ca", func(c *Config) *bool { return &c.TLS.RequireClientCert }),
+	durationOpt("tls-handshake-timeout", "tls.handshake-timeout", "bound on a TLS handshake", func(c *Config) *time.Duration { return &c.TLS.HandshakeTimeout }),
+	stringOpt("stomp-tls", "tls.stomp", "STOMP over TLS listen address (stomp+ssl; needs --tls-cert)", func(c *Config) *string { return &c.TLS.Stomp }),
+	stringOpt("mqtt-tls", "tls.mqtt", "MQTT over TLS listen address (mqtts; needs --tls-cert)", func(c *Config) *string { return &c.TLS.MQTT }),
+	stringOpt("amqp-tls", "tls.amqp", "AMQP over TLS listen address (amqps; needs --tls-cert)", func(c *Config) *string { return &c.TLS.AMQP }),
+	stringOpt("ws-tls", "tls.websocket", "WebSockets over TLS listen address (wss; needs --tls-cert)", func(c *Config) *string { return &c.TLS.WebSocket }),
 	boolOpt("persistence", "persistence.enabled", "keep durable messages in the journal (false: memory only)", func(c *Config) *bool { return &c.Persistence.Enabled }),
 	sizeOpt("journal-file-size", "persistence.journal-file-size", "size of each journal file", func(c *Config) *ByteSize { return &c.Persistence.FileSize }),
 	intOpt("journal-pool-files", "persistence.journal-pool-files", "empty journal files kept for reuse", func(c *Config) *int { return &c.Persistence.PoolFiles }),
@@ -407,6 +470,38 @@ func (c *Config) validate() []fieldError {
 	}
 	if c.AMQP.LinkCredit < 1 || c.AMQP.LinkCredit > 1<<20 {
 		bad("amqp.link-credit", "must be between 1 and 1048576")
+	}
+	for path, addr := range map[string]string{
+		"websocket.listen": c.WebSocket.Listen, "all.listen": c.All.Listen,
+		"tls.stomp": c.TLS.Stomp, "tls.mqtt": c.TLS.MQTT, "tls.amqp": c.TLS.AMQP, "tls.websocket": c.TLS.WebSocket,
+	} {
+		if addr == "" {
+			continue
+		}
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			bad(path, "not a host:port address: %v", err)
+		}
+		if strings.HasPrefix(path, "tls.") && !c.TLS.enabled() {
+			bad(path, "a TLS listener needs tls.cert and tls.key")
+		}
+	}
+	if (c.TLS.Cert == "") != (c.TLS.Key == "") {
+		bad("tls.cert", "tls.cert and tls.key go together")
+	}
+	if (c.TLS.ClientCA != "" || c.TLS.RequireClientCert) && !c.TLS.enabled() {
+		bad("tls.client-ca", "client certificates need tls.cert and tls.key")
+	}
+	if c.TLS.RequireClientCert && c.TLS.ClientCA == "" {
+		bad("tls.require-client-cert", "needs tls.client-ca to verify them against")
+	}
+	if c.TLS.HandshakeTimeout <= 0 {
+		bad("tls.handshake-timeout", "must be > 0")
+	}
+	if c.All.DetectTimeout <= 0 {
+		bad("all.detect-timeout", "must be > 0")
+	}
+	if c.WebSocket.MaxMessageSize < 1024 {
+		bad("websocket.max-message-size", "must be at least 1KiB")
 	}
 	if c.MQTT.MaxPacketSize < 1024 || c.MQTT.MaxPacketSize > 256<<20 {
 		bad("mqtt.max-packet-size", "must be between 1KiB and 256MiB (MQTT's limit)")

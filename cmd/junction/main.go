@@ -2,10 +2,13 @@
 //
 //	junction [serve] [flags]        start the broker (the default command)
 //	junction config validate FILE   check a configuration file
+//	junction cert dev [flags]       write a self-signed CA and certificates for local TLS
 //	junction version                print the version
 //
 // With no flags and no configuration file the broker starts with
-// embedded defaults: data in ./data, STOMP on 127.0.0.1:61613.
+// embedded defaults: data in ./data, STOMP on 127.0.0.1:61613, MQTT on
+// 127.0.0.1:1883, AMQP on 127.0.0.1:5672, WebSockets on 127.0.0.1:61614
+// and every protocol on 127.0.0.1:61616.
 package main
 
 import (
@@ -56,6 +59,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			return errors.New("usage: junction config validate FILE")
 		}
 		return validateFile(args[1], stdout)
+	case "cert":
+		return runCert(args, stdout, stderr)
 	case "help":
 		fmt.Fprint(stdout, usage)
 		return nil
@@ -66,6 +71,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 const usage = `usage:
   junction [serve] [flags]        start the broker (junction serve -h lists the flags)
   junction config validate FILE   check a configuration file, reporting every error with its line
+  junction cert dev [flags]       write a self-signed CA, server and client certificates for local TLS (junction cert dev -h)
   junction version                print the version
 `
 

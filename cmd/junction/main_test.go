@@ -67,6 +67,8 @@ func testConfig(t *testing.T) Config {
 	cfg.Stomp.Listen = "127.0.0.1:0"
 	cfg.MQTT.Listen = "127.0.0.1:0"
 	cfg.AMQP.Listen = "127.0.0.1:0"
+	cfg.WebSocket.Listen = "127.0.0.1:0"
+	cfg.All.Listen = "127.0.0.1:0"
 	cfg.LogLevel = "debug"
 	return cfg
 }

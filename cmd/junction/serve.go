@@ -7,8 +7,11 @@ import (
 	"io"
 	"net"
 	"os"
+	"os/signal"
 	"path/filepath"
+	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -21,6 +24,7 @@ import (
 	"github.com/junctionmq/junction/persistence/large"
 	"github.com/junctionmq/junction/stomp"
 	"github.com/junctionmq/junction/transports"
+	"github.com/junctionmq/junction/websocket"
 )
 
 // instance is a running broker with its listeners.
@@ -33,9 +37,14 @@ type instance struct {
 	// protocols are closed first at shutdown, so each says goodbye its
 	// own way (MQTT 5: DISCONNECT "server shutting down").
 	protocols []io.Closer
-	addrs     map[string]net.Addr
-	wg        sync.WaitGroup
-	errc      chan error
+	// ws serves STOMP, MQTT and AMQP over WebSockets; its sessions are
+	// hijacked from HTTP and shut down by it.
+	ws *websocket.Handler
+	// certs reloads the TLS certificate on SIGHUP; nil without TLS.
+	certs *transports.CertReloader
+	addrs map[string]net.Addr
+	wg    sync.WaitGroup
+	errc  chan error
 }
 
 func newLogger(cfg Config, w io.Writer) zerolog.Logger {
@@ -131,65 +140,150 @@ func start(cfg Config, logw io.Writer) (*instance, error) {
 		}
 		return nil, err
 	}
-	in := &instance{log: log, broker: b, msgs: msgs, bindings: bindings, addrs: make(map[string]net.Addr), errc: make(chan error, 4)}
-	if cfg.MQTT.Listen != "" {
-		ms, err := mqtt.New(mqtt.Config{
-			MaxPacketSize:    int(cfg.MQTT.MaxPacketSize),
-			MaxSessionExpiry: cfg.MQTT.SessionExpiry,
-			ReceiveMaximum:   cfg.MQTT.ReceiveMaximum,
-			MaxSessionBytes:  int64(cfg.MQTT.MaxSessionBytes),
-			Logger:           log.With().Str("component", "mqtt").Logger(),
-		}, b)
-		if err != nil {
-			in.stop(context.Background())
-			return nil, fmt.Errorf("mqtt: %w", err)
-		}
-		in.protocols = append(in.protocols, ms)
-		if err := in.listen("mqtt", cfg.MQTT.Listen, cfg.MaxConnections, ms.ServeConn, nil); err != nil {
-			in.stop(context.Background())
-			return nil, err
-		}
-	}
-	if cfg.AMQP.Listen != "" {
-		idle := cfg.AMQP.IdleTimeout
-		if idle == 0 {
-			idle = -1
-		}
-		as := amqp.New(amqp.Config{
-			MaxFrameSize:   uint32(cfg.AMQP.MaxFrameSize),
-			MaxMessageSize: int(cfg.AMQP.MaxMessageSize),
-			IdleTimeout:    idle,
-			LinkCredit:     uint32(cfg.AMQP.LinkCredit),
-			RequireSASL:    cfg.AMQP.RequireSASL,
-			Version:        version,
-			Logger:         log.With().Str("component", "amqp").Logger(),
-		}, b)
-		if err := in.listen("amqp", cfg.AMQP.Listen, cfg.MaxConnections, as.ServeConn, as.Reject); err != nil {
-			in.stop(context.Background())
-			return nil, err
-		}
-	}
-	if cfg.Stomp.Listen != "" {
-		hb := cfg.Stomp.HeartBeat
-		if hb == 0 {
-			hb = -1
-		}
-		ss := stomp.New(stomp.Config{
-			MaxFrameSize:     int(cfg.Stomp.MaxFrameSize),
-			MaxHeaders:       cfg.Stomp.MaxHeaders,
-			MaxHeaderLength:  int(cfg.Stomp.MaxHeaderLength),
-			HeartBeatSend:    hb,
-			HeartBeatReceive: hb,
-			DefaultPrefetch:  cfg.Stomp.Prefetch,
-			ServerName:       "Junction/" + version,
-			Logger:           log.With().Str("component", "stomp").Logger(),
-		}, b)
-		if err := in.listen("stomp", cfg.Stomp.Listen, cfg.MaxConnections, ss.ServeConn, ss.Reject); err != nil {
-			in.stop(context.Background())
-			return nil, err
-		}
+	in := &instance{log: log, broker: b, msgs: msgs, bindings: bindings, addrs: make(map[string]net.Addr), errc: make(chan error, 8)}
+	if err := in.startListeners(cfg); err != nil {
+		in.stop(context.Background())
+		return nil, err
 	}
 	return in, nil
+}
+
+// startListeners creates the protocol servers and serves them on their
+// own ports, over WebSockets, on the one port that detects every
+// protocol, and on the TLS ports.
+func (in *instance) startListeners(cfg Config) error {
+	log, b := in.log, in.broker
+	ms, err := mqtt.New(mqtt.Config{
+		MaxPacketSize:    int(cfg.MQTT.MaxPacketSize),
+		MaxSessionExpiry: cfg.MQTT.SessionExpiry,
+		ReceiveMaximum:   cfg.MQTT.ReceiveMaximum,
+		MaxSessionBytes:  int64(cfg.MQTT.MaxSessionBytes),
+		Logger:           log.With().Str("component", "mqtt").Logger(),
+	}, b)
+	if err != nil {
+		return fmt.Errorf("mqtt: %w", err)
+	}
+	in.protocols = append(in.protocols, ms)
+	hb := cfg.Stomp.HeartBeat
+	if hb == 0 {
+		hb = -1
+	}
+	ss := stomp.New(stomp.Config{
+		MaxFrameSize:     int(cfg.Stomp.MaxFrameSize),
+		MaxHeaders:       cfg.Stomp.MaxHeaders,
+		MaxHeaderLength:  int(cfg.Stomp.MaxHeaderLength),
+		HeartBeatSend:    hb,
+		HeartBeatReceive: hb,
+		DefaultPrefetch:  cfg.Stomp.Prefetch,
+		ServerName:       "Junction/" + version,
+		Logger:           log.With().Str("component", "stomp").Logger(),
+	}, b)
+	idle := cfg.AMQP.IdleTimeout
+	if idle == 0 {
+		idle = -1
+	}
+	as := amqp.New(amqp.Config{
+		MaxFrameSize:   uint32(cfg.AMQP.MaxFrameSize),
+		MaxMessageSize: int(cfg.AMQP.MaxMessageSize),
+		IdleTimeout:    idle,
+		LinkCredit:     uint32(cfg.AMQP.LinkCredit),
+		RequireSASL:    cfg.AMQP.RequireSASL,
+		Version:        version,
+		Logger:         log.With().Str("component", "amqp").Logger(),
+	}, b)
+	var origins []string
+	for _, o := range strings.Split(cfg.WebSocket.AllowedOrigins, ",") {
+		if o = strings.TrimSpace(o); o != "" {
+			origins = append(origins, o)
+		}
+	}
+	wsh, err := websocket.New(websocket.Config{
+		Handlers: map[string]func(context.Context, net.Conn){
+			"stomp": ss.ServeConn, "mqtt": ms.ServeConn, "amqp": as.ServeConn,
+		},
+		AllowedOrigins: origins,
+		MaxMessageSize: int64(cfg.WebSocket.MaxMessageSize),
+		Logger:         log.With().Str("component", "websocket").Logger(),
+	})
+	if err != nil {
+		return fmt.Errorf("websocket: %w", err)
+	}
+	in.ws = wsh
+
+	unknown := func(conn net.Conn, prefix []byte, err error) {
+		if len(prefix) == 0 {
+			return // a health check that connected and left
+		}
+		log.Info().Str("remote", conn.RemoteAddr().String()).Hex("first_bytes", prefix).AnErr("reason", err).
+			Msg("closed a connection speaking no known protocol")
+	}
+	mux := &transports.Mux{
+		Protocols: []transports.Protocol{
+			{Name: "http", Detect: transports.DetectHTTP, Handler: wsh.ServeConn},
+			{Name: "amqp", Detect: amqp.Detect, Handler: as.ServeConn, Reject: as.Reject},
+			{Name: "mqtt", Detect: mqtt.Detect, Handler: ms.ServeConn},
+			{Name: "stomp", Detect: stomp.Detect, Handler: ss.ServeConn, Reject: ss.Reject},
+		},
+		DetectTimeout: cfg.All.DetectTimeout,
+		OnUnknown:     unknown,
+	}
+	type listener struct {
+		name, addr string
+		h          transports.Handler
+		reject     func(net.Conn)
+	}
+	ls := []listener{
+		{"mqtt", cfg.MQTT.Listen, ms.ServeConn, nil},
+		{"amqp", cfg.AMQP.Listen, as.ServeConn, as.Reject},
+		{"stomp", cfg.Stomp.Listen, ss.ServeConn, ss.Reject},
+		{"websocket", cfg.WebSocket.Listen, wsh.ServeConn, nil},
+	}
+	all := mux
+	if cfg.TLS.enabled() {
+		tlsCfg, certs, err := transports.TLSConfig(transports.TLSOptions{
+			CertFile: cfg.TLS.Cert, KeyFile: cfg.TLS.Key,
+			ClientCAFile: cfg.TLS.ClientCA, RequireClientCert: cfg.TLS.RequireClientCert,
+		})
+		if err != nil {
+			return fmt.Errorf("tls: %w", err)
+		}
+		in.certs = certs
+		wrap := func(h transports.Handler, reject func(net.Conn)) *transports.TLSHandler {
+			return &transports.TLSHandler{
+				Config: tlsCfg, Handler: h, OnLimit: reject, HandshakeTimeout: cfg.TLS.HandshakeTimeout,
+				OnHandshakeError: func(conn net.Conn, err error) {
+					log.Debug().Str("remote", conn.RemoteAddr().String()).Err(err).Msg("TLS handshake failed")
+				},
+			}
+		}
+		for _, l := range []listener{
+			{"mqtt+tls", cfg.TLS.MQTT, ms.ServeConn, nil},
+			{"amqp+tls", cfg.TLS.AMQP, as.ServeConn, as.Reject},
+			{"stomp+tls", cfg.TLS.Stomp, ss.ServeConn, ss.Reject},
+			{"websocket+tls", cfg.TLS.WebSocket, wsh.ServeConn, nil},
+		} {
+			th := wrap(l.h, l.reject)
+			ls = append(ls, listener{l.name, l.addr, th.ServeConn, th.Reject})
+		}
+		// The one port takes TLS too: a ClientHello, then detection on
+		// the decrypted stream.
+		th := wrap(mux.ServeConn, mux.Reject)
+		all = &transports.Mux{
+			Protocols:     append([]transports.Protocol{{Name: "tls", Detect: transports.DetectTLS, Handler: th.ServeConn, Reject: th.Reject}}, mux.Protocols...),
+			DetectTimeout: cfg.All.DetectTimeout,
+			OnUnknown:     unknown,
+		}
+	}
+	ls = append(ls, listener{"all", cfg.All.Listen, all.ServeConn, all.Reject})
+	for _, l := range ls {
+		if l.addr == "" {
+			continue
+		}
+		if err := in.listen(l.name, l.addr, cfg.MaxConnections, l.h, l.reject); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (in *instance) listen(name, addr string, maxConns int, h transports.Handler, onLimit func(net.Conn)) error {
@@ -224,6 +318,11 @@ func (in *instance) stop(ctx context.Context) error {
 	for _, p := range in.protocols {
 		errs = append(errs, p.Close())
 	}
+	if in.ws != nil {
+		if err := in.ws.Shutdown(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("websocket: %w", err))
+		}
+	}
 	for _, s := range in.servers {
 		if err := s.Shutdown(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", s.Name, err))
@@ -256,6 +355,28 @@ func serve(ctx context.Context, cfg Config, logw io.Writer, ready func(*instance
 		ev = ev.Str(name, a.String())
 	}
 	ev.Msg("junction started")
+	if in.certs != nil {
+		in.log.Info().Time("certificate_expires", in.certs.Leaf().NotAfter).Msg("TLS enabled; SIGHUP reloads the certificate")
+		hup := make(chan os.Signal, 1)
+		signal.Notify(hup, syscall.SIGHUP)
+		defer signal.Stop(hup)
+		done := make(chan struct{})
+		defer close(done)
+		go func() {
+			for {
+				select {
+				case <-done:
+					return
+				case <-hup:
+					if err := in.certs.Reload(); err != nil {
+						in.log.Error().Err(err).Msg("TLS certificate reload failed; keeping the old one")
+					} else {
+						in.log.Info().Time("certificate_expires", in.certs.Leaf().NotAfter).Msg("TLS certificate reloaded")
+					}
+				}
+			}
+		}()
+	}
 	if ready != nil {
 		ready(in)
 	}

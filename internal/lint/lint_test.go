@@ -17,6 +17,7 @@ var allowed = map[string][]string{
 	"persistence":        {},
 	"core":               {},
 	"transports":         {},
+	"websocket":          {},
 	"stomp":              {"core"},
 	"mqtt":               {"core"},
 	"amqp":               {"core"},
@@ -24,6 +25,7 @@ var allowed = map[string][]string{
 	"internal/lint":      {},
 	"internal/stomptest": {},
 	"internal/testserve": {},
+	"internal/tlstest":   {},
 }
 
 // tree returns the top-level tree of one of our import paths
