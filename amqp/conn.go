@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -220,6 +221,10 @@ func (c *conn) readProtoHeader() ([8]byte, error) {
 // sasl runs the SASL layer: mechanisms, init, outcome (Part 5 §5.3).
 func (c *conn) sasl(ctx context.Context) error {
 	mechs := []encoding.Symbol{mechPlain}
+	certUser, hasCert := verifiedClient(c.nc)
+	if hasCert {
+		mechs = append([]encoding.Symbol{mechExternal}, mechs...)
+	}
 	if _, err := c.s.broker.Authenticate(ctx, "", ""); err == nil {
 		mechs = append(mechs, mechAnonymous)
 	}
@@ -249,6 +254,15 @@ func (c *conn) sasl(ctx context.Context) error {
 	}
 	var login, pass string
 	switch init.Mechanism {
+	case mechExternal:
+		if !hasCert {
+			outcome(frames.SASLCodeAuth)
+			return errors.New("amqp: SASL EXTERNAL without a verified client certificate")
+		}
+		// The TLS layer authenticated the client: its certificate's
+		// subject is the user.
+		c.user = certUser
+		return outcome(frames.SASLCodeOK)
 	case mechPlain:
 		// authzid NUL authcid NUL passwd (RFC 4616).
 		parts := bytes.SplitN(init.InitialResponse, []byte{0}, 3)
@@ -275,7 +289,28 @@ func (c *conn) sasl(ctx context.Context) error {
 const (
 	mechPlain     = encoding.Symbol("PLAIN")
 	mechAnonymous = encoding.Symbol("ANONYMOUS")
+	mechExternal  = encoding.Symbol("EXTERNAL")
 )
+
+// verifiedClient returns the user named by the connection's verified TLS
+// client certificate: its subject's common name, else the whole subject.
+// The conn exposes TLS through ConnectionState (a *tls.Conn, or a
+// listener's wrapper around one).
+func verifiedClient(nc net.Conn) (string, bool) {
+	cs, ok := nc.(interface{ ConnectionState() tls.ConnectionState })
+	if !ok {
+		return "", false
+	}
+	st := cs.ConnectionState()
+	if !st.HandshakeComplete || len(st.VerifiedChains) == 0 || len(st.PeerCertificates) == 0 {
+		return "", false
+	}
+	subj := st.PeerCertificates[0].Subject
+	if subj.CommonName != "" {
+		return subj.CommonName, true
+	}
+	return subj.String(), true
+}
 
 // readFrame reads one frame of at most limit bytes into c.rbuf and
 // returns its header and body (after the extended header). The body is

@@ -9,7 +9,9 @@
 // # Connections
 //
 // A client sends the SASL header (mechanisms PLAIN, checked by core's
-// authenticator, and ANONYMOUS when it accepts anonymous clients) or,
+// authenticator; ANONYMOUS when it accepts anonymous clients; EXTERNAL
+// over TLS with a verified client certificate, whose subject's common
+// name is then the user) or,
 // unless [Config.RequireSASL], the plain AMQP header when anonymous
 // clients are accepted. Open carries the broker's limits
 // (max-frame-size, channel-max), half of its idle timeout, and the

@@ -203,7 +203,7 @@ func TestTLSClientCertificates(t *testing.T) {
 	ca, cert, key, caFile := writeCerts(t, t.TempDir())
 	cfg := testConfig(t)
 	cfg.TLS.Cert, cfg.TLS.Key, cfg.TLS.ClientCA, cfg.TLS.RequireClientCert = cert, key, caFile, true
-	cfg.TLS.Stomp = "127.0.0.1:0"
+	cfg.TLS.Stomp, cfg.TLS.AMQP = "127.0.0.1:0", "127.0.0.1:0"
 	startServe(t, cfg)
 	addr := lastInstance.addrs["stomp+tls"].String()
 	good, err := ca.Client("alice")
@@ -229,6 +229,29 @@ func TestTLSClientCertificates(t *testing.T) {
 	}
 	if err := try([]tls.Certificate{good.TLSCertificate()}); err != nil {
 		t.Fatalf("trusted client certificate: %v", err)
+	}
+
+	// AMQP SASL EXTERNAL: the certificate's subject is the user, stamped
+	// on what the client sends.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	tc, err := tls.Dial("tcp", lastInstance.addrs["amqp+tls"].String(), &tls.Config{RootCAs: ca.Pool(), ServerName: "127.0.0.1", Certificates: []tls.Certificate{good.TLSCertificate()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ac, err := goamqp.NewConn(ctx, tc, &goamqp.ConnOptions{SASLType: goamqp.SASLTypeExternal("")})
+	if err != nil {
+		t.Fatalf("SASL EXTERNAL: %v", err)
+	}
+	defer ac.Close()
+	as := must[*goamqp.Session](t)(ac.NewSession(ctx, nil))
+	snd := must[*goamqp.Sender](t)(as.NewSender(ctx, "queue://certs", nil))
+	if err := snd.Send(ctx, goamqp.NewMessage([]byte("signed")), nil); err != nil {
+		t.Fatal(err)
+	}
+	rcv := must[*goamqp.Receiver](t)(as.NewReceiver(ctx, "queue://certs", nil))
+	if m := amqpReceive(t, rcv); string(m.Properties.UserID) != "alice" {
+		t.Fatalf("user-id %q, want the certificate's subject", m.Properties.UserID)
 	}
 	if err := try([]tls.Certificate{bad.TLSCertificate()}); err == nil {
 		t.Fatal("a client certificate from another CA was accepted")
