@@ -87,23 +87,46 @@ func (a *acker) loop() {
 		a.slots = a.slots[n:]
 		a.cond.Broadcast()
 		a.mu.Unlock()
-		for _, s := range ready {
-			if s.err == nil {
-				a.cl.WritePacket(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Puback}, PacketID: s.id})
-				continue
-			}
-			a.br.log.Warn().Err(s.err).Str("client", a.cl.ID).Msg("mqtt publish not accepted")
-			if a.cl.Properties.ProtocolVersion == 5 {
-				a.cl.WritePacket(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Puback}, PacketID: s.id,
-					ReasonCode: packets.ErrUnspecifiedError.Code})
-				continue
-			}
-			// MQTT 3 has no negative acknowledgement: close the connection
-			// rather than confirm what was not stored.
-			a.br.s.mochi.DisconnectClient(a.cl, packets.ErrUnspecifiedError)
+		if !a.send(ready) {
 			return
 		}
 	}
+}
+
+// send writes the PUBACKs of ready slots, in one write; false once the
+// connection is being closed.
+func (a *acker) send(ready []*ackSlot) bool {
+	cc := corkOf(a.cl)
+	if len(ready) < 2 {
+		cc = nil // nothing to gather
+	}
+	if cc != nil {
+		cc.cork()
+	}
+	for _, s := range ready {
+		if s.err == nil {
+			a.cl.WritePacket(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Puback}, PacketID: s.id})
+			continue
+		}
+		a.br.log.Warn().Err(s.err).Str("client", a.cl.ID).Msg("mqtt publish not accepted")
+		if a.cl.Properties.ProtocolVersion == 5 {
+			a.cl.WritePacket(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Puback}, PacketID: s.id,
+				ReasonCode: packets.ErrUnspecifiedError.Code})
+			continue
+		}
+		// MQTT 3 has no negative acknowledgement: close the connection
+		// rather than confirm what was not stored (after the PUBACKs
+		// before it).
+		if cc != nil {
+			cc.uncork()
+		}
+		a.br.s.mochi.DisconnectClient(a.cl, packets.ErrUnspecifiedError)
+		return false
+	}
+	if cc != nil {
+		cc.uncork()
+	}
+	return true
 }
 
 // close stops the acker; pending publishes get no PUBACK (the client

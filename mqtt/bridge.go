@@ -84,7 +84,9 @@ type bridge struct {
 	inject *mochi.Client  // the internal client core's messages are published as
 	sess   *core.Session  // the bridge's own core session
 	cons   *core.Consumer // on "#": every multicast message
-	in     chan core.Delivery
+	inMu   sync.Mutex
+	in     []core.Delivery // guarded by inMu: delivered, not yet taken by run
+	inWake chan struct{}
 	expiry *time.Timer // expires sessions restored at start that nobody resumed
 	done   chan struct{}
 	wg     sync.WaitGroup
@@ -97,7 +99,7 @@ func newBridge(s *Server, b *core.Broker) (*bridge, error) {
 		users:    make(map[*mochi.Client]string),
 		sessions: make(map[*mochi.Client]*clientState),
 		byID:     make(map[string]*clientState),
-		in:       make(chan core.Delivery, s.cfg.BridgeCredit),
+		inWake:   make(chan struct{}, 1),
 		done:     make(chan struct{}),
 	}
 	br.inject = s.mochi.NewClient(nil, "local", "junction-bridge", true)
@@ -107,11 +109,21 @@ func newBridge(s *Server, b *core.Broker) (*bridge, error) {
 		return nil, err
 	}
 	br.sess = sess
-	// Deliveries wait in a channel as large as the credit, so the
-	// handler (called under a queue lock) never blocks.
+	// The handler (called under a queue lock) only appends and wakes
+	// run, which takes what has gathered at once: most of it, MQTT's own
+	// publishes coming back, needs only an ack, and one wake and one
+	// cumulative ack serve a burst.
 	br.cons, err = sess.Subscribe(core.ConsumerOptions{
 		Address: "#", RoutingType: core.Multicast, Credit: s.cfg.BridgeCredit,
-		Handler: func(d core.Delivery) { br.in <- d },
+		Handler: func(d core.Delivery) {
+			br.inMu.Lock()
+			br.in = append(br.in, d)
+			br.inMu.Unlock()
+			select {
+			case br.inWake <- struct{}{}:
+			default:
+			}
+		},
 	})
 	if err != nil {
 		sess.Close()
@@ -310,15 +322,17 @@ func (br *bridge) OnPublish(cl *mochi.Client, pk packets.Packet) (packets.Packet
 			return pk, packets.ErrRejectPacket // closing
 		}
 		// MQTT subscribers first, so that none can subscribe after the
-		// PUBACK and still be handed this message.
-		local := pk.Copy(false)
+		// PUBACK and still be handed this message. mochi copies the packet
+		// for each subscriber; the payload is shared with m read-only.
+		local := pk
+		local.Properties = pk.Properties.Copy(false) // as Packet.Copy: no topic alias, subscription ids
 		local.FixedHeader.Dup = false
 		local.PacketID = 1 // mochi checks that a QoS 1 publish has one; the inline client never acks
 		if err := br.s.mochi.InjectPacket(br.inject, local); err != nil {
 			br.log.Warn().Err(err).Str("client", cl.ID).Msg("mqtt: delivery to MQTT subscribers failed")
 		}
 		sess.SendAsync(m, func(err error) { a.complete(slot, err) })
-		return pk, packets.ErrRejectPacket
+		return handled(pk), nil
 	}
 	err := sess.Send(context.Background(), m)
 	if err == nil && pk.FixedHeader.Retain {
@@ -339,6 +353,17 @@ func (br *bridge) OnPublish(cl *mochi.Client, pk packets.Packet) (packets.Packet
 	return pk, nil
 }
 
+// handled returns pk marked so that mochi neither acknowledges it nor
+// delivers it: the bridge has done both. (Rejecting it with
+// ErrRejectPacket would do the same, but mochi logs each rejection at
+// debug level, boxing the whole packet whether or not the level is on:
+// an allocation the size of the packet for every pipelined publish.)
+func handled(pk packets.Packet) packets.Packet {
+	pk.FixedHeader.Qos = 0 // mochi acks only QoS > 0
+	pk.Ignore = true       // and forwards nothing marked Ignore
+	return pk
+}
+
 // noLocal reports whether an MQTT 5 client has a subscription with the
 // no-local option: its publishes must then keep their origin, which the
 // pipelined path (re-published by the bridge's client) would lose.
@@ -354,18 +379,31 @@ func noLocal(cl *mochi.Client) bool {
 	return false
 }
 
+// originOnly is the properties of most MQTT messages, shared by them:
+// core never changes a message's properties (a copy for a dead-letter
+// address gets a map of its own).
+var originOnly = map[string]any{PropOrigin: originMQTT}
+
 // messageFromPublish maps a PUBLISH to a core message (see the package
 // doc for the table).
+//
+// The body is the packet's payload, not a copy: mochi v2.7.9 decodes
+// every packet it reads from a fresh copy of its bytes (Client.ReadPacket)
+// and copies the packet again for each subscriber it delivers to, so
+// nothing writes to the payload afterwards.
 func messageFromPublish(pk packets.Packet) *core.Message {
 	m := &core.Message{
 		Address:       TopicToAddress(pk.TopicName),
 		RoutingType:   core.Multicast,
 		Durable:       pk.FixedHeader.Qos > 0,
 		Priority:      core.DefaultPriority,
-		Body:          append([]byte(nil), pk.Payload...), // mochi reuses its buffers
+		Body:          pk.Payload,
 		ContentType:   pk.Properties.ContentType,
 		CorrelationID: string(pk.Properties.CorrelationData),
-		Properties:    map[string]any{PropOrigin: originMQTT},
+		Properties:    originOnly,
+	}
+	if pk.FixedHeader.Retain || len(pk.Properties.User) > 0 {
+		m.Properties = map[string]any{PropOrigin: originMQTT}
 	}
 	if pk.Properties.ResponseTopic != "" {
 		m.ReplyTo = TopicToAddress(pk.Properties.ResponseTopic)
@@ -409,7 +447,7 @@ func publishFromMessage(m *core.Message, now time.Time) packets.Packet {
 		pk.Properties.MessageExpiryInterval = uint32(max(1, m.Expiration.Sub(now)/time.Second))
 	}
 	for k, v := range m.Properties {
-		if s, ok := v.(string); ok && k != PropOrigin {
+		if s, ok := v.(string); ok && !core.IsInternalProperty(k) {
 			pk.Properties.User = append(pk.Properties.User, packets.UserProperty{Key: k, Val: s})
 		}
 	}
@@ -421,22 +459,34 @@ func publishFromMessage(m *core.Message, now time.Time) packets.Packet {
 // already and are only acked.
 func (br *bridge) run() {
 	defer br.wg.Done()
+	var batch []core.Delivery
 	for {
 		select {
 		case <-br.done:
 			return
-		case d := <-br.in:
+		case <-br.inWake:
+		}
+		br.inMu.Lock()
+		batch, br.in = br.in, batch[:0]
+		br.inMu.Unlock()
+		if len(batch) == 0 {
+			continue
+		}
+		now := time.Now()
+		for _, d := range batch {
 			m := d.Message
-			if m.Properties[PropOrigin] != originMQTT && !m.Expired(time.Now()) {
-				if err := br.s.mochi.InjectPacket(br.inject, publishFromMessage(m, time.Now())); err != nil {
+			if m.Properties[PropOrigin] != originMQTT && !m.Expired(now) {
+				if err := br.s.mochi.InjectPacket(br.inject, publishFromMessage(m, now)); err != nil {
 					br.log.Warn().Err(err).Str("address", m.Address).Msg("mqtt: delivery to MQTT subscribers failed")
 				}
 			}
-			if err := br.cons.Ack(d.ID); err != nil && !errors.Is(err, core.ErrUnknownDelivery) {
-				br.log.Warn().Err(err).Msg("mqtt: bridge ack failed")
-			}
-			br.cons.Flow(1)
 		}
+		// Every delivery up to the last is done with: one cumulative ack.
+		if _, err := br.cons.AckUpTo(batch[len(batch)-1].ID); err != nil && !errors.Is(err, core.ErrUnknownDelivery) {
+			br.log.Warn().Err(err).Msg("mqtt: bridge ack failed")
+		}
+		br.cons.Flow(len(batch))
+		clear(batch)
 	}
 }
 

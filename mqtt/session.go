@@ -214,14 +214,26 @@ func (p *pclient) writeLoop() {
 		p.mu.Lock()
 		batch, p.queue = p.queue, batch[:0]
 		p.mu.Unlock()
+		// The batch goes out in as few writes as the window allows.
+		cc := corkOf(p.cl)
+		if len(batch) < 2 {
+			cc = nil
+		}
+		if cc != nil {
+			cc.cork()
+		}
 		for _, o := range batch {
 			m := o.d.Message
 			pk := publishFromMessage(m, time.Now())
 			pk.FixedHeader.Qos = 0
 			if m.Durable && o.sub.qos > 0 {
 				// All of the connection's subscriptions share the client's
-				// Receive Maximum [MQTT-3.3.4-7]: wait for PUBACKs first.
-				if !p.waitWindow() {
+				// Receive Maximum [MQTT-3.3.4-7]: wait for PUBACKs first
+				// (having sent what the client is to acknowledge).
+				if !p.waitWindow(cc) {
+					if cc != nil {
+						cc.uncork()
+					}
 					return
 				}
 				pk.FixedHeader.Qos = 1
@@ -235,12 +247,18 @@ func (p *pclient) writeLoop() {
 			if err := p.cl.WritePacket(pk); err != nil {
 				// The connection is gone; OnDisconnect closes the
 				// consumers and their deliveries return to the queues.
+				if cc != nil {
+					cc.uncork()
+				}
 				return
 			}
 			if pk.FixedHeader.Qos == 0 {
 				o.d.Consumer.Ack(o.d.ID)
 				o.d.Consumer.Flow(1)
 			}
+		}
+		if cc != nil && cc.uncork() != nil {
+			return
 		}
 		clear(batch)
 	}
@@ -256,15 +274,22 @@ func (p *pclient) window() int {
 	return w
 }
 
-// waitWindow blocks the writer while the window is full; false when the
-// pclient is closing.
-func (p *pclient) waitWindow() bool {
+// waitWindow blocks the writer while the window is full, first writing
+// what cc (if not nil) holds; false when the pclient is closing.
+func (p *pclient) waitWindow(cc *corkConn) bool {
 	for {
 		p.mu.Lock()
 		n := len(p.pending)
 		p.mu.Unlock()
 		if n < p.window() {
 			return true
+		}
+		if cc != nil {
+			err := cc.uncork()
+			cc.cork()
+			if err != nil {
+				return false
+			}
 		}
 		select {
 		case <-p.done:
