@@ -289,7 +289,7 @@ func TestRunUsage(t *testing.T) {
 	if err := run(context.Background(), nil, io.Discard, io.Discard); !errors.Is(err, errUsage) {
 		t.Errorf("no args: %v", err)
 	}
-	if err := run(context.Background(), []string{"amqp"}, io.Discard, io.Discard); !errors.Is(err, errUsage) {
+	if err := run(context.Background(), []string{"amqp091"}, io.Discard, io.Discard); !errors.Is(err, errUsage) {
 		t.Errorf("unknown protocol: %v", err)
 	}
 }

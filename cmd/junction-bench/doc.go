@@ -9,6 +9,7 @@
 //
 //	junction-bench stomp -addr 127.0.0.1:61613 -scenario S [flags]
 //	junction-bench mqtt -addr 127.0.0.1:1883 -scenario S [flags]
+//	junction-bench amqp -addr 127.0.0.1:5672 -scenario S [flags]
 //
 // Run "junction-bench stomp -h" for every flag. Each run uses a fresh
 // destination (/queue/bench.<scenario>.<random> or /topic/...), runs for
@@ -115,9 +116,64 @@
 // VmRSS from /proc/PID/status (-pid is required) before opening and -settle
 // (default 2 s) after the last CONNACK, and reports
 // rss_kib_per_conn = (after - before) / conns. closed_by_broker counts
-// connections found closed after settling. The tool raises its own
-// RLIMIT_NOFILE soft limit to the hard limit at start, and refuses -conns
-// above it.
+// connections found closed after settling. With -churn N it first opens
+// all the connections and closes them again, N times (waiting -settle
+// after each close), with "before" read ahead of that: a broker that
+// frees per-connection memory on disconnect and reuses it for the next
+// connection may make it resident only then (a Go allocation that the
+// first connections never touched in full is cleared in full when it is
+// reused), so the first round alone can understate what the same number
+// of connections cost in a broker that has been running. The tool raises
+// its own RLIMIT_NOFILE soft limit to the hard limit at start, and refuses
+// -conns above it.
+//
+// # AMQP scenarios
+//
+// The amqp subcommand speaks AMQP 1.0 with the go-amqp client
+// (github.com/Azure/go-amqp), one connection and session per sender or
+// receiver, SASL ANONYMOUS unless -user/-pass ask for PLAIN, no idle
+// timeout asked of the broker. Each run uses a fresh queue or topic,
+// bench.<scenario>.<random>, named in the format of -addr-style: junction
+// (queue://NAME, topic://NAME) or rabbitmq (/queue/NAME, /topic/NAME for
+// RabbitMQ 3.x's AMQP 1.0 plugin, which declares the queue, or binds a
+// queue of its own to amq.topic). Receivers attach first, senders second;
+// every receiver has -credit (default 500) link credit, which go-amqp
+// replenishes as it settles. Bodies are one data section of -size bytes
+// carrying the send time, as for STOMP; the output line is the STOMP one,
+// prefixed amqp- and ending in addr_style (JSON: the same fields plus
+// protocol and addr_style; ack is accept or settled, prefetch the credit).
+//
+// durable-pipelined: one sender sends durable messages (header
+// durable=true), unsettled, with SendWithReceipt while fewer than
+// -inflight (default 200) await their disposition; a collector waits for
+// the receipts in order. One receiver accepts every message. It reports
+// confirmed (accepted dispositions), sent and consumed msgs/s, and
+// send-to-disposition latency (confirm_p50/confirm_p99).
+//
+// durable-wait: -producers (default 2) senders each send a durable message
+// and wait for its disposition before the next; one receiver accepts.
+// Same figures. Any outcome but accepted (rejected, released, modified)
+// fails the run.
+//
+// settled: one sender sends non-durable messages pre-settled as fast as
+// go-amqp writes them; one receiver asks for pre-settled deliveries. Sent
+// counts what the client wrote; delivered, what arrived, is the figure.
+//
+// fanout: one sender sends pre-settled to a topic with -subscribers
+// (default 10) receivers, each asking for pre-settled deliveries; probes
+// first make sure every receiver is receiving. It reports published and
+// deliveries/s (summed over receivers).
+//
+// Links ask for configuration durability of the queue's terminus in the
+// durable scenarios, none otherwise: RabbitMQ declares a /queue/ durable
+// only when asked, and sender and receiver must agree; Junction ignores
+// it on queues. RabbitMQ 3.10 leaves behind the queues these runs create,
+// and for fanout its amq.gen-* queue per receiver (it answers a closing
+// detach with a non-closing one, and keeps the queue after the
+// connection closes): delete them with rabbitmqctl, or wipe the peer's
+// data. It also lets a pre-settled sender far outrun delivery, so
+// settled and fanout there show sent well above delivered and a large
+// undrained count.
 //
 // # Limits
 //

@@ -36,6 +36,7 @@ const topUsage = `usage: junction-bench <protocol> [flags]
 protocols:
   stomp   measure a STOMP broker with the go-stomp client (junction-bench stomp -h)
   mqtt    measure an MQTT broker with the paho client (junction-bench mqtt -h)
+  amqp    measure an AMQP 1.0 broker with the go-amqp client (junction-bench amqp -h)
 `
 
 // run is the whole program, with its I/O passed in so tests can call it.
@@ -57,6 +58,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		return runMQTT(ctx, cfg, stdout, stderr)
+	case "amqp":
+		cfg, err := parseAMQPFlags(args[1:], stderr)
+		if err != nil {
+			return err
+		}
+		return runAMQP(ctx, cfg, stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, topUsage)
 		return nil

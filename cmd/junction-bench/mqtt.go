@@ -63,6 +63,7 @@ type mqttConfig struct {
 	subscribers int           // fanout
 	clients     int           // connect: concurrent workers
 	conns       int           // idle: connections held open
+	churn       int           // idle: rounds of opening and closing every connection before the measured one
 	concurrency int           // idle: connections being opened at once
 	clientID    string        // qos1: the persistent subscriber's client id
 	username    string
@@ -79,6 +80,7 @@ func parseMQTTFlags(args []string, stderr io.Writer) (*mqttConfig, error) {
 		fs.IntVar(&c.subscribers, "subscribers", 0, "fanout: QoS 0 subscriber connections (default 10)")
 		fs.IntVar(&c.clients, "clients", 0, "connect: concurrent connect/disconnect workers (default 8)")
 		fs.IntVar(&c.conns, "conns", 0, "idle: idle connections to hold open (default 10000)")
+		fs.IntVar(&c.churn, "churn", 0, "idle: open and close all -conns this many times first (memory the broker reuses after disconnects); rss_before is read before them")
 		fs.IntVar(&c.concurrency, "concurrency", 0, "idle: connections opened at once (default 64)")
 		fs.StringVar(&c.clientID, "client-id", "junction-bench-qos1-sub", "qos1: client id of the persistent-session subscriber")
 		fs.StringVar(&c.username, "username", "", "MQTT user name (empty: none)")
@@ -101,8 +103,11 @@ func (c *mqttConfig) validate() error {
 	if c.clientID == "" || len(c.clientID) > 65535 {
 		return errors.New("-client-id must be 1 to 65535 bytes")
 	}
-	if c.inflight < 0 || c.subscribers < 0 || c.clients < 0 || c.conns < 0 || c.concurrency < 0 {
-		return errors.New("-inflight, -subscribers, -clients, -conns and -concurrency must not be negative")
+	if c.inflight < 0 || c.subscribers < 0 || c.clients < 0 || c.conns < 0 || c.concurrency < 0 || c.churn < 0 {
+		return errors.New("-inflight, -subscribers, -clients, -conns, -concurrency and -churn must not be negative")
+	}
+	if c.churn > 10 {
+		return errors.New("-churn is limited to 10")
 	}
 	// MQTT packet ids are 16 bits, so a client has at most 65535 publishes in flight.
 	if c.inflight > 65535 || c.subscribers > 1000 || c.clients > 1000 || c.conns > 1000000 || c.concurrency > 1024 {
@@ -118,6 +123,7 @@ func (c *mqttConfig) validate() error {
 		{"-clients", c.clients != 0, mqConnect},
 		{"-conns", c.conns != 0, mqIdle},
 		{"-concurrency", c.concurrency != 0, mqIdle},
+		{"-churn", c.churn != 0, mqIdle},
 	} {
 		if f.set && c.scenario != f.scenario {
 			return fmt.Errorf("%s applies to %s only", f.name, f.scenario)
@@ -802,39 +808,18 @@ func parallel(n, workers int, deadline time.Time, f func(i int) error) error {
 	return first
 }
 
-// runIdle opens -conns idle connections by hand and reports the broker's
-// resident memory per connection.
-func (b *mqttBench) runIdle(ctx context.Context) (*mqttResult, error) {
+// openAll opens len(conns) idle connections, -concurrency at a time,
+// bounded by a deadline that grows with their number.
+func (b *mqttBench) openAll(ctx context.Context, conns []net.Conn, round string) error {
 	cfg := b.cfg
-	conns := make([]net.Conn, cfg.conns)
-	defer func() {
-		// DISCONNECT then close, a few at a time, each write bounded.
-		parallel(len(conns), cfg.concurrency, time.Now().Add(time.Minute), func(i int) error {
-			if nc := conns[i]; nc != nil {
-				nc.SetWriteDeadline(time.Now().Add(closeTimeout))
-				nc.Write([]byte{0xe0, 0})
-				nc.Close()
-			}
-			return nil
-		})
-	}()
-	before, err := procRSS(cfg.pid)
-	if err != nil {
-		return nil, err
-	}
-	cpu0, err := procCPU(cfg.pid)
-	if err != nil {
-		return nil, err
-	}
 	var opened atomic.Int64
-	t0 := time.Now()
 	// Bounded: every dial and handshake by -dial-timeout, the whole by this.
-	deadline := t0.Add(30*time.Second + time.Duration(cfg.conns)*time.Millisecond)
-	err = parallel(cfg.conns, cfg.concurrency, deadline, func(i int) error {
+	deadline := time.Now().Add(30*time.Second + time.Duration(len(conns))*time.Millisecond)
+	err := parallel(len(conns), cfg.concurrency, deadline, func(i int) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		nc, err := openIdle(ctx, cfg, fmt.Sprintf("jb-idle-%s-%d", b.tag, i))
+		nc, err := openIdle(ctx, cfg, fmt.Sprintf("jb-idle-%s-%s%d", b.tag, round, i))
 		if err != nil {
 			return err
 		}
@@ -842,9 +827,56 @@ func (b *mqttBench) runIdle(ctx context.Context) (*mqttResult, error) {
 		opened.Add(1)
 		return nil
 	})
+	if err != nil {
+		return fmt.Errorf("after %d of %d connections: %w", opened.Load(), len(conns), err)
+	}
+	return nil
+}
+
+// closeAll sends DISCONNECT on every open connection and closes it, a
+// few at a time, each write bounded.
+func closeAll(conns []net.Conn, concurrency int) {
+	parallel(len(conns), concurrency, time.Now().Add(time.Minute), func(i int) error {
+		if nc := conns[i]; nc != nil {
+			nc.SetWriteDeadline(time.Now().Add(closeTimeout))
+			nc.Write([]byte{0xe0, 0})
+			nc.Close()
+			conns[i] = nil
+		}
+		return nil
+	})
+}
+
+// runIdle opens -conns idle connections by hand and reports the broker's
+// resident memory per connection. With -churn it first opens and closes
+// them that many times, so that what the broker frees on disconnect and
+// reuses for the next connections is counted too.
+func (b *mqttBench) runIdle(ctx context.Context) (*mqttResult, error) {
+	cfg := b.cfg
+	conns := make([]net.Conn, cfg.conns)
+	defer closeAll(conns, cfg.concurrency)
+	before, err := procRSS(cfg.pid)
+	if err != nil {
+		return nil, err
+	}
+	for k := range cfg.churn {
+		if err := b.openAll(ctx, conns, fmt.Sprintf("c%d-", k)); err != nil {
+			return nil, fmt.Errorf("churn round %d: %w", k+1, err)
+		}
+		closeAll(conns, cfg.concurrency)
+		if err := b.sleep(ctx, cfg.settle); err != nil { // the broker's teardown
+			return nil, err
+		}
+	}
+	cpu0, err := procCPU(cfg.pid)
+	if err != nil {
+		return nil, err
+	}
+	t0 := time.Now()
+	err = b.openAll(ctx, conns, "")
 	openTime := time.Since(t0)
 	if err != nil {
-		return nil, fmt.Errorf("after %d of %d connections: %w", opened.Load(), cfg.conns, err)
+		return nil, err
 	}
 	cpu1, err := procCPU(cfg.pid)
 	if err != nil {
@@ -875,6 +907,7 @@ func (b *mqttBench) runIdle(ctx context.Context) (*mqttResult, error) {
 		Scenario: mqIdle,
 		Addr:     cfg.addr,
 		Conns:    cfg.conns,
+		Churn:    cfg.churn,
 		WindowS:  openTime.Seconds(),
 	}
 	bf, af := float64(before), float64(after)
@@ -988,7 +1021,8 @@ type mqttResult struct {
 	Subscribers int     `json:"subscribers,omitempty"`
 	Clients     int     `json:"clients,omitempty"`
 	Conns       int     `json:"conns,omitempty"`
-	WindowS     float64 `json:"window_s"` // idle: time to open every connection
+	Churn       int     `json:"churn,omitempty"` // idle: open-and-close rounds before the measured one
+	WindowS     float64 `json:"window_s"`        // idle: time to open every connection
 
 	PublishedPerS *float64 `json:"published_per_s,omitempty"` // PUBLISH packets written
 	ConfirmedPerS *float64 `json:"confirmed_per_s,omitempty"` // qos1: PUBACKs (tokens without error)
@@ -1033,7 +1067,7 @@ func (r *mqttResult) text(b *strings.Builder) {
 	for _, f := range []struct {
 		name string
 		v    int
-	}{{"size", r.Size}, {"inflight", r.Inflight}, {"subscribers", r.Subscribers}, {"clients", r.Clients}, {"conns", r.Conns}} {
+	}{{"size", r.Size}, {"inflight", r.Inflight}, {"subscribers", r.Subscribers}, {"clients", r.Clients}, {"conns", r.Conns}, {"churn", r.Churn}} {
 		if f.v > 0 {
 			fmt.Fprintf(b, " %s=%d", f.name, f.v)
 		}
