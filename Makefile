@@ -5,7 +5,7 @@ FUZZTIME  ?= 10s
 BENCHTIME ?= 2s
 ROUNDS    ?= 10
 
-.PHONY: help run build test race lint bench bench-stomp crash-test e2e fuzz clean
+.PHONY: help run build test race lint bench bench-stomp crash-test e2e interop fuzz clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -24,7 +24,7 @@ race: ## run every test under the race detector
 	$(GO) test -race -count=1 $(PKGS)
 
 crash-test: ## kill -9 the broker under durable load ROUNDS times, restart, count lost/unexpected/corrupt
-	JUNCTION_CRASH_ROUNDS=$(ROUNDS) $(GO) test -count=1 -run '^TestCrashKill9(MQTT)?$$' -v -timeout 60m ./cmd/junction/
+	JUNCTION_CRASH_ROUNDS=$(ROUNDS) $(GO) test -count=1 -run '^TestCrashKill9(MQTT|AMQP)?$$' -v -timeout 60m ./cmd/junction/
 
 lint: ## gofmt, go vet, go mod tidy and the import-graph rules
 	$(GO) test -count=1 ./internal/lint/
@@ -69,6 +69,16 @@ e2e: build ## browser test: STOMP, MQTT and AMQP over WebSockets in headless Chr
 	for i in $$(seq 50); do (exec 3<>/dev/tcp/$${E2E_WS%:*}/$${E2E_WS#*:}) 2>/dev/null && break; sleep 0.1; done; \
 	node testdata/e2e/run.mjs ws://$(E2E_WS) $(E2E_OUT)/e2e-ws-port.png && \
 	node testdata/e2e/run.mjs ws://$(E2E_ALL) $(E2E_OUT)/e2e-one-port.png
+
+# Cross-language interop: Qpid Proton, stomp.py, paho-mqtt (Debian's
+# python3 packages), mosquitto_pub/sub, and rhea, MQTT.js, stompjs (Node,
+# testdata/interop/node_modules) against a fresh broker on free loopback
+# ports: every sender to every receiver, request/reply, competing
+# consumers, durable subscribers. INTEROP_ARGS filters by scenario name.
+INTEROP_ARGS ?=
+interop: build ## cross-language interop: Python, mosquitto and Node clients of STOMP, MQTT and AMQP
+	@cd testdata/interop && { [ -d node_modules ] || npm ci --no-audit --no-fund; }
+	testdata/interop/run $(INTEROP_ARGS)
 
 fuzz: ## run each fuzz target for FUZZTIME
 	$(GO) test -run='^$$' -fuzz='^FuzzReader$$' -fuzztime=$(FUZZTIME) -fuzzminimizetime=5s ./stomp/internal/wire/

@@ -63,6 +63,7 @@ type brokerProc struct {
 	cmd      *exec.Cmd
 	addr     string // STOMP
 	mqttAddr string // MQTT, when enabled
+	amqpAddr string // AMQP, when enabled
 	logs     *strings.Builder
 	mu       sync.Mutex
 	done     chan struct{}
@@ -74,18 +75,24 @@ type journalEvents struct{ rolls, reclaims, compactions atomic.Int64 }
 
 func startProc(t *testing.T, bin, dataDir, configFile string, ev *journalEvents) *brokerProc {
 	t.Helper()
-	return startProcWith(t, bin, dataDir, configFile, ev, "")
+	return startProcWith(t, bin, dataDir, configFile, ev, "", "")
 }
 
 // startProcMQTT starts the broker with MQTT on a loopback port too.
 func startProcMQTT(t *testing.T, bin, dataDir, configFile string, ev *journalEvents) *brokerProc {
 	t.Helper()
-	return startProcWith(t, bin, dataDir, configFile, ev, "127.0.0.1:0")
+	return startProcWith(t, bin, dataDir, configFile, ev, "127.0.0.1:0", "")
 }
 
-func startProcWith(t *testing.T, bin, dataDir, configFile string, ev *journalEvents, mqttListen string) *brokerProc {
+// startProcAMQP starts the broker with AMQP on a loopback port too.
+func startProcAMQP(t *testing.T, bin, dataDir, configFile string, ev *journalEvents) *brokerProc {
 	t.Helper()
-	cmd := exec.Command(bin, "--config", configFile, "--data-dir", dataDir, "--stomp", "127.0.0.1:0", "--mqtt", mqttListen, "--amqp", "", "--ws", "", "--all", "",
+	return startProcWith(t, bin, dataDir, configFile, ev, "", "127.0.0.1:0")
+}
+
+func startProcWith(t *testing.T, bin, dataDir, configFile string, ev *journalEvents, mqttListen, amqpListen string) *brokerProc {
+	t.Helper()
+	cmd := exec.Command(bin, "--config", configFile, "--data-dir", dataDir, "--stomp", "127.0.0.1:0", "--mqtt", mqttListen, "--amqp", amqpListen, "--ws", "", "--all", "",
 		"--log-format", "json", "--log-level", "debug", "--stomp-heart-beat", "0")
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
@@ -128,6 +135,9 @@ func startProcWith(t *testing.T, bin, dataDir, configFile string, ev *journalEve
 		p.addr = fmt.Sprint(ev["stomp"])
 		if a, ok := ev["mqtt"]; ok {
 			p.mqttAddr = fmt.Sprint(a)
+		}
+		if a, ok := ev["amqp"]; ok {
+			p.amqpAddr = fmt.Sprint(a)
 		}
 	case <-p.done:
 		cmd.Wait()
