@@ -92,8 +92,9 @@ type Message struct {
 	// CorrelationID, ReplyTo and GroupID carry the request/reply and
 	// message-group metadata every protocol has.
 	CorrelationID string
-	ReplyTo       string
-	GroupID       string
+	// ReplyTo is where replies go, written by FormatDestination.
+	ReplyTo string
+	GroupID string
 	// UserID is the authenticated user that sent the message; set by the
 	// session, not trusted from the client.
 	UserID string
@@ -155,6 +156,41 @@ const (
 	// PropReason says why: "rejected", "expired", "max-deliveries"...
 	PropReason = "_AMQ_REASON"
 )
+
+// Message.ReplyTo names where replies go as a destination with its
+// routing type, so that every front-end can write it in its own terms:
+// "queue://NAME" (anycast), "topic://NAME" (multicast), or a bare
+// address whose routing type the address decides (a temporary queue's
+// name, for example). These are ActiveMQ Artemis's and Qpid JMS's
+// prefixes.
+const (
+	QueuePrefix = "queue://"
+	TopicPrefix = "topic://"
+)
+
+// FormatDestination writes addr with the prefix of rt (none for
+// RoutingDefault), for Message.ReplyTo.
+func FormatDestination(addr string, rt RoutingType) string {
+	switch rt {
+	case Anycast:
+		return QueuePrefix + addr
+	case Multicast:
+		return TopicPrefix + addr
+	}
+	return addr
+}
+
+// ParseDestination splits a destination written by FormatDestination
+// into its address and routing type.
+func ParseDestination(s string) (addr string, rt RoutingType) {
+	if a, ok := strings.CutPrefix(s, QueuePrefix); ok {
+		return a, Anycast
+	}
+	if a, ok := strings.CutPrefix(s, TopicPrefix); ok {
+		return a, Multicast
+	}
+	return s, RoutingDefault
+}
 
 // InternalPropertyPrefix begins the names of properties a front-end
 // keeps for its own use (such as what AMQP fields core has no field for,

@@ -406,7 +406,7 @@ func messageFromPublish(pk packets.Packet) *core.Message {
 		m.Properties = map[string]any{PropOrigin: originMQTT}
 	}
 	if pk.Properties.ResponseTopic != "" {
-		m.ReplyTo = TopicToAddress(pk.Properties.ResponseTopic)
+		m.ReplyTo = core.FormatDestination(TopicToAddress(pk.Properties.ResponseTopic), core.Multicast)
 	}
 	if e := pk.Properties.MessageExpiryInterval; e > 0 {
 		m.Expiration = time.Now().Add(time.Duration(e) * time.Second)
@@ -441,7 +441,10 @@ func publishFromMessage(m *core.Message, now time.Time) packets.Packet {
 		pk.Properties.CorrelationData = []byte(m.CorrelationID)
 	}
 	if m.ReplyTo != "" {
-		pk.Properties.ResponseTopic = AddressToTopic(m.ReplyTo)
+		// A queue has no MQTT name but its topic, whose publishes feed
+		// the queue while it exists.
+		addr, _ := core.ParseDestination(m.ReplyTo)
+		pk.Properties.ResponseTopic = AddressToTopic(addr)
 	}
 	if !m.Expiration.IsZero() {
 		pk.Properties.MessageExpiryInterval = uint32(max(1, m.Expiration.Sub(now)/time.Second))

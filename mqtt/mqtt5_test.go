@@ -102,7 +102,7 @@ func TestMQTT5PropertiesMapToCoreAndBack(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("no core message")
 	}
-	if m.ContentType != "text/plain" || m.CorrelationID != "c-1" || m.ReplyTo != "rpc.resp" ||
+	if m.ContentType != "text/plain" || m.CorrelationID != "c-1" || m.ReplyTo != "topic://rpc.resp" ||
 		m.Properties["k"] != "v" || m.Expiration.IsZero() || time.Until(m.Expiration) > 61*time.Second {
 		t.Fatalf("core message %+v", m)
 	}

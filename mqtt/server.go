@@ -100,6 +100,10 @@ func New(cfg Config, b *core.Broker) (*Server, error) {
 	caps.MaximumSessionExpiryInterval = uint32(cfg.MaxSessionExpiry / time.Second)
 	caps.ReceiveMaximum = uint16(min(cfg.ReceiveMaximum, 65535))
 	caps.MaximumClientWritesPending = int32(cfg.MaxWritesPending)
+	// mochi's default caps every message at 24 h and tells MQTT 5
+	// subscribers so even when the publisher set no expiry; core keeps
+	// each message's own expiration, so mochi must not add one.
+	caps.MaximumMessageExpiryInterval = 0
 	ms := mochi.New(&mochi.Options{
 		Capabilities: caps,
 		// Allocated for every connection, idle or not; corkConn reads

@@ -53,6 +53,18 @@ func destinationOf(m *core.Message) string {
 	return queuePrefix + m.Address
 }
 
+// replyDestination writes a core reply-to as a STOMP destination.
+func replyDestination(replyTo string) string {
+	switch addr, rt := core.ParseDestination(replyTo); rt {
+	case core.Anycast:
+		return queuePrefix + addr
+	case core.Multicast:
+		return topicPrefix + addr
+	default:
+		return addr
+	}
+}
+
 // reserved headers are STOMP's own or mapped to fields; they never become
 // properties, and properties by these names are not written back.
 var reserved = map[string]bool{
@@ -112,7 +124,7 @@ func messageFromFrame(f *frame.Frame, now time.Time) (*core.Message, error) {
 		case hdrCorrelationID:
 			m.CorrelationID = v
 		case hdrReplyTo:
-			m.ReplyTo = v
+			m.ReplyTo = core.FormatDestination(parseDestination(v))
 		case hdrGroupID:
 			m.GroupID = v
 		default:
@@ -151,7 +163,7 @@ func appendMessageHeaders(buf []byte, m *core.Message, v wire.Version) []byte {
 		buf = wire.AppendHeader(buf, hdrCorrelationID, m.CorrelationID, v)
 	}
 	if m.ReplyTo != "" {
-		buf = wire.AppendHeader(buf, hdrReplyTo, m.ReplyTo, v)
+		buf = wire.AppendHeader(buf, hdrReplyTo, replyDestination(m.ReplyTo), v)
 	}
 	if m.GroupID != "" {
 		buf = wire.AppendHeader(buf, hdrGroupID, m.GroupID, v)
