@@ -18,8 +18,9 @@ const (
 // resolve maps a terminus or to address onto a core address and routing
 // type. The rule, first match wins:
 //  1. a queue:// or topic:// prefix;
-//  2. the terminus capability queue or temporary-queue (anycast), topic
-//     or temporary-topic (multicast);
+//  2. the terminus capability queue, temporary-queue or anycast
+//     (anycast), topic, temporary-topic or multicast (multicast), as
+//     Artemis reads them;
 //  3. a bare name follows the routing type of the existing address
 //     (multicast when it has only subscriptions);
 //  4. otherwise anycast.
@@ -31,9 +32,9 @@ func (c *conn) resolve(addr string, caps []encoding.Symbol) (string, core.Routin
 		return checkAddress(a, core.Multicast)
 	}
 	switch {
-	case hasCap(caps, capQueue), hasCap(caps, capTempQueue):
+	case hasCap(caps, capQueue), hasCap(caps, capTempQueue), hasCap(caps, capAnycast):
 		return checkAddress(addr, core.Anycast)
-	case hasCap(caps, capTopic), hasCap(caps, capTempTopic):
+	case hasCap(caps, capTopic), hasCap(caps, capTempTopic), hasCap(caps, capMulticast):
 		return checkAddress(addr, core.Multicast)
 	}
 	if anycast, multicast, ok := c.s.broker.AddressRoutingTypes(addr); ok && multicast && !anycast {

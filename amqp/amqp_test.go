@@ -197,11 +197,14 @@ func TestTopicFanOut(t *testing.T) {
 			t.Fatalf("got %q", m.GetData())
 		}
 	}
-	// Capability topic works like the prefix.
+	// Capabilities topic and multicast (Artemis) work like the prefix.
 	rc := newReceiver(t, s, "news", &goamqp.ReceiverOptions{SourceCapabilities: []string{"topic"}})
+	rm := newReceiver(t, s, "news", &goamqp.ReceiverOptions{SourceCapabilities: []string{"multicast"}})
 	send(t, snd, text("second"))
-	if m := receive(t, rc); string(m.GetData()) != "second" {
-		t.Fatalf("got %q", m.GetData())
+	for _, r := range []*goamqp.Receiver{rc, rm} {
+		if m := receive(t, r); string(m.GetData()) != "second" {
+			t.Fatalf("got %q", m.GetData())
+		}
 	}
 }
 

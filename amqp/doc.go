@@ -27,8 +27,8 @@
 // A terminus address (or a message's to on the anonymous relay, a
 // sending link with no target address) maps to a core address and
 // routing type by the first rule that applies: a queue:// or topic://
-// prefix; the capability queue or temporary-queue (anycast), topic or
-// temporary-topic (multicast); the x-opt-jms-dest annotation on the
+// prefix; the capability queue, temporary-queue or anycast (anycast),
+// topic, temporary-topic or multicast (multicast); the x-opt-jms-dest annotation on the
 // anonymous relay; the routing type of the existing address (multicast
 // when it only has subscriptions); anycast.
 //

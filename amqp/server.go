@@ -192,6 +192,8 @@ const (
 	capTopic           = encoding.Symbol("topic")
 	capTempQueue       = encoding.Symbol("temporary-queue")
 	capTempTopic       = encoding.Symbol("temporary-topic")
+	capAnycast         = encoding.Symbol("anycast")
+	capMulticast       = encoding.Symbol("multicast")
 	capShared          = encoding.Symbol("shared")
 	capGlobal          = encoding.Symbol("global")
 
