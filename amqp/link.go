@@ -145,13 +145,13 @@ func (l *link) attachSender(a *frames.Attach) (*frames.Attach, error) {
 	}
 	for key, f := range src.Filter {
 		switch {
-		case isFilter(key, f, frames.SelectorFilterCode, "apache.org:selector-filter:string"):
+		case f != nil && key == frames.SelectorFilterName || frames.IsFilter(f, frames.SelectorFilterCode, frames.SelectorFilterName):
 			sel, ok := f.Value.(string)
 			if !ok {
 				return nil, linkErr(frames.ErrCondInvalidField, "selector filter %q is not a string", key)
 			}
 			opts.Selector = sel
-		case isFilter(key, f, frames.NoLocalFilterCode, "apache.org:no-local-filter:list"):
+		case f != nil && key == frames.NoLocalFilterName || frames.IsFilter(f, frames.NoLocalFilterCode, frames.NoLocalFilterName):
 			opts.NoLocal = true
 		default:
 			// Filters the broker does not apply must not be echoed: the
@@ -356,21 +356,6 @@ func hasCap(caps []encoding.Symbol, c encoding.Symbol) bool {
 		}
 	}
 	return false
-}
-
-// isFilter reports whether the filter-set entry is the filter with the
-// given descriptor (by code or by name).
-func isFilter(key encoding.Symbol, f *encoding.Described, code uint64, name encoding.Symbol) bool {
-	if f == nil {
-		return false
-	}
-	switch d := f.Descriptor.(type) {
-	case uint64:
-		return d == code
-	case encoding.Symbol:
-		return d == name
-	}
-	return key == name
 }
 
 // subscriptionName strips the suffixes Qpid JMS adds to the link name of

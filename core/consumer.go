@@ -86,22 +86,11 @@ func (c *Consumer) Flow(n int) {
 }
 
 // SetCredit sets the consumer's credit to n (n >= 0) and dispatches, for
-// protocols that state credit absolutely (AMQP link credit).
+// protocols that state credit absolutely.
 func (c *Consumer) SetCredit(n int) {
-	q := c.q
-	var moves []move
-	q.mu.Lock()
-	if !c.closed && n >= 0 {
-		if c.credit == 0 && n > 0 {
-			q.withCred++
-		} else if c.credit > 0 && n == 0 {
-			q.withCred--
-		}
-		c.credit = n
-		moves = q.creditedLocked(c, time.Now(), moves)
+	if n >= 0 {
+		c.UpdateCredit(func(uint64) int { return n })
 	}
-	q.mu.Unlock()
-	q.b.carryOut(moves)
 }
 
 // Credit returns the consumer's remaining credit.

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"os"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -20,16 +18,7 @@ import (
 // message must arrive (lost = 0), byte for byte (corrupt = 0), and
 // nothing unsent (unexpected = 0).
 func TestCrashKill9AMQP(t *testing.T) {
-	if testing.Short() && os.Getenv("JUNCTION_CRASH_ROUNDS") == "" {
-		t.Skip("crash test skipped in -short mode")
-	}
-	bin := buildBinary(t)
-	dir := t.TempDir()
-	data := filepath.Join(dir, "data")
-	conf := filepath.Join(dir, "crash.yaml")
-	os.WriteFile(conf, []byte("persistence:\n  journal-file-size: 256KiB\n  journal-min-files: 1\n  journal-pool-files: 2\n"), 0o600)
-	rounds := crashRounds(t)
-	ev := &journalEvents{}
+	bin, data, conf, rounds, ev := crashSetup(t, "")
 	total := 0
 	for round := range rounds {
 		total += crashRoundAMQP(t, bin, data, conf, round, ev)

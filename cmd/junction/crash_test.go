@@ -194,20 +194,30 @@ func crashKey(body []byte) (string, int, int, bool) {
 	return parts[0] + "-" + parts[1], p, s, err1 == nil && err2 == nil
 }
 
-func TestCrashKill9(t *testing.T) {
+// crashSetup builds the broker, writes a configuration with small
+// journal files (every round rolls over and reuses files) plus extra
+// persistence settings, and returns what each round needs.
+func crashSetup(t *testing.T, extra string) (bin, data, conf string, rounds int, ev *journalEvents) {
+	t.Helper()
 	if testing.Short() && os.Getenv("JUNCTION_CRASH_ROUNDS") == "" {
 		t.Skip("crash test skipped in -short mode")
 	}
-	bin := buildBinary(t)
+	bin = buildBinary(t)
 	dir := t.TempDir()
-	data := filepath.Join(dir, "data")
-	conf := filepath.Join(dir, "crash.yaml")
-	// Small files: every round rolls over, reuses files and compacts; a
-	// third of the bodies are over the large-message threshold.
-	os.WriteFile(conf, []byte("persistence:\n  journal-file-size: 256KiB\n  journal-min-files: 1\n  journal-pool-files: 2\n  compact-min-ratio: 0.5\n  compact-min-files: 3\n  large-message-threshold: 2KiB\n"), 0o600)
-	rounds := crashRounds(t)
+	data = filepath.Join(dir, "data")
+	conf = filepath.Join(dir, "crash.yaml")
+	cfg := "persistence:\n  journal-file-size: 256KiB\n  journal-min-files: 1\n  journal-pool-files: 2\n" + extra
+	if err := os.WriteFile(conf, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return bin, data, conf, crashRounds(t), &journalEvents{}
+}
+
+func TestCrashKill9(t *testing.T) {
+	// Compaction too; a third of the bodies are over the large-message
+	// threshold.
+	bin, data, conf, rounds, ev := crashSetup(t, "  compact-min-ratio: 0.5\n  compact-min-files: 3\n  large-message-threshold: 2KiB\n")
 	var total struct{ confirmed, acked, drained int }
-	ev := &journalEvents{}
 	for round := range rounds {
 		c := crashRound(t, bin, data, conf, round, ev)
 		total.confirmed += c.confirmed
