@@ -338,7 +338,10 @@ func TestDurableSubscriptionAcrossReconnect(t *testing.T) {
 	durable := &goamqp.ReceiverOptions{Name: "sub1", SourceDurability: goamqp.DurabilityUnsettledState, SourceExpiryPolicy: goamqp.ExpiryPolicyNever}
 
 	c := tb.dial(t, opts)
-	s, _ := c.NewSession(ctxT(t), nil)
+	s, err := c.NewSession(ctxT(t), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	r := newReceiver(t, s, "topic://events", durable)
 	pub := newSender(t, tb.session(t, nil), "topic://events", nil)
 	send(t, pub, text("one"))
@@ -348,8 +351,12 @@ func TestDurableSubscriptionAcrossReconnect(t *testing.T) {
 	send(t, pub, text("two"))
 	eventually(t, "kept", func() bool { return queueDepth(tb, "client-7.sub1") == 1 })
 
+	// The close was answered, so the container-id is free again.
 	c = tb.dial(t, opts)
-	s, _ = c.NewSession(ctxT(t), nil)
+	s, err = c.NewSession(ctxT(t), nil)
+	if err != nil {
+		t.Fatalf("reconnect with the same container-id: %v", err)
+	}
 	r = newReceiver(t, s, "topic://events", durable)
 	if m := receive(t, r); string(m.GetData()) != "two" {
 		t.Fatalf("got %q", m.GetData())

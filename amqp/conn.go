@@ -120,7 +120,7 @@ func (c *conn) serve(ctx context.Context) {
 
 // teardown ends every session: consumers close (their unsettled
 // deliveries go back to their queues), open transactions roll back,
-// temporary queues are deleted.
+// temporary queues are deleted. It may run twice.
 func (c *conn) teardown() {
 	for ch, s := range c.sessions {
 		s.detachAll()
@@ -383,6 +383,10 @@ func (c *conn) handle(ch uint16, perf frames.Body, payload []byte) error {
 		if p.Error != nil {
 			c.log.Debug().Str("condition", string(p.Error.Condition)).Str("description", p.Error.Description).Msg("peer closed with error")
 		}
+		// Release the container-id (and everything else) before
+		// answering: a client that reconnects as soon as its close is
+		// answered must find its id free.
+		c.teardown()
 		c.closeWith(nil)
 		return errPeerClosed
 	case *frames.Begin:
