@@ -32,6 +32,8 @@ const textOf = b => {
 };
 const emit = (body, props) => process.stdout.write(JSON.stringify({ body, props }) + "\n");
 const die = (what, e) => { console.error(what, e && (e.stack || e.message || JSON.stringify(e))); process.exit(1); };
+// INTEROP_MQTT_VERSION=3.1.1 (run --against a broker without MQTT 5).
+const MQTT_V5 = (process.env.INTEROP_MQTT_VERSION || "5") === "5";
 const mqttTopic = name => name.replace(/\./g, "/");
 
 function stompClient(onConnect, headers = {}) {
@@ -63,7 +65,7 @@ function rheaConnect(id) {
 
 function mqttConnect(id) {
   const { host, port } = hostport("INTEROP_MQTT");
-  const c = mqtt.connect(`mqtt://${host}:${port}`, { clientId: id, protocolVersion: 5, reconnectPeriod: 0, connectTimeout: 10000 });
+  const c = mqtt.connect(`mqtt://${host}:${port}`, { clientId: id, protocolVersion: MQTT_V5 ? 5 : 4, reconnectPeriod: 0, connectTimeout: 10000 });
   c.on("error", e => die("mqttjs error:", e));
   return c;
 }
@@ -84,7 +86,7 @@ function send(client, kind, name, body, props) {
     const c = mqttConnect(`interop-send-${process.pid}`);
     // mqtt-packet writes nothing at all for an empty userProperties
     // object (the publish silently never leaves), so leave it out then.
-    const opts = Object.keys(props).length ? { qos: 1, properties: { userProperties: props } } : { qos: 1 };
+    const opts = MQTT_V5 && Object.keys(props).length ? { qos: 1, properties: { userProperties: props } } : { qos: 1 };
     c.on("connect", () => c.publish(mqttTopic(name), body, opts, err => {
       if (err) die("mqttjs publish:", err);
       c.end(false, {}, () => process.exit(0));

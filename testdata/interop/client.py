@@ -12,7 +12,7 @@
 #
 # CLIENT is proton (Qpid Proton, AMQP 1.0), stomppy (stomp.py, STOMP 1.2),
 # paho (paho-mqtt, MQTT 5) or mosquitto (mosquitto_pub/mosquitto_sub,
-# MQTT 5); KIND is topic or queue; NAME is a dotted address.
+# MQTT 5; both MQTT 3.1.1 with INTEROP_MQTT_VERSION=3.1.1); KIND is topic or queue; NAME is a dotted address.
 import json
 import os
 import queue
@@ -66,9 +66,9 @@ def send(client, kind, name, body, props):
         p.disconnect()
     elif client == "mosquitto":
         h, port = lib.mqtt_addr()
-        argv = ["mosquitto_pub", "-h", h, "-p", str(port), "-V", "mqttv5", "-q", "1",
+        argv = ["mosquitto_pub", "-h", h, "-p", str(port), "-V", "mqttv5" if lib.MQTT_V5 else "mqttv311", "-q", "1",
                 "-t", lib.mqtt_topic(name), "-m", body]
-        for k, v in props.items():
+        for k, v in (props.items() if lib.MQTT_V5 else ()):
             argv += ["-D", "publish", "user-property", k, v]
         r = subprocess.run(argv, capture_output=True, text=True, timeout=15)
         if r.returncode != 0:
@@ -123,8 +123,8 @@ def recv(client, kind, name, opts):
         p.disconnect()
     elif client == "mosquitto":
         h, port = lib.mqtt_addr()
-        sub = subprocess.Popen(["stdbuf", "-oL", "mosquitto_sub", "-d", "-h", h, "-p", str(port), "-V", "mqttv5", "-q", "1",
-                                "-t", lib.mqtt_topic(name), "-F", "%j"],
+        sub = subprocess.Popen(["stdbuf", "-oL", "mosquitto_sub", "-d", "-h", h, "-p", str(port),
+                                "-V", "mqttv5" if lib.MQTT_V5 else "mqttv311", "-q", "1", "-t", lib.mqtt_topic(name), "-F", "%j"],
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, encoding="utf-8",
                                errors="replace")
         threading.Thread(target=lambda: (stop.wait(), sub.terminate()), daemon=True).start()

@@ -19,6 +19,31 @@ CLIENTS = PY_CLIENTS + JS_CLIENTS
 MQTT_CLIENTS = {"paho", "mosquitto", "mqttjs"}
 AMQP_CLIENTS = {"proton", "rhea"}
 
+# Against an external broker (run --against / --external) only some
+# clients can run: INTEROP_CLIENTS lists them (unset: all), and
+# INTEROP_MQTT_VERSION is 5 (the default) or 3.1.1 for a broker without
+# MQTT 5 (MQTT 3.1.1 has no user properties, content type, ...).
+AVAILABLE = [c for c in os.environ.get("INTEROP_CLIENTS", ",".join(CLIENTS)).split(",") if c]
+MQTT_V5 = os.environ.get("INTEROP_MQTT_VERSION", "5") == "5"
+
+
+def available(clients):
+    """The clients of `clients` that can run against this broker, in order."""
+    return [c for c in clients if c in AVAILABLE]
+
+
+def first_available(*clients):
+    """The first of `clients` that can run against this broker."""
+    for c in clients:
+        if c in AVAILABLE:
+            return c
+    raise SystemExit(f"none of {clients} can run against this broker (INTEROP_CLIENTS={','.join(AVAILABLE)})")
+
+
+def has_props(client):
+    """Whether `client` can carry string properties (not MQTT 3.1.1)."""
+    return MQTT_V5 or client not in MQTT_CLIENTS
+
 # Body and property each sender puts on its message: non-ASCII in both,
 # including a 4-byte UTF-8 character (a surrogate pair in JavaScript).
 PROP = "interop-from"
@@ -185,6 +210,7 @@ class Paho:
     def __init__(self, client_id, v5=True, clean=True):
         import paho.mqtt.client as mqtt
         self.mqtt = mqtt
+        v5 = v5 and MQTT_V5
         self.v5 = v5
         self.clean = clean
         if v5:

@@ -7,7 +7,8 @@
 #   mqtt   paho-mqtt, MQTT 3.1.1 clean session false, QoS 1; DISCONNECT
 # The subscriber first gets one message online, goes away, three other
 # clients (one per protocol) send one message each, and the subscriber,
-# reconnecting with the same identity, must get all three.
+# reconnecting with the same identity, must get all three (against an
+# external broker, those of the three senders it supports).
 #
 # usage: durable.py amqp|stomp|mqtt
 import os
@@ -22,9 +23,9 @@ proto = sys.argv[1]
 name = f"interop.durable.{proto}"
 ident = f"interop-durable-{proto}-{os.getpid()}"
 SUB = "interop-sub"
-senders = {"amqp": ["stomppy", "paho", "rhea"],
-           "stomp": ["proton", "mosquitto", "stompjs"],
-           "mqtt": ["proton", "stomppy", "mqttjs"]}[proto]
+senders = lib.available({"amqp": ["stomppy", "paho", "rhea"],
+                         "stomp": ["proton", "mosquitto", "stompjs"],
+                         "mqtt": ["proton", "stomppy", "mqttjs"]}[proto])
 
 
 def body(s):
@@ -100,7 +101,8 @@ sub = {"amqp": AMQPSub, "stomp": STOMPSub, "mqtt": MQTTSub}[proto]()
 problems = []
 sub.open()
 online = f"online {proto} \u00e9"
-lib.send("stomppy" if proto != "stomp" else "proton", "topic", name, online, {})
+lib.send(lib.first_available("stomppy") if proto != "stomp" else lib.first_available("proton", "mosquitto"),
+         "topic", name, online, {})
 got = sub.get(10)
 if got != online:
     lib.fail(f"online: the durable subscriber got {got!r}, want {online!r}")
