@@ -121,6 +121,11 @@ type Config struct {
 	// Serve or ServeConn. Default 32 KiB.
 	MaxHeaderBytes int
 
+	// Fallback, if set, serves the requests that are not WebSocket
+	// upgrades (the web console, on a port shared with WebSockets);
+	// without it they get 426 Upgrade Required.
+	Fallback http.Handler
+
 	// Logger receives connection events at debug level. Zero logs
 	// nothing.
 	Logger zerolog.Logger
@@ -281,6 +286,10 @@ func (w debugWriter) Write(p []byte) (int, error) {
 // a protocol path whose protocol is not served, 503 once shutting down.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !gws.IsWebSocketUpgrade(r) {
+		if h.cfg.Fallback != nil {
+			h.cfg.Fallback.ServeHTTP(w, r)
+			return
+		}
 		w.Header().Set("Upgrade", "websocket")
 		w.Header().Set("Sec-WebSocket-Version", "13")
 		h.refuse(w, r, http.StatusUpgradeRequired,

@@ -281,3 +281,17 @@ func TestLogging(t *testing.T) {
 			strings.Contains(l, `"status":426`)
 	})
 }
+
+func TestFallbackServesOtherRequests(t *testing.T) {
+	console := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain")
+		w.Write([]byte("console " + r.URL.Path))
+	})
+	s := serve(t, Config{Handlers: allHandlers(echo), Fallback: console})
+	status, _, body := httpGet(t, "http://"+s.addr+"/api/v1/broker")
+	if status != http.StatusOK || body != "console /api/v1/broker" {
+		t.Fatalf("GET: %d %q, want the fallback's answer", status, body)
+	}
+	// Upgrades still reach the protocols.
+	dial(t, "ws://"+s.addr+"/", "v12.stomp").Close()
+}
