@@ -103,6 +103,10 @@ func (c *conn) serve(ctx context.Context) {
 	})
 	err := c.readLoop()
 	stop()
+	// Release the container-id (and everything else) before the peer
+	// can learn that the connection ended: a client that reconnects at
+	// once must find its id free.
+	c.teardown()
 
 	var ce *connError
 	switch {
@@ -114,7 +118,6 @@ func (c *conn) serve(ctx context.Context) {
 		c.log.Debug().Err(err).Msg("connection lost")
 		c.stopWriter(err)
 	}
-	c.teardown()
 	<-c.wdone
 }
 
@@ -190,7 +193,11 @@ func (c *conn) handshake(ctx context.Context) error {
 	c.containerID = open.ContainerID
 	c.peerMaxFrame = min(open.MaxFrameSize, c.s.cfg.MaxFrameSize)
 	c.peerIdle = open.IdleTimeout
-	sess, err := c.s.broker.NewSession(core.SessionOptions{User: c.user, ClientID: open.ContainerID})
+	sess, err := c.s.broker.NewSession(core.SessionOptions{User: c.user, ClientID: open.ContainerID,
+		Protocol: "amqp", RemoteAddr: c.nc.RemoteAddr().String(),
+		// An administrator's close: the read loop fails and the
+		// connection is torn down as for a lost client.
+		Close: func() { c.nc.Close() }})
 	if errors.Is(err, core.ErrClientIDInUse) {
 		return c.refuse(frames.ErrCondInvalidField, "container-id %q is already connected", open.ContainerID)
 	}
@@ -383,10 +390,7 @@ func (c *conn) handle(ch uint16, perf frames.Body, payload []byte) error {
 		if p.Error != nil {
 			c.log.Debug().Str("condition", string(p.Error.Condition)).Str("description", p.Error.Description).Msg("peer closed with error")
 		}
-		// Release the container-id (and everything else) before
-		// answering: a client that reconnects as soon as its close is
-		// answered must find its id free.
-		c.teardown()
+		c.teardown() // before the answer: see serve
 		c.closeWith(nil)
 		return errPeerClosed
 	case *frames.Begin:

@@ -51,12 +51,15 @@ type Broker struct {
 	log      zerolog.Logger
 
 	mu        sync.RWMutex
-	addresses map[string]*address // guarded by mu
-	queues    map[string]*Queue   // guarded by mu
-	wildSubs  []*Queue            // guarded by mu: multicast queues bound to patterns
-	clientIDs map[string]*Session // guarded by mu
-	gen       uint64              // guarded by mu: bumps on every binding change
-	closed    bool                // guarded by mu
+	addresses map[string]*address       // guarded by mu
+	queues    map[string]*Queue         // guarded by mu
+	wildSubs  []*Queue                  // guarded by mu: multicast queues bound to patterns
+	clientIDs map[string]*Session       // guarded by mu
+	gen       uint64                    // guarded by mu: bumps on every binding change
+	closed    bool                      // guarded by mu
+	sessions  map[uint64]*Session       // guarded by mu: open sessions with a Protocol
+	protos    map[string]*protoCounters // guarded by mu: per protocol, never removed
+	started   time.Time
 
 	retained       retainedStore
 	msgs           MessageJournal
@@ -114,6 +117,9 @@ func New(cfg Config) (*Broker, error) {
 		addresses: make(map[string]*address),
 		queues:    make(map[string]*Queue),
 		clientIDs: make(map[string]*Session),
+		sessions:  make(map[uint64]*Session),
+		protos:    make(map[string]*protoCounters),
+		started:   time.Now(),
 		done:      make(chan struct{}),
 		retained:  retainedStore{byAddr: make(map[string]*Message), ids: make(map[string]uint64)},
 		run:       strconv.FormatUint(uint64(rand.Uint32()), 36),
@@ -316,9 +322,14 @@ func (b *Broker) Queue(name string) *Queue {
 // QueueStats returns a snapshot of every queue's counters.
 func (b *Broker) QueueStats() []QueueStats {
 	b.mu.RLock()
-	defer b.mu.RUnlock()
-	out := make([]QueueStats, 0, len(b.queues))
+	qs := make([]*Queue, 0, len(b.queues))
 	for _, q := range b.queues {
+		qs = append(qs, q)
+	}
+	b.mu.RUnlock()
+	// Outside b.mu: Stats takes each queue's lock (for OldestMessage).
+	out := make([]QueueStats, 0, len(qs))
+	for _, q := range qs {
 		out = append(out, q.Stats())
 	}
 	return out

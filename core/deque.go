@@ -119,6 +119,30 @@ func (h *schedHeap) push(r *ref) {
 	}
 }
 
+// init restores the heap order after arbitrary changes.
+func (h schedHeap) init() {
+	for i := len(h)/2 - 1; i >= 0; i-- {
+		h.down(i)
+	}
+}
+
+func (h schedHeap) down(i int) {
+	for {
+		l, rr, m := 2*i+1, 2*i+2, i
+		if l < len(h) && h.less(l, m) {
+			m = l
+		}
+		if rr < len(h) && h.less(rr, m) {
+			m = rr
+		}
+		if m == i {
+			return
+		}
+		h[i], h[m] = h[m], h[i]
+		i = m
+	}
+}
+
 func (h *schedHeap) pop() *ref {
 	s := *h
 	r := s[0]

@@ -20,6 +20,9 @@ var (
 	ErrClientIDRequired  = errors.New("core: durable subscription needs a client id")
 	ErrAuthFailed        = errors.New("core: authentication failed")
 	ErrAddressFull       = errors.New("core: queue full")
+	// ErrConnectionNotFound: Broker.CloseConnection was given the id of
+	// no open connection, or of one that cannot be closed.
+	ErrConnectionNotFound = errors.New("core: connection not found")
 	// ErrInvalidSelector wraps the *selector.SyntaxError of a consumer's
 	// selector that does not parse.
 	ErrInvalidSelector = errors.New("core: invalid selector")

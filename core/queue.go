@@ -513,6 +513,8 @@ func (q *Queue) deliverLocked(c *Consumer, r *ref) {
 	c.inflight = append(c.inflight, slot{r.deliveryID, r})
 	c.live++
 	q.stats.inflight.Add(1)
+	c.s.msgsOut.Add(1)
+	c.s.bytesOut.Add(uint64(len(r.msg.Body)))
 	c.handler(Delivery{ID: r.deliveryID, Message: r.msg, DeliveryCount: r.failures, Consumer: c, recovered: r.recovered})
 }
 
@@ -625,12 +627,24 @@ type QueueStats struct {
 	Bytes        int64  // body bytes held
 	MaxBytes     int64  // bound on Bytes; 0 = none
 	Dropped      uint64 // messages not taken because the queue was full
+	// OldestMessage is the send timestamp (Message.Timestamp) of the
+	// queue's oldest message, zero when it holds none: the earliest of
+	// each priority's first ready message, the unacked deliveries and
+	// the next scheduled message (so a message scheduled further ahead
+	// is not looked at).
+	OldestMessage time.Time
+	ClientID      string // a durable subscription's client id; "" otherwise
+	Selector      string // a subscription's selector; "" for none and for queues (selectors are their consumers')
 }
 
-// Stats returns a snapshot of q's counters without taking its lock.
+// Stats returns a snapshot of q's counters. It holds q's lock only to
+// find OldestMessage, for a look per priority and per message in flight.
 func (q *Queue) Stats() QueueStats {
 	return QueueStats{
-		Name: q.name, Address: q.address, RoutingType: q.routing,
+		OldestMessage: q.oldest(),
+		ClientID:      q.clientID,
+		Selector:      q.filter.String(),
+		Name:          q.name, Address: q.address, RoutingType: q.routing,
 		Durable: q.durable, Temporary: q.temporary || q.owner != nil,
 		Depth:        q.stats.depth.Load(),
 		InFlight:     q.stats.inflight.Load(),
@@ -644,6 +658,35 @@ func (q *Queue) Stats() QueueStats {
 		MaxBytes:     q.maxBytes.Load(),
 		Dropped:      q.stats.dropped.Load(),
 	}
+}
+
+// oldest returns the earliest timestamp among the messages at the
+// front of q: see QueueStats.OldestMessage.
+func (q *Queue) oldest() time.Time {
+	var t time.Time
+	see := func(m *Message) {
+		if t.IsZero() || m.Timestamp.Before(t) {
+			t = m.Timestamp
+		}
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for p := range q.ready {
+		if d := &q.ready[p]; d.len() > 0 {
+			see(d.at(0).msg)
+		}
+	}
+	for _, c := range q.consumers {
+		for _, sl := range c.inflight { // bounded by the consumer's credit
+			if sl.r != nil {
+				see(sl.r.msg)
+			}
+		}
+	}
+	if len(q.sched) > 0 {
+		see(q.sched[0].msg)
+	}
+	return t
 }
 
 // RoutingType returns Anycast for an address's queue, Multicast for a

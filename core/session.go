@@ -26,6 +26,19 @@ type SessionOptions struct {
 	// ClientID names the client for durable subscriptions. At most one
 	// session holds a client id at a time; empty means none.
 	ClientID string
+	// Protocol names the front-end ("stomp", "mqtt", "amqp") of a
+	// client's session. Sessions with a Protocol are the broker's
+	// connections ([Broker.Connections], [Broker.ProtocolStats]); a
+	// front-end's internal sessions leave it empty.
+	Protocol string
+	// RemoteAddr is the client's network address, for display.
+	RemoteAddr string
+	// Close closes the client's connection, for an administrator
+	// ([Broker.CloseConnection]); nil if it cannot be closed that way. It
+	// must not block for long and must not be called with a core lock
+	// held: the broker calls it holding none. The front-end closes the
+	// session as the connection ends, as usual.
+	Close func()
 }
 
 // Session groups a connection's consumers and transactions. Closing it
@@ -37,6 +50,13 @@ type Session struct {
 	id   uint64 // unique in the broker's run: messages' origin, temporary queue names
 
 	tempSeq atomic.Uint64 // numbers the session's temporary queues
+	opened  time.Time
+	proto   *protoCounters // nil for internal sessions (no Protocol)
+
+	// Traffic, for Connections: messages (and their body bytes) sent by
+	// the session and delivered to its consumers. Atomic, so the send and
+	// delivery paths take no lock for them.
+	msgsIn, bytesIn, msgsOut, bytesOut atomic.Uint64
 
 	mu        sync.Mutex
 	consumers map[*Consumer]struct{} // guarded by mu
@@ -45,9 +65,10 @@ type Session struct {
 	closed    bool                   // guarded by mu
 }
 
-// NewSession opens a session.
+// NewSession opens a session. One with a Protocol is registered as a
+// connection until it closes.
 func (b *Broker) NewSession(opts SessionOptions) (*Session, error) {
-	s := &Session{b: b, opts: opts, id: b.sessionID.Add(1),
+	s := &Session{b: b, opts: opts, id: b.sessionID.Add(1), opened: time.Now(),
 		consumers: make(map[*Consumer]struct{}), txs: make(map[*Tx]struct{}), temps: make(map[*Queue]struct{})}
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -60,7 +81,22 @@ func (b *Broker) NewSession(opts SessionOptions) (*Session, error) {
 		}
 		b.clientIDs[opts.ClientID] = s
 	}
+	if opts.Protocol != "" {
+		s.proto = b.protoLocked(opts.Protocol)
+		s.proto.opened.Add(1)
+		b.sessions[s.id] = s
+	}
 	return s, nil
+}
+
+// ID returns the session's number, unique in the broker's run (the
+// connection id of [Broker.Connections]).
+func (s *Session) ID() uint64 { return s.id }
+
+// countIn counts n messages of nbytes body bytes sent by the session.
+func (s *Session) countIn(n, nbytes int) {
+	s.msgsIn.Add(uint64(n))
+	s.bytesIn.Add(uint64(nbytes))
 }
 
 // User returns the session's user.
@@ -117,6 +153,7 @@ func (s *Session) send(m *Message, done func(error)) error {
 	if err != nil {
 		return err
 	}
+	s.countIn(1, len(m.Body))
 	if !pending && done != nil {
 		done(nil)
 	}
@@ -494,10 +531,17 @@ func (s *Session) Close() {
 		// a temporary queue with its connection regardless.
 		s.b.deleteQueue(q)
 	}
-	if s.opts.ClientID != "" {
+	if s.opts.ClientID != "" || s.proto != nil {
 		s.b.mu.Lock()
-		if s.b.clientIDs[s.opts.ClientID] == s {
+		if s.opts.ClientID != "" && s.b.clientIDs[s.opts.ClientID] == s {
 			delete(s.b.clientIDs, s.opts.ClientID)
+		}
+		if s.proto != nil {
+			// Its consumers are closed: nothing more is delivered to it.
+			// Its traffic joins the protocol's totals as it leaves the
+			// registry, under b.mu, so that ProtocolStats counts it once.
+			delete(s.b.sessions, s.id)
+			s.proto.fold(s)
 		}
 		s.b.mu.Unlock()
 	}
@@ -624,6 +668,11 @@ func (t *Tx) Commit(ctx context.Context) error {
 		q.ackedLocked(r, nil) // journaled with the transaction
 		q.mu.Unlock()
 	}
+	n, nbytes := len(t.sends), 0
+	for _, m := range t.sends {
+		nbytes += len(m.Body)
+	}
+	t.s.countIn(n, nbytes)
 	t.sends, t.acks = nil, nil
 	return nil
 }

@@ -363,10 +363,10 @@ func (br *bridge) openSession(cl *mochi.Client, user string) (*core.Session, *pc
 			}
 			old.Close()
 		}
-		s, err := br.b.NewSession(core.SessionOptions{User: user})
+		s, err := br.b.NewSession(clientOptions(cl, user, ""))
 		return s, nil, err
 	}
-	s, err := br.claim(core.SessionOptions{User: user, ClientID: clientIDPrefix + cl.ID})
+	s, err := br.claim(clientOptions(cl, user, clientIDPrefix+cl.ID))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -378,6 +378,23 @@ func (br *bridge) openSession(cl *mochi.Client, user string) (*core.Session, *pc
 		br.s.mochi.Topics.Unsubscribe(sub.Filter, cl.ID)
 	}
 	return s, p, nil
+}
+
+// errAdminClose is the stop cause of a client closed through
+// core.Broker.CloseConnection.
+var errAdminClose = errors.New("mqtt: connection closed by an administrator")
+
+// clientOptions are the core session options of MQTT client cl: a
+// connection of protocol "mqtt" that an administrator may close, which
+// stops the client in mochi (closing its network connection; mochi's
+// OnDisconnect then closes the session). The bridge's own sessions have
+// no Protocol and are not connections.
+func clientOptions(cl *mochi.Client, user, clientID string) core.SessionOptions {
+	return core.SessionOptions{
+		User: user, ClientID: clientID,
+		Protocol: "mqtt", RemoteAddr: cl.Net.Remote,
+		Close: func() { cl.Stop(errAdminClose) },
+	}
 }
 
 // onSubscribed moves subscriptions that core serves from mochi's

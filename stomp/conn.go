@@ -341,7 +341,11 @@ func (c *conn) onConnect(ctx context.Context, f *frame.Frame) error {
 	if err != nil {
 		return protoErr("authentication failed", "The login or passcode was not accepted.")
 	}
-	sess, err := c.s.broker.NewSession(core.SessionOptions{User: user, ClientID: f.Header.Get("client-id")})
+	sess, err := c.s.broker.NewSession(core.SessionOptions{User: user, ClientID: f.Header.Get("client-id"),
+		Protocol: "stomp", RemoteAddr: c.nc.RemoteAddr().String(),
+		// An administrator's close: the read loop fails and serve tears
+		// the connection down as for a lost client.
+		Close: func() { c.nc.Close() }})
 	if err != nil {
 		return protoErr("connect refused", "%v", err)
 	}

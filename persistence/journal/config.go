@@ -3,6 +3,7 @@ package journal
 import (
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/junctionmq/junction/persistence/fs"
@@ -174,4 +175,60 @@ type Stats struct {
 	LastLSN      uint64
 	PendingRecs  int // queued, not yet written
 	PendingBytes int
+
+	// For monitoring. Appends counts the records callers asked for:
+	// Append, Update and Delete calls and the records of committed
+	// transactions (not rolled back ones), counted when queued.
+	Appends uint64
+	// BatchRecords is the total of records written by write batches (the
+	// same count as Records): BatchRecords/Batches is the mean batch size.
+	BatchRecords uint64
+	// Bytes is the size of the journal's files in use (data, active and
+	// ready files: what the directory holds), TotalBytes the part of it
+	// holding records.
+	Bytes int64
+	// SyncSeconds is the total time spent in fdatasync of batches
+	// (SyncSeconds/Syncs is the mean sync latency).
+	SyncSeconds float64
+	// SyncLatencyBuckets are the upper bounds, in seconds, of the sync
+	// latency histogram (SyncLatencyBucketBounds), and SyncLatencyCounts[i]
+	// the number of syncs that took at most SyncLatencyBuckets[i]:
+	// cumulative, as Prometheus histograms count. Syncs slower than the
+	// last bound are counted only in Syncs (the +Inf bucket).
+	SyncLatencyBuckets []float64
+	SyncLatencyCounts  []uint64
+}
+
+// SyncLatencyBucketBounds are the upper bounds, in seconds, of the sync
+// latency histogram in Stats.
+var SyncLatencyBucketBounds = [...]float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5}
+
+// syncHist is the sync latency histogram: atomic counters, so the writer
+// goroutine records a sync without a lock. Counts are per bucket (not
+// cumulative) here; Stats accumulates them.
+type syncHist struct {
+	nanos  atomic.Int64
+	counts [len(SyncLatencyBucketBounds)]atomic.Uint64
+}
+
+func (h *syncHist) observe(d time.Duration) {
+	h.nanos.Add(int64(d))
+	s := d.Seconds()
+	for i, ub := range SyncLatencyBucketBounds {
+		if s <= ub {
+			h.counts[i].Add(1)
+			return
+		}
+	}
+}
+
+func (h *syncHist) fill(st *Stats) {
+	st.SyncSeconds = time.Duration(h.nanos.Load()).Seconds()
+	st.SyncLatencyBuckets = append([]float64(nil), SyncLatencyBucketBounds[:]...)
+	st.SyncLatencyCounts = make([]uint64, len(SyncLatencyBucketBounds))
+	var cum uint64
+	for i := range h.counts {
+		cum += h.counts[i].Load()
+		st.SyncLatencyCounts[i] = cum
+	}
 }

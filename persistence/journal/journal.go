@@ -62,6 +62,10 @@ type Journal struct {
 	smu   sync.Mutex
 	st    *state
 	stats Stats // counters; protected by smu
+	// Monitoring counters read by Stats, atomic so that the paths that
+	// update them take no lock for it.
+	appends  atomic.Uint64
+	syncHist syncHist
 	// writtenLSN: every record with LSN <= writtenLSN has been written.
 	writtenLSN uint64
 	activeSeq  uint64 // seq of the writer's active file
@@ -262,6 +266,7 @@ func (j *Journal) enqueueRecord(typ recType, id uint64, utype uint16, payload []
 	j.pendRecs++
 	j.pendBytes += n
 	j.qmu.Unlock()
+	j.appends.Add(1)
 	j.kickWriter()
 }
 
@@ -358,6 +363,7 @@ func (j *Journal) Commit(txID uint64, done func(error)) {
 		fail(done, tx.err)
 		return
 	}
+	j.appends.Add(uint64(len(tx.recs)))
 	unit := append(tx.recs, record{typ: recCommit, txid: txID})
 	j.enqueueItem(item{kind: kindUnit, unit: unit, txid: txID, sync: true, done: done, nbytes: tx.bytes + recHeaderSize + 16})
 }
@@ -392,6 +398,10 @@ func (j *Journal) Stats() Stats {
 	s.ReadyFiles = len(j.ready)
 	j.rmu.Unlock()
 	s.Files = s.DataFiles + s.ReadyFiles
+	s.Bytes = int64(s.Files) * j.cfg.FileSize // every file is preallocated to FileSize
+	s.BatchRecords = s.Records
+	s.Appends = j.appends.Load()
+	j.syncHist.fill(&s)
 	j.qmu.Lock()
 	s.PendingRecs, s.PendingBytes = j.pendRecs, j.pendBytes
 	j.qmu.Unlock()

@@ -321,3 +321,52 @@ func TestAutoCompaction(t *testing.T) {
 	m.check(t, got)
 	j.Close()
 }
+
+func TestStatsForMonitoring(t *testing.T) {
+	mem := fs.NewCrashableMem()
+	cfg := testConfig(mem)
+	j := mustOpen(t, cfg)
+	defer j.Close()
+	for id := uint64(1); id <= 10; id++ {
+		if err := waitErr(func(d func(error)) { j.Append(id, 1, payloadFor(id, 100), true, d) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := waitErr(func(d func(error)) { j.Update(1, 2, []byte("u"), true, d) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := waitErr(func(d func(error)) { j.Delete(2, true, d) }); err != nil {
+		t.Fatal(err)
+	}
+	j.AppendTx(7, 100, 1, []byte("a"))
+	j.DeleteTx(7, 3)
+	if err := waitErr(func(d func(error)) { j.Commit(7, d) }); err != nil {
+		t.Fatal(err)
+	}
+	j.AppendTx(8, 101, 1, []byte("rolled back"))
+	j.Rollback(8, nil)
+	st := j.Stats()
+	if st.Appends != 14 {
+		t.Fatalf("appends %d, want 14", st.Appends)
+	}
+	if st.Batches == 0 || st.BatchRecords != st.Records || st.BatchRecords < 14 {
+		t.Fatalf("batches %d, batch records %d, records %d", st.Batches, st.BatchRecords, st.Records)
+	}
+	if st.Syncs == 0 || st.SyncSeconds < 0 {
+		t.Fatalf("syncs %d, %v s", st.Syncs, st.SyncSeconds)
+	}
+	if len(st.SyncLatencyBuckets) != len(SyncLatencyBucketBounds) || len(st.SyncLatencyCounts) != len(st.SyncLatencyBuckets) {
+		t.Fatalf("histogram %v %v", st.SyncLatencyBuckets, st.SyncLatencyCounts)
+	}
+	for i := 1; i < len(st.SyncLatencyCounts); i++ {
+		if st.SyncLatencyCounts[i] < st.SyncLatencyCounts[i-1] {
+			t.Fatalf("counts not cumulative: %v", st.SyncLatencyCounts)
+		}
+	}
+	if last := st.SyncLatencyCounts[len(st.SyncLatencyCounts)-1]; last > st.Syncs || last == 0 {
+		t.Fatalf("histogram total %d, syncs %d", last, st.Syncs)
+	}
+	if st.Files == 0 || st.Bytes != int64(st.Files)*cfg.FileSize {
+		t.Fatalf("files %d, bytes %d", st.Files, st.Bytes)
+	}
+}

@@ -297,6 +297,7 @@ func (j *Journal) syncActive(nrec int) error {
 		return err
 	}
 	d := time.Since(t)
+	j.syncHist.observe(d)
 	w.durableLSN = w.nextLSN - 1
 	j.smu.Lock()
 	j.stats.Syncs++
