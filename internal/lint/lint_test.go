@@ -21,6 +21,7 @@ var allowed = map[string][]string{
 	"stomp":              {"core"},
 	"mqtt":               {"core"},
 	"amqp":               {"core"},
+	"management":         {"core"},
 	"cmd/junction-bench": {},
 	"internal/lint":      {},
 	"internal/stomptest": {},

@@ -1,0 +1,147 @@
+// Package management serves Junction's HTTP management surface as one
+// http.Handler: the REST API under /api/v1/, Prometheus metrics at
+// /metrics, health checks at /healthz and /readyz, and the embedded web
+// console at /. docs/api.md describes every endpoint.
+//
+// The handler reads the broker through core's exported API only: the
+// statistics it serves are snapshots taken per request (or per scrape),
+// and nothing here holds a broker lock across a response.
+//
+// Safety: the API has no authentication of its own (it is meant for a
+// loopback or otherwise trusted listener); it defends against other web
+// origins driving a browser that can reach it. Every mutating request
+// (POST, DELETE) is refused when it carries an Origin header naming
+// another host than the one it was sent to, or Sec-Fetch-Site says
+// cross-site, and every POST must be Content-Type: application/json, which
+// a cross-origin form or a "simple" fetch cannot send without a CORS
+// preflight that this handler never answers.
+package management
+
+import (
+	"maps"
+	"net/http"
+	"slices"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/rs/zerolog"
+
+	"github.com/junctionmq/junction/core"
+)
+
+// Config configures a Server. The zero value serves a broker without
+// journal statistics or listener list, always ready.
+type Config struct {
+	// Version is reported by /api/v1/broker and junction_build_info.
+	Version string
+	// Listeners returns the listeners' addresses by name ("stomp" →
+	// "127.0.0.1:61613"); nil reports none.
+	Listeners func() map[string]string
+	// Journal returns the message journal's statistics; nil when
+	// persistence is off (no journal section, no journal metrics).
+	Journal func() JournalStats
+	// Ready reports whether the broker is ready for clients (/readyz);
+	// nil means always ready.
+	Ready func() bool
+	// Logger receives one info line per mutating API call and the
+	// errors of failed ones. The zero value logs nothing.
+	Logger zerolog.Logger
+}
+
+// JournalStats are the message journal's counters, as the process's
+// wiring adapts them from persistence (management does not import it).
+type JournalStats struct {
+	Appends, Syncs, Batches, BatchRecords, Compactions uint64
+	// SyncSeconds is the total time spent in syncs.
+	SyncSeconds float64
+	// SyncLatencyBuckets are the upper bounds, in seconds and increasing,
+	// of a histogram of sync durations. SyncLatencyCounts[i] counts the
+	// syncs that took more than SyncLatencyBuckets[i-1] and at most
+	// SyncLatencyBuckets[i] (per bucket, not cumulative); an extra last
+	// element, when present, counts those above the last bound. Syncs
+	// is the histogram's total count.
+	SyncLatencyBuckets []float64
+	SyncLatencyCounts  []uint64
+	// Files and Bytes are the journal files on disk and their size.
+	Files int
+	Bytes int64
+}
+
+// Server is the management http.Handler. Its methods may be called from
+// any goroutine.
+type Server struct {
+	cfg     Config
+	b       *core.Broker
+	log     zerolog.Logger
+	mux     *http.ServeMux
+	started time.Time
+}
+
+// consoleUser is the user stamped on messages sent through the API.
+const consoleUser = "admin"
+
+// New returns the management handler for b.
+func New(cfg Config, b *core.Broker) *Server {
+	s := &Server{cfg: cfg, b: b, log: cfg.Logger, mux: http.NewServeMux(), started: time.Now()}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(
+		newCollector(cfg, b),
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+	s.mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.Write([]byte("ok\n"))
+	})
+	s.mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		if cfg.Ready != nil && !cfg.Ready() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			w.Write([]byte("not ready\n"))
+			return
+		}
+		w.Write([]byte("ok\n"))
+	})
+	s.routes()
+	s.mux.Handle("/", consoleHandler())
+	return s
+}
+
+// ServeHTTP implements http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h := w.Header()
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("X-Frame-Options", "DENY")
+	h.Set("Referrer-Policy", "same-origin")
+	s.mux.ServeHTTP(w, r)
+}
+
+// route registers one API path (relative to /api/v1) with a handler per
+// method; any other method gets a JSON 405 naming the allowed ones.
+// Mutating methods go through the cross-origin checks.
+func (s *Server) route(path string, handlers map[string]http.HandlerFunc) {
+	full := "/api/v1" + path
+	allow := ""
+	for _, method := range slices.Sorted(maps.Keys(handlers)) {
+		h := handlers[method]
+		if method == http.MethodPost || method == http.MethodDelete {
+			h = s.guard(h)
+		}
+		s.mux.Handle(method+" "+full, h)
+		if allow != "" {
+			allow += ", "
+		}
+		allow += method
+		if method == http.MethodGet {
+			allow += ", HEAD"
+		}
+	}
+	s.mux.HandleFunc(full, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Allow", allow)
+		writeError(w, http.StatusMethodNotAllowed, "method "+r.Method+" not allowed; allowed: "+allow)
+	})
+}
