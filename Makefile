@@ -43,7 +43,7 @@ SCENARIOS  ?= queue fanout
 BENCH_ARGS ?= -size 1024 -duration 10s -warmup 2s
 bench-stomp: build ## STOMP end to end over loopback, side by side with ActiveMQ when it runs
 	@dir=$$(mktemp -d); \
-	./bin/junction --data-dir $$dir/data --stomp $(BENCH_ADDR) --mqtt '' --amqp '' --ws '' --all '' --log-level warn & pid=$$!; \
+	./bin/junction --data-dir $$dir/data --stomp $(BENCH_ADDR) --mqtt '' --amqp '' --ws '' --all '' --console '' --log-level warn & pid=$$!; \
 	trap 'kill $$pid 2>/dev/null; rm -rf '"$$dir" EXIT; \
 	for i in $$(seq 50); do (exec 3<>/dev/tcp/$${BENCH_ADDR%:*}/$${BENCH_ADDR#*:}) 2>/dev/null && break; sleep 0.1; done; \
 	amq=$$(cat $${PEERS_DIR:-/tmp/broker-peers-$$(id -u)}/activemq/activemq.pid 2>/dev/null); \
@@ -58,17 +58,21 @@ bench-stomp: build ## STOMP end to end over loopback, side by side with ActiveMQ
 # fresh broker over WebSockets, on the WebSocket port and on the one
 # port; each client must receive what the two others sent. Needs node,
 # npm and Debian's chromium (.ci/run installs them).
-E2E_WS  ?= 127.0.0.1:61695
-E2E_ALL ?= 127.0.0.1:61696
-E2E_OUT ?= testdata/e2e
-e2e: build ## browser test: STOMP, MQTT and AMQP over WebSockets in headless Chromium
+E2E_WS      ?= 127.0.0.1:61695
+E2E_ALL     ?= 127.0.0.1:61696
+E2E_CONSOLE ?= 127.0.0.1:61697
+E2E_STOMP   ?= 127.0.0.1:61698
+E2E_OUT     ?= testdata/e2e
+e2e: build ## browser tests: clients over WebSockets, and the web console, in headless Chromium
 	@cd testdata/e2e && { [ -d node_modules ] || npm ci --no-audit --no-fund; }
 	@dir=$$(mktemp -d); \
-	./bin/junction --data-dir $$dir/data --stomp '' --mqtt '' --amqp '' --ws $(E2E_WS) --all $(E2E_ALL) --log-level warn & pid=$$!; \
+	./bin/junction --data-dir $$dir/data --stomp $(E2E_STOMP) --mqtt '' --amqp '' --ws $(E2E_WS) --all $(E2E_ALL) --console $(E2E_CONSOLE) --log-level warn & pid=$$!; \
 	trap 'kill $$pid 2>/dev/null; rm -rf '"$$dir" EXIT; \
-	for i in $$(seq 50); do (exec 3<>/dev/tcp/$${E2E_WS%:*}/$${E2E_WS#*:}) 2>/dev/null && break; sleep 0.1; done; \
+	for i in $$(seq 50); do (exec 3<>/dev/tcp/$${E2E_CONSOLE%:*}/$${E2E_CONSOLE#*:}) 2>/dev/null && break; sleep 0.1; done; \
 	node testdata/e2e/run.mjs ws://$(E2E_WS) $(E2E_OUT)/e2e-ws-port.png && \
-	node testdata/e2e/run.mjs ws://$(E2E_ALL) $(E2E_OUT)/e2e-one-port.png
+	node testdata/e2e/run.mjs ws://$(E2E_ALL) $(E2E_OUT)/e2e-one-port.png && \
+	for i in 1 2 3; do ./bin/junction send --stomp $(E2E_STOMP) --to /queue/e2e.console --body "message $$i" --persistent || exit 1; done && \
+	node testdata/e2e/console.mjs http://$(E2E_CONSOLE)/ e2e.console 3 $(E2E_OUT)
 
 # Cross-language interop: Qpid Proton, stomp.py, paho-mqtt (Debian's
 # python3 packages), mosquitto_pub/sub, and rhea, MQTT.js, stompjs (Node,

@@ -32,6 +32,7 @@ type Config struct {
 	WebSocket       WebSocketConfig   `yaml:"websocket"`
 	All             AllConfig         `yaml:"all"`
 	TLS             TLSConfig         `yaml:"tls"`
+	Console         ConsoleConfig     `yaml:"console"`
 	Persistence     PersistenceConfig `yaml:"persistence"`
 	// AddressSettings override the default address policies by pattern.
 	AddressSettings []core.AddressSettings `yaml:"address-settings"`
@@ -87,7 +88,8 @@ func defaultConfig() Config {
 			Listen:        "127.0.0.1:61616",
 			DetectTimeout: 5 * time.Second,
 		},
-		TLS: TLSConfig{HandshakeTimeout: 10 * time.Second},
+		TLS:     TLSConfig{HandshakeTimeout: 10 * time.Second},
+		Console: ConsoleConfig{Listen: "127.0.0.1:8161"},
 		Persistence: PersistenceConfig{
 			Enabled:         true,
 			FileSize:        10 << 20,
@@ -137,6 +139,12 @@ type WebSocketConfig struct {
 type AllConfig struct {
 	Listen        string        `yaml:"listen"`
 	DetectTimeout time.Duration `yaml:"detect-timeout"`
+}
+
+// ConsoleConfig configures the HTTP listener of the web console, the
+// REST API (/api/v1/), /metrics, /healthz and /readyz.
+type ConsoleConfig struct {
+	Listen string `yaml:"listen"`
 }
 
 // TLSConfig holds the certificate every TLS listener uses and those
@@ -318,6 +326,7 @@ var options = []option{
 	sizeOpt("ws-max-message-size", "websocket.max-message-size", "largest WebSocket message accepted", func(c *Config) *ByteSize { return &c.WebSocket.MaxMessageSize }),
 	stringOpt("all", "all.listen", "one listen address for every protocol, detected from the first bytes (empty disables)", func(c *Config) *string { return &c.All.Listen }),
 	durationOpt("detect-timeout", "all.detect-timeout", "how long the one port waits for a connection's first bytes", func(c *Config) *time.Duration { return &c.All.DetectTimeout }),
+	stringOpt("console", "console.listen", "web console, REST API and /metrics listen address (empty disables)", func(c *Config) *string { return &c.Console.Listen }),
 	stringOpt("tls-cert", "tls.cert", "PEM certificate (chain) for the TLS listeners; reloaded on SIGHUP", func(c *Config) *string { return &c.TLS.Cert }),
 	stringOpt("tls-key", "tls.key", "PEM private key of --tls-cert", func(c *Config) *string { return &c.TLS.Key }),
 	stringOpt("tls-client-ca", "tls.client-ca", "PEM CA certificates that client certificates are verified against", func(c *Config) *string { return &c.TLS.ClientCA }),
@@ -472,7 +481,7 @@ func (c *Config) validate() []fieldError {
 		bad("amqp.link-credit", "must be between 1 and 1048576")
 	}
 	for path, addr := range map[string]string{
-		"websocket.listen": c.WebSocket.Listen, "all.listen": c.All.Listen,
+		"websocket.listen": c.WebSocket.Listen, "all.listen": c.All.Listen, "console.listen": c.Console.Listen,
 		"tls.stomp": c.TLS.Stomp, "tls.mqtt": c.TLS.MQTT, "tls.amqp": c.TLS.AMQP, "tls.websocket": c.TLS.WebSocket,
 	} {
 		if addr == "" {

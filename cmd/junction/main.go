@@ -4,6 +4,9 @@
 //	junction config validate FILE   check a configuration file
 //	junction cert dev [flags]       write a self-signed CA and certificates for local TLS
 //	junction version                print the version
+//	junction queue ls|stat|create|delete|purge|browse|move ...
+//	junction conn ls|close ...
+//	junction send --to DEST, junction receive --from DEST
 //
 // With no flags and no configuration file the broker starts with
 // embedded defaults: data in ./data, STOMP on 127.0.0.1:61613, MQTT on
@@ -59,6 +62,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			return errors.New("usage: junction config validate FILE")
 		}
 		return validateFile(args[1], stdout)
+	case "queue":
+		return runQueue(ctx, args, getenv, stdout, stderr)
+	case "conn":
+		return runConn(ctx, args, getenv, stdout, stderr)
+	case "send":
+		return runSend(args, getenv, os.Stdin, stdout, stderr)
+	case "receive":
+		return runReceive(args, getenv, stdout, stderr)
 	case "cert":
 		return runCert(args, stdout, stderr)
 	case "help":
@@ -73,6 +84,8 @@ const usage = `usage:
   junction config validate FILE   check a configuration file, reporting every error with its line
   junction cert dev [flags]       write a self-signed CA, server and client certificates for local TLS (junction cert dev -h)
   junction version                print the version
+  junction queue|conn ...         administer a running broker through its console's API (junction queue -h)
+  junction send|receive ...       send or receive a message over STOMP, for quick tests
 `
 
 // validateFile reports every error of a configuration file.

@@ -69,6 +69,7 @@ func testConfig(t *testing.T) Config {
 	cfg.AMQP.Listen = "127.0.0.1:0"
 	cfg.WebSocket.Listen = "127.0.0.1:0"
 	cfg.All.Listen = "127.0.0.1:0"
+	cfg.Console.Listen = "127.0.0.1:0"
 	cfg.LogLevel = "debug"
 	return cfg
 }

@@ -5,12 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	stdlog "log"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -18,6 +21,7 @@ import (
 
 	"github.com/junctionmq/junction/amqp"
 	"github.com/junctionmq/junction/core"
+	"github.com/junctionmq/junction/management"
 	"github.com/junctionmq/junction/mqtt"
 	"github.com/junctionmq/junction/persistence/fs"
 	"github.com/junctionmq/junction/persistence/journal"
@@ -40,6 +44,11 @@ type instance struct {
 	// ws serves STOMP, MQTT and AMQP over WebSockets; its sessions are
 	// hijacked from HTTP and shut down by it.
 	ws *websocket.Handler
+	// httpServers serve the console; shut down with the listeners.
+	httpServers []*http.Server
+	// ready is set once recovery is done and every listener is up
+	// (/readyz).
+	ready atomic.Bool
 	// certs reloads the TLS certificate on SIGHUP; nil without TLS.
 	certs *transports.CertReloader
 	addrs map[string]net.Addr
@@ -197,7 +206,16 @@ func (in *instance) startListeners(cfg Config) error {
 			origins = append(origins, o)
 		}
 	}
+	mgmt := management.New(management.Config{
+		Version:   version,
+		Listeners: in.listenerAddrs,
+		Journal:   journalStats(in.msgs),
+		Ready:     in.ready.Load,
+		Logger:    log.With().Str("component", "management").Logger(),
+	}, b)
 	wsh, err := websocket.New(websocket.Config{
+		// The console answers the plain HTTP requests of a shared port.
+		Fallback: mgmt,
 		Handlers: map[string]func(context.Context, net.Conn){
 			"stomp": ss.ServeConn, "mqtt": ms.ServeConn, "amqp": as.ServeConn,
 		},
@@ -275,6 +293,11 @@ func (in *instance) startListeners(cfg Config) error {
 		}
 	}
 	ls = append(ls, listener{"all", cfg.All.Listen, all.ServeConn, all.Reject})
+	if cfg.Console.Listen != "" {
+		if err := in.serveHTTP("console", cfg.Console.Listen, mgmt); err != nil {
+			return err
+		}
+	}
 	for _, l := range ls {
 		if l.addr == "" {
 			continue
@@ -312,11 +335,75 @@ func (in *instance) listen(name, addr string, maxConns int, h transports.Handler
 	return nil
 }
 
+// serveHTTP serves h on its own listener with HTTP timeouts.
+func (in *instance) serveHTTP(name, addr string, h http.Handler) error {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("%s listener: %w", name, err)
+	}
+	hs := &http.Server{
+		Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
+		ErrorLog: stdlog.New(io.Discard, "", 0),
+	}
+	in.httpServers = append(in.httpServers, hs)
+	in.addrs[name] = l.Addr()
+	in.wg.Add(1)
+	go func() {
+		defer in.wg.Done()
+		if err := hs.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			in.errc <- fmt.Errorf("%s listener: %w", name, err)
+		}
+	}()
+	return nil
+}
+
+// listenerAddrs reports the listeners' addresses for the API. The map is
+// complete before the console serves anything.
+func (in *instance) listenerAddrs() map[string]string {
+	m := make(map[string]string, len(in.addrs))
+	for name, a := range in.addrs {
+		m[name] = a.String()
+	}
+	return m
+}
+
+// journalStats adapts the message journal's statistics to the
+// management package's terms; nil with persistence off.
+func journalStats(j *journal.Journal) func() management.JournalStats {
+	if j == nil {
+		return nil
+	}
+	return func() management.JournalStats {
+		s := j.Stats()
+		out := management.JournalStats{
+			Appends: s.Appends, Syncs: s.Syncs, Batches: s.Batches, BatchRecords: s.BatchRecords,
+			Compactions: s.Compactions, SyncSeconds: s.SyncSeconds,
+			SyncLatencyBuckets: s.SyncLatencyBuckets, Files: s.Files, Bytes: s.Bytes,
+		}
+		// The journal counts cumulatively, management per bucket with the
+		// slower-than-the-last-bound syncs last.
+		var prev uint64
+		for _, c := range s.SyncLatencyCounts {
+			out.SyncLatencyCounts = append(out.SyncLatencyCounts, c-prev)
+			prev = c
+		}
+		if s.Syncs >= prev {
+			out.SyncLatencyCounts = append(out.SyncLatencyCounts, s.Syncs-prev)
+		}
+		return out
+	}
+}
+
 // stop shuts the listeners down gracefully within ctx, then the broker.
 func (in *instance) stop(ctx context.Context) error {
 	var errs []error
 	for _, p := range in.protocols {
 		errs = append(errs, p.Close())
+	}
+	for _, hs := range in.httpServers {
+		if err := hs.Shutdown(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("console: %w", err))
+		}
 	}
 	if in.ws != nil {
 		if err := in.ws.Shutdown(ctx); err != nil {
@@ -377,6 +464,11 @@ func serve(ctx context.Context, cfg Config, logw io.Writer, ready func(*instance
 			}
 		}()
 	}
+	if cfg.Console.Listen != "" {
+		in.log.Warn().Str("console", "http://"+in.addrs["console"].String()+"/").
+			Msg("the console and its API are open to anyone who can reach them: no users are configured (keep them on loopback)")
+	}
+	in.ready.Store(true)
 	if ready != nil {
 		ready(in)
 	}

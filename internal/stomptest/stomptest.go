@@ -1,12 +1,12 @@
-// Package stomptest holds what tests that drive Junction with the go-stomp
-// client share. It is imported by tests only.
+// Package stomptest holds what code that drives Junction with the go-stomp
+// client shares: tests, and the send and receive commands of junction.
 package stomptest
 
 import gostomp "github.com/go-stomp/stomp/v3"
 
 // Quiet is a go-stomp connection option that silences the client's own
-// logging of the ERRORs it sees when a test disconnects, stops or kills
-// the broker under it.
+// logging of the ERRORs it sees when it disconnects with subscriptions
+// open, or when a test stops or kills the broker under it.
 var Quiet = gostomp.ConnOpt.Logger(nopLogger{})
 
 type nopLogger struct{}

@@ -1,0 +1,71 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+// The admin commands against a running broker: send and receive over
+// STOMP, queue and conn through the console's API.
+func TestAdminCommands(t *testing.T) {
+	stompAddr, _ := startServe(t, testConfig(t))
+	console := "http://" + lastInstance.addrs["console"].String()
+	noEnv := func(string) string { return "" }
+	cli := func(args ...string) (string, error) {
+		t.Helper()
+		var out, errOut bytes.Buffer
+		err := run(context.Background(), args, noEnv, &out, &errOut)
+		return out.String() + errOut.String(), err
+	}
+	must := func(args ...string) string {
+		t.Helper()
+		out, err := cli(args...)
+		if err != nil {
+			t.Fatalf("junction %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return out
+	}
+
+	// serve's listen address works too (the two share JUNCTION_CONSOLE).
+	if out := must("queue", "ls", "--console", lastInstance.addrs["console"].String()); !strings.Contains(out, "NAME") {
+		t.Fatalf("queue ls by listen address:\n%s", out)
+	}
+	for _, body := range []string{"first", "second"} {
+		must("send", "--stomp", stompAddr, "--to", "/queue/cli.q", "--body", body, "--persistent", "--header", "kind=test")
+	}
+	if out := must("queue", "ls", "--console", console, "--filter", "cli."); !strings.Contains(out, "cli.q") || !strings.Contains(out, "DEPTH") {
+		t.Fatalf("queue ls:\n%s", out)
+	}
+	var stat map[string]any
+	if err := json.Unmarshal([]byte(must("queue", "stat", "cli.q", "--console", console, "--json")), &stat); err != nil || stat["depth"] != 2.0 {
+		t.Fatalf("queue stat: %v %v", stat, err)
+	}
+	// Browsing does not consume.
+	if out := must("queue", "browse", "cli.q", "--console", console); !strings.Contains(out, "first") || !strings.Contains(out, "second") {
+		t.Fatalf("queue browse:\n%s", out)
+	}
+	must("queue", "create", "cli.dest", "--console", console)
+	if out := must("queue", "move", "cli.q", "cli.dest", "--max", "1", "--console", console); !strings.Contains(out, "1") {
+		t.Fatalf("queue move:\n%s", out)
+	}
+	if out := must("receive", "--stomp", stompAddr, "--from", "/queue/cli.dest", "--count", "1"); strings.TrimSpace(out) != "first" {
+		t.Fatalf("receive after move: %q", out)
+	}
+	must("queue", "purge", "cli.q", "--console", console)
+	if err := json.Unmarshal([]byte(must("queue", "stat", "cli.q", "--console", console, "--json")), &stat); err != nil || stat["depth"] != 0.0 {
+		t.Fatalf("after purge: %v %v", stat, err)
+	}
+	must("queue", "delete", "cli.dest", "--console", console)
+	if out, err := cli("queue", "stat", "cli.dest", "--console", console); err == nil || !strings.Contains(err.Error(), "404") {
+		t.Fatalf("stat of a deleted queue: %v\n%s", err, out)
+	}
+	if out := must("conn", "ls", "--console", console); !strings.Contains(out, "PROTOCOL") {
+		t.Fatalf("conn ls:\n%s", out)
+	}
+	if _, err := cli("conn", "close", "999999", "--console", console); err == nil {
+		t.Fatal("closing an unknown connection succeeded")
+	}
+}
