@@ -379,10 +379,19 @@ func noLocal(cl *mochi.Client) bool {
 	return false
 }
 
-// originOnly is the properties of most MQTT messages, shared by them:
-// core never changes a message's properties (a copy for a dead-letter
-// address gets a map of its own).
-var originOnly = map[string]any{PropOrigin: originMQTT}
+// PropQoS records the QoS of the publish a message came from, under the
+// name ActiveMQ gives it, so that a STOMP or AMQP consumer can tell QoS 1
+// from QoS 2.
+const PropQoS = "ActiveMQ.MQTT.QoS"
+
+// baseProperties are the properties of most MQTT messages, one map per
+// QoS shared by them: core never changes a message's properties (a copy
+// for a dead-letter address gets a map of its own).
+var baseProperties = [3]map[string]any{
+	{PropOrigin: originMQTT, PropQoS: int64(0)},
+	{PropOrigin: originMQTT, PropQoS: int64(1)},
+	{PropOrigin: originMQTT, PropQoS: int64(2)},
+}
 
 // messageFromPublish maps a PUBLISH to a core message (see the package
 // doc for the table).
@@ -400,10 +409,10 @@ func messageFromPublish(pk packets.Packet) *core.Message {
 		Body:          pk.Payload,
 		ContentType:   pk.Properties.ContentType,
 		CorrelationID: string(pk.Properties.CorrelationData),
-		Properties:    originOnly,
+		Properties:    baseProperties[min(pk.FixedHeader.Qos, 2)],
 	}
 	if pk.FixedHeader.Retain || len(pk.Properties.User) > 0 {
-		m.Properties = map[string]any{PropOrigin: originMQTT}
+		m.Properties = map[string]any{PropOrigin: originMQTT, PropQoS: int64(pk.FixedHeader.Qos)}
 	}
 	if pk.Properties.ResponseTopic != "" {
 		m.ReplyTo = core.FormatDestination(TopicToAddress(pk.Properties.ResponseTopic), core.Multicast)

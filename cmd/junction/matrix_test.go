@@ -819,6 +819,19 @@ func mxCheck(t *testing.T, s, r mxProto, d mxDest, m *mxOut, got mxIn) {
 			}
 		}
 	}
+	// An MQTT publish's QoS, as ActiveMQ names it (an integer: not sent
+	// to MQTT 5's string user properties).
+	if s.mqtt() && !r.mqtt() {
+		qos := int64(0)
+		if m.durable {
+			qos = 1
+		}
+		if r == mxSTOMP {
+			want["ActiveMQ.MQTT.QoS"] = fmt.Sprint(qos)
+		} else {
+			want["ActiveMQ.MQTT.QoS"] = qos
+		}
+	}
 	eq("properties", got.props, want)
 }
 
