@@ -1,6 +1,7 @@
 package amqp
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/junctionmq/junction/amqp/internal/encoding"
@@ -223,7 +224,7 @@ func (c *conn) applyOutcome(od outDelivery, state frames.DeliveryState) error {
 	default:
 		return sessionErr(frames.ErrCondNotImplemented, "outcome %T is not supported", state)
 	}
-	if err != nil && err != core.ErrUnknownDelivery {
+	if err != nil && !errors.Is(err, core.ErrUnknownDelivery) {
 		// A delivery already settled (its link closed) is not an error.
 		c.log.Debug().Err(err).Msg("outcome not applied")
 	}

@@ -261,15 +261,20 @@ func (w *writer) flow(it *outItem) {
 // ones are gathered into ranges of consecutive ids.
 func (w *writer) settle(it *outItem) {
 	c := w.c
+	c.mu.Lock()
+	ended := it.sess.ended
+	var f *frames.Flow
 	if it.confirm && it.link != nil {
-		c.mu.Lock()
 		it.link.unconfirmed--
-		f := it.link.refillLocked()
-		c.mu.Unlock()
-		if f != nil {
-			w.flushSettles()
-			w.flow(&outItem{sess: it.sess, body: f})
-		}
+		f = it.link.refillLocked()
+	}
+	c.mu.Unlock()
+	if ended {
+		return // a confirmation arriving after its session ended
+	}
+	if f != nil {
+		w.flushSettles()
+		w.flow(&outItem{sess: it.sess, body: f})
 	}
 	if it.state == nil {
 		if w.setSess == it.sess && w.setN > 0 && it.deliveryID == w.setFirst+w.setN {
