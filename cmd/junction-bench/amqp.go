@@ -731,14 +731,14 @@ func (b *amqpBench) result(run string, s0, s1 amqpSnap, rcvs []*amqpReceiver, sn
 	for _, rc := range rcvs {
 		rc.hist.mergeInto(&e2e)
 	}
-	r.E2EP50us, r.E2EP99us = usOf(e2e.quantile(0.50)), usOf(e2e.quantile(0.99))
+	r.E2EP50us, r.E2EP99us = usOf(e2e.Quantile(0.50)), usOf(e2e.Quantile(0.99))
 	if cfg.durable() {
 		r.Ack = amAccept
 		r.ConfirmedPerS = float64(s1.confirmed-s0.confirmed) / secs
 		for _, p := range snds {
 			p.hist.mergeInto(&conf)
 		}
-		r.ConfirmP50us, r.ConfirmP99us = usOf(conf.quantile(0.50)), usOf(conf.quantile(0.99))
+		r.ConfirmP50us, r.ConfirmP99us = usOf(conf.Quantile(0.50)), usOf(conf.Quantile(0.99))
 	}
 	if s0.selfErr == nil && s1.selfErr == nil {
 		v := float64(s1.self-s0.self) / float64(w)

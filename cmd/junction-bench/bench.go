@@ -560,9 +560,9 @@ func (b *bench) result(run string, window time.Duration, s0, s1 counters, cpu0, 
 			p.raw.hist.mergeInto(&conf)
 		}
 	}
-	r.E2EP50us, r.E2EP99us = usOf(e2e.quantile(0.50)), usOf(e2e.quantile(0.99))
+	r.E2EP50us, r.E2EP99us = usOf(e2e.Quantile(0.50)), usOf(e2e.Quantile(0.99))
 	if cfg.persistent() {
-		r.ConfirmP50us, r.ConfirmP99us = usOf(conf.quantile(0.50)), usOf(conf.quantile(0.99))
+		r.ConfirmP50us, r.ConfirmP99us = usOf(conf.Quantile(0.50)), usOf(conf.Quantile(0.99))
 	}
 	if cfg.pid > 0 {
 		cpuUs := float64(cpu1-cpu0) / float64(time.Microsecond)

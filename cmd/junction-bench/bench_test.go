@@ -12,46 +12,6 @@ import (
 	"time"
 )
 
-func TestHistogramQuantiles(t *testing.T) {
-	var h histogram
-	if got := h.quantile(0.5); got != -1 {
-		t.Fatalf("empty quantile = %v, want -1", got)
-	}
-	for i := 1; i <= 1000; i++ {
-		h.record(time.Duration(i) * time.Microsecond)
-	}
-	h.record(-5) // clamps to 0
-	for _, tc := range []struct {
-		q    float64
-		want time.Duration
-	}{{0.5, 500 * time.Microsecond}, {0.99, 990 * time.Microsecond}} {
-		got := h.quantile(tc.q)
-		if d := got - tc.want; d < -tc.want/30 || d > tc.want/30 {
-			t.Errorf("quantile(%v) = %v, want %v within 3.3%%", tc.q, got, tc.want)
-		}
-	}
-	var m histogram
-	m.merge(&h)
-	m.merge(&h)
-	if m.n != 2*h.n || m.quantile(0.5) != h.quantile(0.5) {
-		t.Errorf("merge: n=%d p50=%v, want n=%d p50=%v", m.n, m.quantile(0.5), 2*h.n, h.quantile(0.5))
-	}
-}
-
-func TestHistogramBuckets(t *testing.T) {
-	// Every value falls in the bucket whose bounds contain it.
-	for _, v := range []uint64{0, 1, 63, 64, 65, 127, 128, 1000, 123456789, 1 << 62, 1<<64 - 1} {
-		i := histIndex(v)
-		if i < 0 || i >= histBuckets {
-			t.Fatalf("histIndex(%d) = %d out of range", v, i)
-		}
-		lo, w := histLower(i)
-		if v < lo || v-lo >= w {
-			t.Errorf("value %d in bucket %d = [%d, %d+%d)", v, i, lo, lo, w)
-		}
-	}
-}
-
 func TestParseProcStat(t *testing.T) {
 	// The command name may contain spaces and parentheses.
 	stat := "6145 (java) (x y) S 1 6140 6140 0 -1 1077936384 123 0 4 0 250 75 0 0 20 0 50 0 1234 0\n"

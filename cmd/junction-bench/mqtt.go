@@ -20,6 +20,8 @@ import (
 	"time"
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
+
+	ibench "github.com/junctionmq/junction/internal/bench"
 )
 
 // MQTT scenario names accepted by -scenario of the mqtt subcommand.
@@ -198,28 +200,8 @@ type mqttBench struct {
 	conf atomicHist // qos1: Publish to PUBACK; connect: dial to CONNACK
 }
 
-// atomicHist is a histogram recorded without locks, so that message
-// handlers running on many goroutines never wait for each other.
-type atomicHist struct {
-	counts [histBuckets]atomic.Uint64
-}
-
-func (h *atomicHist) record(d time.Duration) {
-	if d < 0 {
-		d = 0
-	}
-	h.counts[histIndex(uint64(d))].Add(1)
-}
-
-func (h *atomicHist) snapshot() *histogram {
-	var s histogram
-	for i := range h.counts {
-		c := h.counts[i].Load()
-		s.counts[i] = c
-		s.n += c
-	}
-	return &s
-}
+// atomicHist is internal/bench's lock-free histogram.
+type atomicHist = ibench.AtomicHistogram
 
 // newClient returns an unconnected paho client (MQTT 3.1.1, no automatic
 // reconnect). With lost set, losing the connection fails the run.
@@ -300,7 +282,7 @@ func (b *mqttBench) handler(ready *atomic.Bool) mqtt.MessageHandler {
 			return // probe
 		}
 		if b.measuring.Load() {
-			b.e2e.record(time.Since(b.base) - ts)
+			b.e2e.Record(time.Since(b.base) - ts)
 		}
 		b.delivered.Add(1)
 	}
@@ -472,7 +454,7 @@ func (b *mqttBench) runQoS1(ctx context.Context) (*mqttResult, error) {
 			} else {
 				b.confirmed.Add(1)
 				if b.measuring.Load() {
-					b.conf.record(time.Since(pt.start))
+					b.conf.Record(time.Since(pt.start))
 				}
 			}
 			outstanding.Add(-1)
@@ -520,7 +502,7 @@ func (b *mqttBench) runQoS1(ctx context.Context) (*mqttResult, error) {
 	}
 	res.Inflight = cfg.inflight
 	res.ConfirmedPerS = rate(s0.confirmed, s1.confirmed, s0, s1)
-	res.ConfirmP50us, res.ConfirmP99us = quantiles(b.conf.snapshot())
+	res.ConfirmP50us, res.ConfirmP99us = quantiles(b.conf.Snapshot())
 	b.cpuPer(res, s0, s1, "confirmed", s1.confirmed-s0.confirmed)
 	und := int64(-1) // unknown: PUBACKs still outstanding
 	if drained() {
@@ -677,7 +659,7 @@ func (b *mqttBench) runConnect(ctx context.Context) (*mqttResult, error) {
 					continue
 				}
 				if b.measuring.Load() {
-					b.conf.record(time.Since(start))
+					b.conf.Record(time.Since(start))
 				}
 				c.Disconnect(mqttQuiesce)
 				b.connects.Add(1)
@@ -693,7 +675,7 @@ func (b *mqttBench) runConnect(ctx context.Context) (*mqttResult, error) {
 	res.ConnectsPerS = rate(s0.connects, s1.connects, s0, s1)
 	e := s1.errors - s0.errors
 	res.Errors = &e
-	res.ConnectP50us, res.ConnectP99us = quantiles(b.conf.snapshot())
+	res.ConnectP50us, res.ConnectP99us = quantiles(b.conf.Snapshot())
 	b.cpuPer(res, s0, s1, "connect", s1.connects-s0.connects)
 	return res, nil
 }
@@ -957,7 +939,7 @@ func (b *mqttBench) publishResult(ctx context.Context, s0, s1 mqttSnap, done fun
 	res.Size = b.cfg.size
 	res.PublishedPerS = rate(s0.published, s1.published, s0, s1)
 	res.DeliveredPerS = rate(s0.delivered, s1.delivered, s0, s1)
-	res.E2EP50us, res.E2EP99us = quantiles(b.e2e.snapshot())
+	res.E2EP50us, res.E2EP99us = quantiles(b.e2e.Snapshot())
 	return res, nil
 }
 
@@ -984,7 +966,7 @@ func rate(c0, c1 int64, s0, s1 mqttSnap) *float64 {
 
 // quantiles returns p50 and p99 in microseconds (-1 when empty).
 func quantiles(h *histogram) (p50, p99 *float64) {
-	a, b := usOf(h.quantile(0.50)), usOf(h.quantile(0.99))
+	a, b := usOf(h.Quantile(0.50)), usOf(h.Quantile(0.99))
 	return &a, &b
 }
 

@@ -1,91 +1,19 @@
 package main
 
 import (
-	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"io"
-	"math"
-	"math/bits"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	ibench "github.com/junctionmq/junction/internal/bench"
 )
 
-// Histogram layout: values below 64 have a bucket each; above, every power of
-// two is split into 32 linear sub-buckets, so a bucket is at most 1/32 (about
-// 3%) of its value wide. Values are nanoseconds.
-const (
-	histSub     = 32
-	histBuckets = 64 * histSub
-)
-
-// histogram is a log-linear latency histogram. The zero value is empty and
-// ready to use; it is not safe for concurrent use (see lockedHist).
-type histogram struct {
-	counts [histBuckets]uint64
-	n      uint64
-}
-
-// histIndex returns the bucket of v.
-func histIndex(v uint64) int {
-	if v < 2*histSub {
-		return int(v)
-	}
-	shift := bits.Len64(v) - 6 // keep the top 6 bits: m in [32, 64)
-	m := v >> uint(shift)
-	return shift*histSub + int(m)
-}
-
-// histLower returns the smallest value of bucket i, and the bucket's width.
-func histLower(i int) (lo, width uint64) {
-	if i < 2*histSub {
-		return uint64(i), 1
-	}
-	shift := i/histSub - 1
-	m := uint64(i%histSub + histSub)
-	return m << uint(shift), 1 << uint(shift)
-}
-
-// record adds one value; negative durations count as zero.
-func (h *histogram) record(d time.Duration) {
-	if d < 0 {
-		d = 0
-	}
-	h.counts[histIndex(uint64(d))]++
-	h.n++
-}
-
-// merge adds o's counts to h.
-func (h *histogram) merge(o *histogram) {
-	for i, c := range o.counts {
-		h.counts[i] += c
-	}
-	h.n += o.n
-}
-
-// quantile returns the value at quantile q (0..1), as the middle of its
-// bucket, or -1 if the histogram is empty.
-func (h *histogram) quantile(q float64) time.Duration {
-	if h.n == 0 {
-		return -1
-	}
-	rank := uint64(math.Ceil(q * float64(h.n)))
-	if rank < 1 {
-		rank = 1
-	}
-	var seen uint64
-	for i, c := range h.counts {
-		seen += c
-		if seen >= rank {
-			lo, w := histLower(i)
-			return time.Duration(lo + w/2)
-		}
-	}
-	return -1 // unreachable
-}
+// histogram is the latency histogram of internal/bench.
+type histogram = ibench.Histogram
 
 // lockedHist is a histogram owned by one goroutine that another goroutine
 // merges at the end; the mutex is uncontended while recording.
@@ -96,27 +24,19 @@ type lockedHist struct {
 
 func (l *lockedHist) record(d time.Duration) {
 	l.mu.Lock()
-	l.h.record(d)
+	l.h.Record(d)
 	l.mu.Unlock()
 }
 
 func (l *lockedHist) mergeInto(dst *histogram) {
 	l.mu.Lock()
-	dst.merge(&l.h)
+	dst.Merge(&l.h)
 	l.mu.Unlock()
 }
 
-// putStamp writes the send time (since base) into the first 8 bytes of body.
-func putStamp(body []byte, t time.Duration) { binary.BigEndian.PutUint64(body, uint64(t)) }
-
-// getStamp reads the send time written by putStamp; 0 means a probe message
-// (or a body too short to carry a stamp).
-func getStamp(body []byte) time.Duration {
-	if len(body) < 8 {
-		return 0
-	}
-	return time.Duration(binary.BigEndian.Uint64(body))
-}
+// putStamp and getStamp are internal/bench's body time stamps.
+func putStamp(body []byte, t time.Duration) { ibench.PutStamp(body, t) }
+func getStamp(body []byte) time.Duration    { return ibench.GetStamp(body) }
 
 // result is the outcome of one run, or the median of several. Rates are per
 // second of the measured window; latencies are microseconds, -1 when not
@@ -245,20 +165,8 @@ func (c cpuFigures) text(b *strings.Builder, coresAlone bool) {
 	}
 }
 
-// fmtUs formats microseconds for reading (us below 1 ms, then ms, then s),
-// or "-" when not measured. JSON output keeps plain microseconds.
-func fmtUs(us float64) string {
-	switch {
-	case us < 0:
-		return "-"
-	case us < 1000:
-		return strconv.FormatFloat(us, 'f', 0, 64) + "us"
-	case us < 10e6:
-		return strconv.FormatFloat(us/1000, 'f', 1, 64) + "ms"
-	default:
-		return strconv.FormatFloat(us/1e6, 'f', 1, 64) + "s"
-	}
-}
+// fmtUs is internal/bench's reading format of microseconds.
+func fmtUs(us float64) string { return ibench.FmtUs(us) }
 
 // usOf converts a quantile to microseconds, keeping -1 for "not measured".
 func usOf(d time.Duration) float64 {

@@ -72,6 +72,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return runReceive(args, getenv, stdout, stderr)
 	case "cert":
 		return runCert(args, stdout, stderr)
+	case "bench":
+		return runBench(ctx, args, stdout, stderr)
 	case "help":
 		fmt.Fprint(stdout, usage)
 		return nil
@@ -86,6 +88,7 @@ const usage = `usage:
   junction version                print the version
   junction queue|conn ...         administer a running broker through its console's API (junction queue -h)
   junction send|receive ...       send or receive a message over STOMP, for quick tests
+  junction bench [flags]          load-test any STOMP, MQTT or AMQP broker (junction bench -h)
 `
 
 // validateFile reports every error of a configuration file.

@@ -1,0 +1,103 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/junctionmq/junction/internal/bench"
+)
+
+// TestBenchAgainstJunction runs `junction bench` briefly over each
+// protocol against an in-process broker and checks the result is sane.
+func TestBenchAgainstJunction(t *testing.T) {
+	startServe(t, testConfig(t))
+	addrs := lastInstance.addrs
+	for _, tc := range []struct {
+		name string
+		args []string
+	}{
+		{"stomp-durable", []string{"--url", "stomp://" + addrs["stomp"].String(), "--durable", "--duration", "1500ms"}},
+		{"mqtt-durable", []string{"--url", "mqtt://" + addrs["mqtt"].String(), "--durable", "--duration", "1500ms", "--consumers", "2"}},
+		{"amqp-durable", []string{"--url", "amqp://" + addrs["amqp"].String(), "--durable", "--duration", "1500ms", "--producers", "2"}},
+		{"stomp-rate", []string{"--protocol", "stomp", "--url", addrs["stomp"].String(), "--rate", "2000", "--count", "1000", "--size", "64"}},
+		{"amqp-settled", []string{"--url", "amqp://" + addrs["amqp"].String(), "--duration", "1s", "--rate", "5000"}},
+		{"mqtt-qos0", []string{"--url", "mqtt://" + addrs["mqtt"].String(), "--duration", "1s", "--rate", "5000"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			var out, errb bytes.Buffer
+			args := append([]string{"bench", "--json", "--drain", "5s"}, tc.args...)
+			if err := run(ctx, args, func(string) string { return "" }, &out, &errb); err != nil {
+				t.Fatalf("junction %s: %v\n%s", strings.Join(args, " "), err, errb.String())
+			}
+			var r bench.Result
+			if err := json.Unmarshal(out.Bytes(), &r); err != nil {
+				t.Fatalf("JSON output %q: %v", out.String(), err)
+			}
+			t.Logf("%s: sent %d received %d send %.0f/s e2e p50 %.0fus p99 %.0fus max %.0fus",
+				tc.name, r.Sent, r.Received, r.SendRate, r.E2E.P50, r.E2E.P99, r.E2E.Max)
+			if r.Sent == 0 || r.SendRate <= 0 || r.ReceiveRate <= 0 {
+				t.Errorf("no throughput: %+v", r)
+			}
+			if r.Durable {
+				if r.Received != r.Expected || r.Confirmed != r.Sent {
+					t.Errorf("durable run: sent %d confirmed %d received %d expected %d", r.Sent, r.Confirmed, r.Received, r.Expected)
+				}
+				checkLatency(t, "confirm", r.Confirm)
+			}
+			if r.Received < r.Expected {
+				t.Errorf("received %d of %d", r.Received, r.Expected)
+			}
+			if strings.HasPrefix(tc.name, "mqtt") && r.Expected != r.Sent*int64(r.Consumers) {
+				t.Errorf("mqtt expected %d, want sent %d x consumers %d", r.Expected, r.Sent, r.Consumers)
+			}
+			if strings.Contains(tc.name, "rate") && r.Sent != 1000 {
+				t.Errorf("--count 1000 sent %d", r.Sent)
+			}
+			checkLatency(t, "e2e", r.E2E)
+		})
+	}
+
+	// The text summary.
+	var out bytes.Buffer
+	args := []string{"bench", "--url", "stomp://" + addrs["stomp"].String(), "--count", "200", "--durable"}
+	if err := run(context.Background(), args, func(string) string { return "" }, &out, &out); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	for _, want := range []string{"sent", "received", "p50", "p99.9", "end-to-end", "confirm"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("text output lacks %q:\n%s", want, out.String())
+		}
+	}
+}
+
+func checkLatency(t *testing.T, name string, l bench.Latency) {
+	t.Helper()
+	if l.Count == 0 || l.P50 < 0 {
+		t.Errorf("%s latency not measured: %+v", name, l)
+		return
+	}
+	if !(l.P50 <= l.P90 && l.P90 <= l.P99 && l.P99 <= l.P999 && l.P999 <= l.Max) {
+		t.Errorf("%s percentiles out of order: %+v", name, l)
+	}
+}
+
+func TestBenchUsageErrors(t *testing.T) {
+	ctx := context.Background()
+	for _, args := range [][]string{
+		{"bench", "--protocol", "kafka"},
+		{"bench", "--url", "mqtt://127.0.0.1:1", "--protocol", "stomp"},
+		{"bench", "--size", "4"},
+		{"bench", "extra"},
+	} {
+		var out bytes.Buffer
+		if err := run(ctx, args, func(string) string { return "" }, &out, &out); err == nil {
+			t.Errorf("junction %v: no error", args)
+		}
+	}
+}

@@ -1,0 +1,397 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"net"
+	"time"
+
+	amqp "github.com/Azure/go-amqp"
+	mqtt "github.com/eclipse/paho.mqtt.golang"
+	"github.com/go-stomp/stomp/v3"
+)
+
+const closeTimeout = 2 * time.Second
+
+// closeWithin runs fn for at most closeTimeout, then after (the socket
+// close) whatever happened.
+func closeWithin(fn func(), after func()) {
+	done := make(chan struct{})
+	go func() {
+		fn()
+		close(done)
+	}()
+	t := time.NewTimer(closeTimeout)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
+	if after != nil {
+		after()
+	}
+}
+
+func (c *clientBase) dial(ctx context.Context) (net.Conn, error) {
+	d := net.Dialer{Timeout: c.o.DialTimeout}
+	return d.DialContext(ctx, "tcp", c.addr)
+}
+
+// Senders must not keep body after send returns: the caller reuses it.
+
+// ---- STOMP (go-stomp) ----
+
+type stompClient struct{ clientBase }
+
+type stompConn struct {
+	nc   net.Conn
+	conn *stomp.Conn
+	sub  *stomp.Subscription
+	done chan struct{}
+}
+
+// quietLogger drops go-stomp's log lines: errors are reported by the run.
+type quietLogger struct{}
+
+func (quietLogger) Debugf(string, ...any)   {}
+func (quietLogger) Infof(string, ...any)    {}
+func (quietLogger) Warningf(string, ...any) {}
+func (quietLogger) Errorf(string, ...any)   {}
+func (quietLogger) Debug(string)            {}
+func (quietLogger) Info(string)             {}
+func (quietLogger) Warning(string)          {}
+func (quietLogger) Error(string)            {}
+
+func (c *stompClient) connect(ctx context.Context) (*stompConn, error) {
+	nc, err := c.dial(ctx)
+	if err != nil {
+		return nil, err
+	}
+	opts := []func(*stomp.Conn) error{
+		stomp.ConnOpt.HeartBeat(0, 0),
+		stomp.ConnOpt.Host(c.host),
+		stomp.ConnOpt.MsgSendTimeout(30 * time.Second),
+		stomp.ConnOpt.RcvReceiptTimeout(30 * time.Second),
+		stomp.ConnOpt.DisconnectReceiptTimeout(closeTimeout),
+		stomp.ConnOpt.Logger(quietLogger{}),
+	}
+	if c.user != "" || c.pass != "" {
+		opts = append(opts, stomp.ConnOpt.Login(c.user, c.pass))
+	}
+	cctx, cancel := context.WithTimeout(ctx, c.o.DialTimeout)
+	defer cancel()
+	conn, err := stomp.ConnectWithContext(cctx, nc, opts...)
+	if err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("STOMP CONNECT: %w", err)
+	}
+	return &stompConn{nc: nc, conn: conn}, nil
+}
+
+func (c *stompClient) fanout() bool { return false }
+
+func (c *stompClient) sender(ctx context.Context, _ int) (sender, error) {
+	sc, err := c.connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &stompSender{stompConn: sc, dest: c.o.Destination, durable: c.o.Durable}, nil
+}
+
+type stompSender struct {
+	*stompConn
+	dest    string
+	durable bool
+}
+
+func (s *stompSender) send(_ context.Context, body []byte) error {
+	if s.durable {
+		return s.conn.Send(s.dest, "application/octet-stream", body,
+			stomp.SendOpt.Header("persistent", "true"), stomp.SendOpt.Receipt)
+	}
+	// Without a receipt go-stomp returns before its writer goroutine has
+	// written the frame: hand it a copy, as the caller reuses body.
+	return s.conn.Send(s.dest, "application/octet-stream", bytes.Clone(body))
+}
+
+func (s *stompConn) close() {
+	if s.sub != nil {
+		closeWithin(func() { s.sub.Unsubscribe() }, nil)
+	}
+	closeWithin(func() { s.conn.Disconnect() }, func() { s.nc.Close() })
+	if s.done != nil {
+		<-s.done
+	}
+}
+
+func (c *stompClient) receiver(ctx context.Context, _ int, fn deliver, fail func(error)) (receiver, error) {
+	sc, err := c.connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ack := stomp.AckAuto
+	if c.o.Durable {
+		ack = stomp.AckClientIndividual
+	}
+	sub, err := sc.conn.Subscribe(c.o.Destination, ack)
+	if err != nil {
+		sc.close()
+		return nil, fmt.Errorf("SUBSCRIBE: %w", err)
+	}
+	sc.sub, sc.done = sub, make(chan struct{})
+	go func() {
+		defer close(sc.done)
+		for msg := range sub.C {
+			if msg.Err != nil {
+				fail(fmt.Errorf("STOMP receive: %w", msg.Err))
+				return
+			}
+			if ack != stomp.AckAuto {
+				if err := sc.conn.Ack(msg); err != nil {
+					fail(fmt.Errorf("STOMP ACK: %w", err))
+					return
+				}
+			}
+			fn(msg.Body)
+		}
+	}()
+	return sc, nil
+}
+
+// ---- MQTT 3.1.1 (paho) ----
+
+type mqttClient struct {
+	clientBase
+	fail func(error)
+}
+
+func (c *mqttClient) fanout() bool { return true }
+
+func (c *mqttClient) qos() byte {
+	if c.o.Durable {
+		return 1
+	}
+	return 0
+}
+
+func (c *mqttClient) connect(ctx context.Context, role string, i int, clean bool) (mqtt.Client, error) {
+	var tag [4]byte
+	randRead(tag[:])
+	id := fmt.Sprintf("bench-%s-%d-%x", role, i, tag)
+	o := mqtt.NewClientOptions().
+		AddBroker("tcp://" + c.addr).
+		SetClientID(id).
+		SetCleanSession(clean).
+		SetAutoReconnect(false).
+		SetConnectRetry(false).
+		SetKeepAlive(60 * time.Second).
+		SetConnectTimeout(c.o.DialTimeout).
+		SetWriteTimeout(30 * time.Second).
+		SetOrderMatters(false).
+		SetMaxResumePubInFlight(c.o.Window).
+		SetConnectionLostHandler(func(_ mqtt.Client, err error) { c.fail(fmt.Errorf("MQTT connection lost: %w", err)) })
+	if c.user != "" {
+		o.SetUsername(c.user).SetPassword(c.pass)
+	}
+	cl := mqtt.NewClient(o)
+	if err := waitToken(ctx, cl.Connect(), c.o.DialTimeout); err != nil {
+		return nil, fmt.Errorf("MQTT CONNECT: %w", err)
+	}
+	return cl, nil
+}
+
+func waitToken(ctx context.Context, t mqtt.Token, d time.Duration) error {
+	tm := time.NewTimer(d)
+	defer tm.Stop()
+	select {
+	case <-t.Done():
+		return t.Error()
+	case <-tm.C:
+		return errors.New("timed out")
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+type mqttConn struct {
+	cl    mqtt.Client
+	topic string
+	qos   byte
+	unsub bool
+}
+
+func (m *mqttConn) send(ctx context.Context, body []byte) error {
+	// paho keeps the payload (for QoS 1, until PUBACK; it may resend):
+	// hand it a copy, as the caller reuses body.
+	return waitToken(ctx, m.cl.Publish(m.topic, m.qos, false, bytes.Clone(body)), 30*time.Second)
+}
+
+func (m *mqttConn) close() {
+	if m.unsub {
+		// Leave no persistent session behind.
+		closeWithin(func() { m.cl.Unsubscribe(m.topic).WaitTimeout(closeTimeout) }, nil)
+	}
+	m.cl.Disconnect(250)
+}
+
+func (c *mqttClient) sender(ctx context.Context, i int) (sender, error) {
+	cl, err := c.connect(ctx, "p", i, true)
+	if err != nil {
+		return nil, err
+	}
+	return &mqttConn{cl: cl, topic: c.o.Destination, qos: c.qos()}, nil
+}
+
+func (c *mqttClient) receiver(ctx context.Context, i int, fn deliver, _ func(error)) (receiver, error) {
+	cl, err := c.connect(ctx, "c", i, !c.o.Durable)
+	if err != nil {
+		return nil, err
+	}
+	t := cl.Subscribe(c.o.Destination, c.qos(), func(_ mqtt.Client, m mqtt.Message) { fn(m.Payload()) })
+	if err := waitToken(ctx, t, c.o.DialTimeout); err != nil {
+		cl.Disconnect(0)
+		return nil, fmt.Errorf("SUBSCRIBE: %w", err)
+	}
+	return &mqttConn{cl: cl, topic: c.o.Destination, unsub: c.o.Durable}, nil
+}
+
+// ---- AMQP 1.0 (go-amqp) ----
+
+type amqpClient struct{ clientBase }
+
+func (c *amqpClient) fanout() bool { return false }
+
+type amqpConn struct {
+	nc   net.Conn
+	conn *amqp.Conn
+	sess *amqp.Session
+	s    *amqp.Sender
+	msg  func([]byte) *amqp.Message
+	done chan struct{}
+	stop context.CancelFunc
+}
+
+func (c *amqpClient) connect(ctx context.Context) (*amqpConn, error) {
+	dctx, cancel := context.WithTimeout(ctx, c.o.DialTimeout)
+	defer cancel()
+	nc, err := c.dial(dctx)
+	if err != nil {
+		return nil, err
+	}
+	opts := &amqp.ConnOptions{IdleTimeout: -1, SASLType: amqp.SASLTypeAnonymous(), HostName: c.host}
+	if c.user != "" {
+		opts.SASLType = amqp.SASLTypePlain(c.user, c.pass)
+	}
+	conn, err := amqp.NewConn(dctx, nc, opts)
+	if err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("AMQP open: %w", err)
+	}
+	sess, err := conn.NewSession(dctx, nil)
+	if err != nil {
+		conn.Close()
+		nc.Close()
+		return nil, fmt.Errorf("AMQP begin: %w", err)
+	}
+	return &amqpConn{nc: nc, conn: conn, sess: sess}, nil
+}
+
+// durability: RabbitMQ declares a queue durable only when links ask for
+// configuration durability; Junction ignores it.
+func (c *amqpClient) durability() amqp.Durability {
+	if c.o.Durable {
+		return amqp.DurabilityConfiguration
+	}
+	return amqp.DurabilityNone
+}
+
+func (c *amqpClient) sender(ctx context.Context, _ int) (sender, error) {
+	ac, err := c.connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	opts := &amqp.SenderOptions{TargetDurability: c.durability()}
+	if !c.o.Durable {
+		opts.SettlementMode = amqp.SenderSettleModeSettled.Ptr()
+	}
+	actx, cancel := context.WithTimeout(ctx, c.o.DialTimeout)
+	defer cancel()
+	s, err := ac.sess.NewSender(actx, c.o.Destination, opts)
+	if err != nil {
+		ac.close()
+		return nil, fmt.Errorf("attach sender: %w", err)
+	}
+	ac.s = s
+	durable := c.o.Durable
+	ac.msg = func(body []byte) *amqp.Message {
+		m := amqp.NewMessage(body)
+		if durable {
+			m.Header = &amqp.MessageHeader{Durable: true}
+		}
+		return m
+	}
+	return ac, nil
+}
+
+func (a *amqpConn) send(ctx context.Context, body []byte) error {
+	// go-amqp encodes the message inside Send: the body may be reused.
+	return a.s.Send(ctx, a.msg(body), nil)
+}
+
+func (a *amqpConn) close() {
+	if a.stop != nil {
+		a.stop()
+	}
+	closeWithin(func() { a.conn.Close() }, func() { a.nc.Close() })
+	if a.done != nil {
+		<-a.done
+	}
+}
+
+func (c *amqpClient) receiver(ctx context.Context, _ int, fn deliver, fail func(error)) (receiver, error) {
+	ac, err := c.connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	opts := &amqp.ReceiverOptions{Credit: 500, SourceDurability: c.durability()}
+	if !c.o.Durable {
+		opts.RequestedSenderSettleMode = amqp.SenderSettleModeSettled.Ptr()
+	}
+	actx, cancel := context.WithTimeout(ctx, c.o.DialTimeout)
+	defer cancel()
+	r, err := ac.sess.NewReceiver(actx, c.o.Destination, opts)
+	if err != nil {
+		ac.close()
+		return nil, fmt.Errorf("attach receiver: %w", err)
+	}
+	rctx, stop := context.WithCancel(context.Background())
+	ac.stop, ac.done = stop, make(chan struct{})
+	durable := c.o.Durable
+	go func() {
+		defer close(ac.done)
+		for {
+			msg, err := r.Receive(rctx, nil)
+			if err != nil {
+				if rctx.Err() == nil {
+					fail(fmt.Errorf("AMQP receive: %w", err))
+				}
+				return
+			}
+			if durable {
+				if err := r.AcceptMessage(rctx, msg); err != nil {
+					if rctx.Err() == nil {
+						fail(fmt.Errorf("AMQP accept: %w", err))
+					}
+					return
+				}
+			}
+			fn(msg.GetData())
+		}
+	}()
+	return ac, nil
+}
+
+func randRead(b []byte) { rand.Read(b) }
