@@ -93,28 +93,51 @@ func (c *stompClient) connect(ctx context.Context) (*stompConn, error) {
 
 func (c *stompClient) fanout() bool { return false }
 
+// sender opens the producer's connections. go-stomp holds a connection's
+// lock while it waits for a receipt, so receipted sends on one
+// connection go one at a time: a durable producer gets a connection per
+// window slot, which is how its window of unconfirmed sends is reached.
 func (c *stompClient) sender(ctx context.Context, _ int) (sender, error) {
-	sc, err := c.connect(ctx)
-	if err != nil {
-		return nil, err
+	n := 1
+	if c.o.Durable {
+		n = c.o.Window
 	}
-	return &stompSender{stompConn: sc, dest: c.o.Destination, durable: c.o.Durable}, nil
+	s := &stompSender{conns: make(chan *stompConn, n), dest: c.o.Destination, durable: c.o.Durable}
+	for range n {
+		sc, err := c.connect(ctx)
+		if err != nil {
+			s.close()
+			return nil, err
+		}
+		s.all = append(s.all, sc)
+		s.conns <- sc
+	}
+	return s, nil
 }
 
 type stompSender struct {
-	*stompConn
+	conns   chan *stompConn // idle connections
+	all     []*stompConn
 	dest    string
 	durable bool
 }
 
 func (s *stompSender) send(_ context.Context, body []byte) error {
+	sc := <-s.conns
+	defer func() { s.conns <- sc }()
 	if s.durable {
-		return s.conn.Send(s.dest, "application/octet-stream", body,
+		return sc.conn.Send(s.dest, "application/octet-stream", body,
 			stomp.SendOpt.Header("persistent", "true"), stomp.SendOpt.Receipt)
 	}
 	// Without a receipt go-stomp returns before its writer goroutine has
 	// written the frame: hand it a copy, as the caller reuses body.
-	return s.conn.Send(s.dest, "application/octet-stream", bytes.Clone(body))
+	return sc.conn.Send(s.dest, "application/octet-stream", bytes.Clone(body))
+}
+
+func (s *stompSender) close() {
+	for _, sc := range s.all {
+		sc.close()
+	}
 }
 
 func (s *stompConn) close() {
