@@ -92,6 +92,9 @@ func (c *conn) serve(ctx context.Context) {
 	c.nc.SetDeadline(time.Now().Add(c.s.cfg.HandshakeTimeout))
 	if err := c.handshake(ctx); err != nil {
 		c.log.Debug().Err(err).Msg("handshake failed")
+		if c.core != nil {
+			c.core.Close() // our open was not written: free the container-id
+		}
 		return
 	}
 	c.nc.SetDeadline(time.Time{})
