@@ -351,12 +351,22 @@ func TestDurableSubscriptionAcrossReconnect(t *testing.T) {
 	send(t, pub, text("two"))
 	eventually(t, "kept", func() bool { return queueDepth(tb, "client-7.sub1") == 1 })
 
-	// The close was answered, so the container-id is free again.
-	c = tb.dial(t, opts)
-	s, err = c.NewSession(ctxT(t), nil)
-	if err != nil {
-		t.Fatalf("reconnect with the same container-id: %v", err)
-	}
+	// go-amqp's Close writes close and drops the socket without waiting
+	// for the broker's answer, so the broker may not have released the
+	// container-id yet: the reconnect must succeed once it has.
+	eventually(t, "the container-id released", func() bool {
+		c2, err := goamqp.Dial(ctxT(t), tb.addr, opts)
+		if err != nil {
+			return false
+		}
+		if s, err = c2.NewSession(ctxT(t), nil); err != nil {
+			c2.Close()
+			return false
+		}
+		c = c2
+		t.Cleanup(func() { c2.Close() })
+		return true
+	})
 	r = newReceiver(t, s, "topic://events", durable)
 	if m := receive(t, r); string(m.GetData()) != "two" {
 		t.Fatalf("got %q", m.GetData())
