@@ -22,6 +22,8 @@ type Config struct {
 	AddressSettings []AddressSettings
 	// Authenticator checks clients' credentials; nil accepts everyone.
 	Authenticator Authenticator
+	// Authorizer grants permissions per address; nil allows everything.
+	Authorizer Authorizer
 	// ExpiryScanInterval is how often queues are scanned for expired
 	// messages that no consumer is trying to receive. Zero means 1s;
 	// negative disables the scan.
@@ -47,6 +49,7 @@ type Config struct {
 type Broker struct {
 	cfg      Config
 	auth     Authenticator
+	authz    Authorizer
 	settings *settingsTable
 	log      zerolog.Logger
 
@@ -112,6 +115,7 @@ func New(cfg Config) (*Broker, error) {
 	b := &Broker{
 		cfg:       cfg,
 		auth:      cfg.Authenticator,
+		authz:     cfg.Authorizer,
 		settings:  st,
 		log:       cfg.Logger,
 		addresses: make(map[string]*address),
