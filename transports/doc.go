@@ -33,6 +33,17 @@
 // and closed at once, or handed first to [Server.OnLimit] so the protocol
 // can say why (a STOMP ERROR frame, an MQTT CONNACK with a reason code).
 //
+// Per source IP, [Server.MaxConnsPerIP] caps the connections open at once
+// (rejected like MaxConns, through OnLimit), and [Server.ConnRatePerIP]
+// with ConnBurstPerIP is a token bucket of connection attempts: an
+// attempt over it is closed at once, before any protocol work and
+// without OnLimit, so a flood from one address costs an accept and a
+// close. Both are checked in the accept loop. The table of sources is
+// bounded (MaxTrackedIPs) and pruned as connections close and on accept,
+// with no goroutine of its own. Each rejection is counted in [Stats] by
+// reason and reported to Events.OnReject, which must aggregate rather
+// than log a line per attempt.
+//
 // TCP options are the net package's defaults: Go already disables Nagle's
 // algorithm (TCP_NODELAY), and listeners made by [net.Listen] (as
 // [Server.ListenAndServe] does) enable keep-alive probes every 15 seconds.

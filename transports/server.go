@@ -59,13 +59,28 @@ type Events struct {
 	// accept error (such as "too many open files"), before Serve waits
 	// delay and accepts again. It must not block.
 	OnAcceptError func(err error, delay time.Duration)
+
+	// OnReject is called in the accept loop for every connection turned
+	// away by a limit, before it is closed or passed to OnLimit. It must
+	// not block: a flood calls it for every attempt, so a logger should
+	// aggregate rather than write a line per call.
+	OnReject func(conn net.Conn, reason RejectReason)
 }
 
 // Stats is a snapshot of a [Server]'s connection counters.
 type Stats struct {
 	Open     int    // connections being served now (excluding rejected ones)
 	Accepted uint64 // connections accepted in the Server's lifetime, rejected ones included
-	Rejected uint64 // connections closed at once because MaxConns was reached
+	Rejected uint64 // connections turned away by a limit: the sum of the three below
+
+	RejectedMaxConns      uint64 // over MaxConns
+	RejectedMaxConnsPerIP uint64 // over MaxConnsPerIP
+	RejectedRate          uint64 // over ConnRatePerIP
+	// UntrackedIPs counts connections admitted without per-IP limits
+	// because the per-IP table was full of active sources.
+	UntrackedIPs uint64
+	// TrackedIPs is the size of the per-IP table now.
+	TrackedIPs int
 }
 
 // Server accepts connections on one or more listeners and serves each with
@@ -86,20 +101,46 @@ type Server struct {
 	// accepted over the limit is counted in Stats.Rejected and closed.
 	MaxConns int
 
-	// OnLimit, if set, is given each connection rejected by MaxConns before
-	// the Server closes it, so the protocol can write an error to the peer
-	// first. It runs in its own goroutine with a one-second deadline
-	// already set on conn (it may set another), and the Server closes conn
-	// when it returns. While 64 calls are in progress, further rejected
-	// connections are closed without calling OnLimit.
+	// MaxConnsPerIP caps the connections served at once from one source
+	// IP address (IPv4-mapped IPv6 addresses count as IPv4, other IPv6
+	// addresses by their /64 prefix), across all of this Server's
+	// listeners. Zero or negative means no limit. A connection over it is
+	// rejected as over MaxConns is.
+	MaxConnsPerIP int
+
+	// ConnRatePerIP is how many connection attempts per second one
+	// source IP may make, on average; ConnBurstPerIP is how many it may
+	// make at once (a token bucket; zero means max(1, ConnRatePerIP)).
+	// Zero or negative means no limit. An attempt over the rate is
+	// counted in Stats.RejectedRate and closed at once, without OnLimit:
+	// a flood must cost as little as possible.
+	ConnRatePerIP  float64
+	ConnBurstPerIP int
+
+	// MaxTrackedIPs bounds the table of source IPs that the per-IP limits
+	// keep; zero means DefaultMaxTrackedIPs. Entries go as soon as they
+	// say nothing (no connection open, a full bucket), pruned on accept
+	// without a goroutine. When the table is full of active sources, a
+	// new source is admitted untracked (Stats.UntrackedIPs): the per-IP
+	// limits give way to MaxConns rather than shut every new source out.
+	MaxTrackedIPs int
+
+	// OnLimit, if set, is given each connection rejected by MaxConns or
+	// MaxConnsPerIP before the Server closes it, so the protocol can write
+	// an error to the peer first. It runs in its own goroutine with a
+	// one-second deadline already set on conn (it may set another), and
+	// the Server closes conn when it returns. While 64 calls are in
+	// progress, further rejected connections are closed without calling
+	// OnLimit.
 	OnLimit func(conn net.Conn)
 
 	// Events are optional callbacks for logging and metrics.
 	Events Events
 
-	accepted atomic.Uint64
-	rejected atomic.Uint64
-	open     atomic.Int64 // written only with mu held, read freely
+	accepted  atomic.Uint64
+	rejected  [RejectRate + 1]atomic.Uint64 // by RejectReason
+	untracked atomic.Uint64
+	open      atomic.Int64 // written only with mu held, read freely
 
 	mu sync.Mutex // guards the fields below
 
@@ -114,6 +155,7 @@ type Server struct {
 	active    int                       // connection goroutines running (handlers and OnLimit)
 	rejecting int                       // of active, those running OnLimit
 	drained   chan struct{}             // closed once closing is set and active is zero
+	ips       ipTable                   // per source IP, when per-IP limits are set
 }
 
 // trackedConn is the Server's record of one accepted connection. It is
@@ -121,7 +163,8 @@ type Server struct {
 type trackedConn struct {
 	net.Conn
 	start    time.Time
-	rejected bool // over MaxConns: being passed to OnLimit, not served
+	rejected bool     // over a limit: being passed to OnLimit, not served
+	ip       *ipState // its source's entry, counting it; nil if untracked
 }
 
 // onceCloseListener makes Close idempotent, because both Serve and
@@ -245,11 +288,19 @@ func (s *Server) Addrs() []net.Addr {
 // Stats returns the Server's connection counters. It may be called at any
 // time, concurrently with anything.
 func (s *Server) Stats() Stats {
-	return Stats{
-		Open:     int(s.open.Load()),
-		Accepted: s.accepted.Load(),
-		Rejected: s.rejected.Load(),
+	st := Stats{
+		Open:                  int(s.open.Load()),
+		Accepted:              s.accepted.Load(),
+		RejectedMaxConns:      s.rejected[RejectMaxConns].Load(),
+		RejectedMaxConnsPerIP: s.rejected[RejectMaxConnsPerIP].Load(),
+		RejectedRate:          s.rejected[RejectRate].Load(),
+		UntrackedIPs:          s.untracked.Load(),
 	}
+	st.Rejected = st.RejectedMaxConns + st.RejectedMaxConnsPerIP + st.RejectedRate
+	s.mu.Lock()
+	st.TrackedIPs = len(s.ips.m)
+	s.mu.Unlock()
+	return st
 }
 
 // Shutdown stops the Server gracefully. It closes every listener (each
@@ -367,10 +418,21 @@ func (s *Server) startConn(c net.Conn) {
 		c.Close()
 		return
 	}
-	if s.MaxConns > 0 && s.open.Load() >= int64(s.MaxConns) {
-		s.rejected.Add(1)
-		if s.OnLimit == nil || s.rejecting >= maxRejecting {
+	var reason RejectReason
+	if s.perIPLimited() {
+		if ip, ok := sourceIP(c); ok {
+			tc.ip, reason = s.admitIPLocked(ip, tc.start)
+		}
+	}
+	if reason == 0 && s.MaxConns > 0 && s.open.Load() >= int64(s.MaxConns) {
+		reason = RejectMaxConns
+	}
+	if reason != 0 {
+		s.rejected[reason].Add(1)
+		if reason == RejectRate || s.OnLimit == nil || s.rejecting >= maxRejecting {
+			s.releaseIPLocked(tc)
 			s.mu.Unlock()
+			s.onReject(c, reason)
 			c.Close()
 			return
 		}
@@ -378,6 +440,7 @@ func (s *Server) startConn(c net.Conn) {
 		s.rejecting++
 		s.addLocked(tc)
 		s.mu.Unlock()
+		s.onReject(c, reason)
 		go s.rejectConn(tc)
 		return
 	}
@@ -429,10 +492,18 @@ func (s *Server) removeConn(tc *trackedConn) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.conns, tc)
+	s.releaseIPLocked(tc)
 	if tc.rejected {
 		s.rejecting--
 	} else {
 		s.open.Add(-1)
+	}
+}
+
+// onReject calls Events.OnReject, if set.
+func (s *Server) onReject(c net.Conn, reason RejectReason) {
+	if f := s.Events.OnReject; f != nil {
+		f(c, reason)
 	}
 }
 
