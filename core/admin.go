@@ -59,6 +59,10 @@ type ConnectionInfo struct {
 	// core does not see the wire, so headers and framing are not counted.
 	MessagesIn, MessagesOut uint64
 	BytesIn, BytesOut       uint64
+	// Dropped counts the session's messages a queue dropped (DROP, or
+	// non-durable over a PAGE limit); Refused its sends refused (FAIL, a
+	// full disk). See DropReason.
+	Dropped, Refused uint64
 }
 
 // Connections lists the open sessions that have a Protocol (front-ends'
@@ -81,6 +85,7 @@ func (b *Broker) Connections() []ConnectionInfo {
 			User: s.opts.User, ClientID: s.opts.ClientID, Opened: s.opened, Consumers: n,
 			MessagesIn: s.msgsIn.Load(), MessagesOut: s.msgsOut.Load(),
 			BytesIn: s.bytesIn.Load(), BytesOut: s.bytesOut.Load(),
+			Dropped: s.dropped.Load(), Refused: s.refused.Load(),
 		})
 	}
 	return out
@@ -435,8 +440,7 @@ func (q *Queue) putBack(rs []*ref) {
 			}
 			continue
 		}
-		q.stats.depth.Add(1)
-		q.bytes.Add(int64(len(r.msg.Body)))
+		q.hold(r)
 		p := r.msg.Priority
 		q.ready[p].insertOrdered(r)
 		for _, c := range q.consumers {

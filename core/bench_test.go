@@ -113,3 +113,38 @@ func BenchmarkSelectiveDeepQueue(b *testing.B) {
 		})
 	}
 }
+
+// allowAll is an Authorizer that grants everything, for measuring the
+// cost of the checks.
+type allowAllAuthz struct{}
+
+func (allowAllAuthz) Authorize(string, Permission, string) bool { return true }
+
+// BenchmarkSendDispatchAckAuthz is BenchmarkSendDispatchAck with an
+// Authorizer and a client session (one that core checks): the send
+// permission comes from the session's cache after the first send.
+func BenchmarkSendDispatchAckAuthz(b *testing.B) {
+	br, _ := New(Config{ExpiryScanInterval: -1, Authorizer: allowAllAuthz{}})
+	defer br.Close()
+	s, _ := br.NewSession(SessionOptions{User: "bench", Protocol: "bench"})
+	var last uint64
+	c, err := s.Subscribe(ConsumerOptions{Address: "bench", RoutingType: Anycast, Credit: 1000,
+		Handler: func(d Delivery) { last = d.ID }})
+	if err != nil {
+		b.Fatal(err)
+	}
+	payload := make([]byte, 1024)
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		if err := s.Send(ctx, &Message{Address: "bench", RoutingType: Anycast, Body: payload}); err != nil {
+			b.Fatal(err)
+		}
+		if err := c.Ack(last); err != nil {
+			b.Fatal(err)
+		}
+		c.Flow(1)
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
+}

@@ -41,6 +41,20 @@ type Config struct {
 	// in the journal.
 	Large                 LargeStore
 	LargeMessageThreshold int
+	// Pager keeps the page stores of queues whose address-full-policy is
+	// PAGE once they are over their limit; nil means such queues block
+	// durable producers instead. Needs Messages.
+	Pager Pager
+	// MaxMemory is the budget for messages held in memory, in bytes; 0 =
+	// unlimited. Over it every address applies its full policy.
+	MaxMemory int64
+	// Disk bounds the space durable messages take; the zero value (no
+	// Usage) sets no bound.
+	Disk DiskLimits
+	// MaxAutoCreatedQueuesPerUser bounds the anycast queues one user's
+	// sends and consumers auto-create (limits.go); past it they fail with
+	// ErrQuotaExceeded. 0 means no limit.
+	MaxAutoCreatedQueuesPerUser int
 }
 
 // Broker routes messages from producers to queues and from queues to
@@ -62,6 +76,7 @@ type Broker struct {
 	closed    bool                      // guarded by mu
 	sessions  map[uint64]*Session       // guarded by mu: open sessions with a Protocol
 	protos    map[string]*protoCounters // guarded by mu: per protocol, never removed
+	autoq     autoQueues                // guarded by mu: queues auto-created per user (limits.go)
 	started   time.Time
 
 	retained       retainedStore
@@ -69,7 +84,13 @@ type Broker struct {
 	bindings       Journal
 	large          LargeStore
 	largeThreshold int
+	pager          Pager
+	pageGen        atomic.Uint64
+	mem            memory
+	drops          dropCounters
+	diskFull       atomic.Pointer[string] // why durable sends are refused; nil = room
 	recovered      RecoveryStats
+	denials        denialCounts // authorization refusals (authz.go)
 
 	msgID     atomic.Uint64
 	tmpID     atomic.Uint64
@@ -130,6 +151,8 @@ func New(cfg Config) (*Broker, error) {
 		msgs:      cfg.Messages,
 		bindings:  cfg.Bindings,
 		large:     cfg.Large,
+		pager:     cfg.Pager,
+		mem:       memory{max: cfg.MaxMemory},
 	}
 	b.largeThreshold = cfg.LargeMessageThreshold
 	if b.largeThreshold <= 0 {
@@ -146,6 +169,11 @@ func New(cfg Config) (*Broker, error) {
 		return nil, err
 	}
 	b.recovered = rs
+	if cfg.Disk.Usage != nil {
+		b.checkDisk(cfg.Disk)
+		b.wg.Add(1)
+		go b.diskLoop(cfg.Disk)
+	}
 	if iv := cfg.ExpiryScanInterval; iv >= 0 {
 		if iv == 0 {
 			iv = time.Second
@@ -447,6 +475,7 @@ func (b *Broker) bindSubscriptionLocked(q *Queue) {
 
 func (b *Broker) unbindLocked(q *Queue) {
 	delete(b.queues, q.name)
+	b.unchargeAutoQueueLocked(q)
 	if q.routing == Anycast {
 		if a := b.addresses[q.address]; a != nil && a.anycast == q {
 			a.anycast = nil
@@ -490,8 +519,9 @@ func (b *Broker) multicastRoutes(a *address) []*Queue {
 }
 
 // resolve finds (or auto-creates) the address a message goes to and the
-// routing type it uses.
-func (b *Broker) resolve(m *Message) (*address, error) {
+// routing type it uses. Auto-creating needs the permissions of sender
+// (nil for the broker's own sends).
+func (b *Broker) resolve(m *Message, sender *Session) (*address, error) {
 	b.mu.RLock()
 	a := b.addresses[m.Address]
 	closed := b.closed
@@ -515,10 +545,18 @@ func (b *Broker) resolve(m *Message) (*address, error) {
 	if m.RoutingType == RoutingDefault {
 		m.RoutingType = s.DefaultRoutingType
 	}
+	if err := sender.authorizeCreate(m.Address, m.RoutingType); err != nil {
+		return nil, err
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
 		return nil, ErrClosed
+	}
+	if m.RoutingType == Anycast && b.queues[m.Address] == nil {
+		if err := b.chargeAutoQueueLocked(sender, m.Address); err != nil {
+			return nil, err
+		}
 	}
 	a = b.addressLocked(m.Address, true)
 	if err := b.addRoutingLocked(a, m.RoutingType); err != nil {
@@ -571,60 +609,232 @@ func (b *Broker) prepare(m *Message, user string, now time.Time) error {
 	return nil
 }
 
+// sendOpts says who sends a message and how a full queue may answer.
+type sendOpts struct {
+	// done gets the confirmation when the message must be journaled or
+	// paged (see route); nil for messages nobody waits for.
+	done func(error)
+	// s is the producing session, for attribution; nil for the broker's
+	// own moves (dead-lettering, expiry, admin moves).
+	s *Session
+	// wait lets a BLOCK queue over its limit refuse with errBlocked, for
+	// the session to wait and retry; otherwise the message is taken over
+	// the limit (AMQP bounds that by withholding credit).
+	wait bool
+	// journaled: a committed transaction's message, already in the
+	// journal for every durable queue: it is held in memory whatever the
+	// policies say (the commit checked FAIL; the overshoot is bounded by
+	// the transaction).
+	journaled bool
+}
+
 // route hands a prepared message to the queues of its address. When the
 // message must be journaled it returns pending: done is then called once
 // the journal has synced it (or failed). Otherwise done is not called.
 func (b *Broker) route(m *Message, now time.Time, done func(error)) (pending bool, err error) {
-	a, err := b.resolve(m)
+	return b.routeWith(m, now, sendOpts{done: done})
+}
+
+func (b *Broker) routeWith(m *Message, now time.Time, o sendOpts) (pending bool, err error) {
+	a, err := b.resolve(m, o.s)
 	if err != nil {
 		return false, err
 	}
-	return b.deliver(a, m, now, done)
+	return b.deliver(a, m, now, o)
 }
 
-// deliver journals m if it must be (see route) and enqueues it on the
-// queues of a resolved address. A durable message becomes visible to
-// consumers at once; only its producer's confirmation waits for the sync.
-func (b *Broker) deliver(a *address, m *Message, now time.Time, done func(error)) (pending bool, err error) {
+// verdict is what a queue does with a new message.
+type verdict uint8
+
+const (
+	keep      verdict = iota // hold it in memory
+	toPage                   // append it to the page store
+	dropIt                   // drop it for this queue (DROP)
+	dropVital                // drop it: non-durable over the limit of a PAGE queue
+	refuse                   // refuse the send (FAIL)
+	block                    // the producer waits for room (BLOCK)
+)
+
+// verdict applies q's full policy to m. A queue that pages keeps paging
+// until its store is drained, so that messages stay in order.
+func (q *Queue) verdict(m *Message, wait bool) verdict {
+	over := q.full(m) || q.b.overBudget(m)
+	paging := q.paging.Load()
+	if !over && !paging {
+		return keep
+	}
+	switch q.settings.FullPolicy {
+	case FullPage:
+		switch {
+		case q.canPage(m):
+			return toPage
+		case !over:
+			return keep
+		case m.Durable && q.durable && !q.capped.Load():
+			// No page store: a durable message is never dropped...
+			return blockOr(wait)
+		case m.Durable && q.durable:
+			// ...unless the queue is one client's, capped by its
+			// front-end (an MQTT persistent session): blocking every
+			// publisher for one offline device would be worse.
+			return dropIt
+		}
+		return dropVital
+	case FullBlock:
+		if !over {
+			return keep
+		}
+		return blockOr(wait)
+	case FullFail:
+		if !over {
+			return keep
+		}
+		return refuse
+	}
+	if !over {
+		return keep
+	}
+	return dropIt
+}
+
+func blockOr(wait bool) verdict {
+	if wait {
+		return block
+	}
+	return keep
+}
+
+// ErrDiskFull refuses a durable send while the store is over its disk
+// limits (Config.MaxDiskUsage, MinFreeDisk).
+var ErrDiskFull = errors.New("core: disk limit reached: durable sends are refused until consumers free space")
+
+// deliver journals or pages m where it must (see route) and enqueues it
+// on the queues of a resolved address that hold it in memory. A durable
+// message becomes visible to consumers at once; only its producer's
+// confirmation waits for the sync.
+func (b *Broker) deliver(a *address, m *Message, now time.Time, o sendOpts) (pending bool, err error) {
 	var one [1]*Queue
 	qs := b.targetsOf(a, m, one[:0])
 	if len(qs) == 0 {
 		a.unrouted.Add(1)
 		return false, nil
 	}
-	// Full queues: FAIL refuses the whole send before anything is
-	// enqueued; DROP leaves the message out of that queue only.
-	var open []*Queue
+	// First every queue's verdict: a refusal (FAIL, BLOCK) refuses the
+	// whole send before anything is enqueued or counted; DROP and PAGE
+	// take the queue out of those holding m in memory.
+	var vbuf [4]verdict
+	vs := vbuf[:0]
+	for _, q := range qs {
+		v := keep
+		if !o.journaled {
+			v = q.verdict(m, o.wait)
+		}
+		switch v {
+		case refuse:
+			b.dropped(q, m, o.s, RefusedFull)
+			return false, fmt.Errorf("%w: %q holds %d of %d bytes", ErrAddressFull, q.name, q.bytes.Load(), q.maxBytes.Load())
+		case block:
+			return false, errBlocked
+		}
+		vs = append(vs, v)
+	}
+	var mem, paged []*Queue
+	split := false
 	for i, q := range qs {
-		if !q.full(m) {
-			if open != nil {
-				open = append(open, q)
+		v := vs[i]
+		if v == keep {
+			if split {
+				mem = append(mem, q)
 			}
 			continue
 		}
-		if q.settings.FullPolicy == FullFail {
-			return false, fmt.Errorf("%w: %q holds %d of %d bytes", ErrAddressFull, q.name, q.bytes.Load(), q.maxBytes.Load())
+		if !split {
+			mem = append(make([]*Queue, 0, len(qs)), qs[:i]...)
+			split = true
 		}
-		q.dropFull(m)
-		if open == nil {
-			open = append(make([]*Queue, 0, len(qs)), qs[:i]...)
+		switch v {
+		case dropIt:
+			b.dropped(q, m, o.s, DropFull)
+		case dropVital:
+			b.dropped(q, m, o.s, DropNonDurable)
+		case toPage:
+			paged = append(paged, q)
 		}
 	}
-	if open != nil {
-		qs = open
-		if len(qs) == 0 {
-			return false, nil
+	if split {
+		qs = mem
+	}
+	persist := o.done != nil && b.persisted(m, qs)
+	if why := b.diskFull.Load(); why != nil && (persist || len(paged) > 0) {
+		target := qs
+		if len(paged) > 0 {
+			target = paged
 		}
+		b.dropped(target[0], m, o.s, RefusedDisk)
+		return false, fmt.Errorf("%w (%s)", ErrDiskFull, *why)
+	}
+	if len(qs) == 0 && len(paged) == 0 {
+		return false, nil
 	}
 	a.routed.Add(1)
-	if done != nil && b.persisted(m, qs) {
+	// Page first: a page store that fails refuses the send before any
+	// queue holds the message (a copy already paged for another
+	// subscription stays: at least once).
+	var stores []PageStore
+	for _, q := range paged {
+		st, err := q.page(m)
+		if err != nil {
+			return false, err
+		}
+		if st != nil {
+			stores = append(stores, st)
+		}
+	}
+	done := o.done
+	if done == nil {
+		done = b.logStoreErr
+	}
+	if n := len(stores) + btoi(persist); n > 1 {
+		done = joinDone(n, done)
+	}
+	if persist {
 		b.journalMessage(m, qs, done)
+		pending = true
+	}
+	for _, st := range stores {
+		st.Sync(done)
 		pending = true
 	}
 	for _, q := range qs {
 		q.enqueue(m, now)
 	}
-	return pending, nil
+	return pending && o.done != nil, nil
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// joinDone returns a callback to be called n times that calls done once,
+// after the last call, with the first error.
+func joinDone(n int, done func(error)) func(error) {
+	var mu sync.Mutex
+	var first error
+	return func(err error) {
+		mu.Lock()
+		n--
+		if err != nil && first == nil {
+			first = err
+		}
+		last, e := n == 0, first
+		mu.Unlock()
+		if last {
+			done(e)
+		}
+	}
 }
 
 // carryOut does what queue changes left to do outside the queue lock:

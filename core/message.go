@@ -104,6 +104,10 @@ type Message struct {
 	durableRefs atomic.Int32
 	// large is set when the body is stored in the large-message store.
 	large bool
+	// memRefs counts the queue references holding the message in memory:
+	// its size counts against the broker's memory budget once, while
+	// memRefs > 0 (see Broker.hold).
+	memRefs atomic.Int32
 	// origin is the id of the Session that sent the message, for no-local
 	// subscriptions; set before routing, never journaled (a recovered
 	// message, or a copy moved to a dead-letter address, has none: 0).

@@ -230,6 +230,7 @@ func (b *Broker) recover() (RecoveryStats, error) {
 	now := time.Now()
 	var orphans []uint64
 	largeIDs := make(map[uint64]bool)
+	cursors := make(map[uint64]pageCursor)
 	flush := func() {
 		if cur == nil {
 			return
@@ -256,6 +257,20 @@ func (b *Broker) recover() (RecoveryStats, error) {
 		flush()
 		if ut == recRetained {
 			return b.restoreRetained(id, p)
+		}
+		if ut == recPageCursor {
+			qid, c, err := decodeCursor(p)
+			if err != nil {
+				return err
+			}
+			if old, ok := cursors[qid]; ok {
+				// Superseded in the same transaction that wrote c; the
+				// delete may not have been replayed yet.
+				orphans = append(orphans, old.id)
+			}
+			c.id = id
+			cursors[qid] = c
+			return nil
 		}
 		if ut != recMessage {
 			return fmt.Errorf("%w: message record type %d", errCorruptRecord, ut)
@@ -307,6 +322,9 @@ func (b *Broker) recover() (RecoveryStats, error) {
 	for _, id := range orphans {
 		b.msgs.Delete(id, false, b.logStoreErr)
 	}
+	if err := b.recoverPages(byID, cursors, &st); err != nil {
+		return st, err
+	}
 	if b.large != nil {
 		// Bodies no live record names: written before a crash cut off
 		// their record, or left when a delete outran the file removal.
@@ -328,6 +346,7 @@ func (b *Broker) recover() (RecoveryStats, error) {
 type RecoveryStats struct {
 	Queues   int           // durable queues and subscriptions
 	Messages int           // message references put back on queues
+	Paged    int           // messages found in page stores
 	Duration time.Duration // time spent replaying
 }
 

@@ -100,16 +100,23 @@ type Queue struct {
 	clean bool
 	fresh []*ref
 
+	// pg is the page store while the queue pages (guarded by mu); paging
+	// mirrors pg != nil for the send path's lock-free look.
+	pg     *pageState
+	paging atomic.Bool
+
 	maxBytes    atomic.Int64 // bound on bytes; 0 = none (settings, or the consumer that created it)
+	capped      atomic.Bool  // maxBytes is a front-end's per-client budget (ConsumerOptions.MaxBytes)
 	bytes       atomic.Int64
-	lastDropLog atomic.Int64 // unix nanos of the last drop warning
+	mem         atomic.Int64                 // estimated memory of the messages held (memSize), for the depage floor
+	lastDropLog [numDropReasons]atomic.Int64 // unix nanos of the last drop warning, per reason
 
 	stats queueCounters
 }
 
 // queueCounters are updated under mu but read without it.
 type queueCounters struct {
-	depth, inflight, scheduled, consumers           atomic.Int64
+	depth, inflight, scheduled, consumers, paged    atomic.Int64
 	enqueued, acked, expired, deadLettered, dropped atomic.Uint64
 }
 
@@ -126,6 +133,7 @@ func (q *Queue) Durable() bool { return q.durable }
 func (q *Queue) limit(n int64) {
 	if n > 0 {
 		q.maxBytes.Store(n)
+		q.capped.Store(true)
 	}
 }
 
@@ -135,21 +143,20 @@ func (q *Queue) full(m *Message) bool {
 	return max > 0 && q.bytes.Load()+int64(len(m.Body)) > max
 }
 
-// dropFull counts (and logs, at most once a minute per queue) a message
-// dropped because q is full: never silent.
-func (q *Queue) dropFull(m *Message) {
-	q.stats.dropped.Add(1)
-	now := time.Now().UnixNano()
-	if last := q.lastDropLog.Load(); now-last > int64(time.Minute) && q.lastDropLog.CompareAndSwap(last, now) {
-		q.b.log.Warn().Str("queue", q.name).Int64("max_bytes", q.maxBytes.Load()).Uint64("dropped_so_far", q.stats.dropped.Load()).
-			Msg("queue full: dropping messages (address-full-policy DROP)")
-	}
+// hold accounts for a message joining the queue's memory.
+func (q *Queue) hold(r *ref) {
+	q.stats.depth.Add(1)
+	q.bytes.Add(int64(len(r.msg.Body)))
+	q.mem.Add(memSize(r.msg) + refOverhead)
+	q.b.hold(r.msg)
 }
 
 // gone accounts for a message leaving the queue for good.
 func (q *Queue) gone(r *ref) {
 	q.stats.depth.Add(-1)
 	q.bytes.Add(-int64(len(r.msg.Body)))
+	q.mem.Add(-memSize(r.msg) - refOverhead)
+	q.b.release(r.msg)
 }
 
 // enqueue adds a fresh reference to m and dispatches.
@@ -170,12 +177,17 @@ func (q *Queue) addLocked(r *ref, now time.Time) bool {
 	if q.deleted {
 		return false
 	}
+	q.stats.enqueued.Add(1)
+	return q.placeLocked(r, now)
+}
+
+// placeLocked is addLocked for a message already counted as enqueued (one
+// read back from the page store).
+func (q *Queue) placeLocked(r *ref, now time.Time) bool {
 	q.seq++
 	r.seq = q.seq
-	q.stats.enqueued.Add(1)
-	q.stats.depth.Add(1)
+	q.hold(r)
 	m := r.msg
-	q.bytes.Add(int64(len(m.Body)))
 	if !m.DeliveryTime.IsZero() && m.DeliveryTime.After(now) {
 		q.scheduleLocked(r, m.DeliveryTime.UnixNano())
 		return false
@@ -394,6 +406,7 @@ func (q *Queue) offerLocked(r *ref, now time.Time, moves []move) []move {
 // creditedLocked dispatches after c was given credit. On a clean queue
 // only c can take anything new, so only c looks, from where it stopped.
 func (q *Queue) creditedLocked(c *Consumer, now time.Time, moves []move) []move {
+	q.kickDepageLocked()
 	if q.clean && len(q.fresh) == 0 {
 		return q.scanForLocked(c, now, moves)
 	}
@@ -553,6 +566,7 @@ func (q *Queue) ackedLocked(r *ref, moves []move) []move {
 	q.stats.inflight.Add(-1)
 	q.gone(r)
 	q.stats.acked.Add(1)
+	q.kickDepageLocked()
 	if r.durable {
 		moves = append(moves, move{r, settled})
 	}
@@ -590,22 +604,25 @@ func (q *Queue) deleteLocked(moves []move) []move {
 	for p := range q.ready {
 		d := &q.ready[p]
 		for i := 0; i < d.len(); i++ {
-			if r := d.at(i); r.durable {
+			r := d.at(i)
+			q.gone(r)
+			if r.durable {
 				moves = append(moves, move{r, settled})
 			}
 		}
 		q.ready[p] = deque{}
 	}
 	for _, r := range q.sched {
+		q.gone(r)
 		if r.durable {
 			moves = append(moves, move{r, settled})
 		}
 	}
 	q.nready = 0
 	q.sched = nil
-	q.stats.depth.Store(q.stats.inflight.Load())
-	q.bytes.Store(0)
 	q.stats.scheduled.Store(0)
+	// In-flight refs leave as they are acked or returned (returnLocked).
+	q.dropPagesLocked()
 	return moves
 }
 
@@ -624,8 +641,9 @@ type QueueStats struct {
 	Dequeued     uint64 // messages acked since start
 	Expired      uint64 // messages moved to the expiry address (or dropped)
 	DeadLettered uint64 // messages moved to the dead-letter address (or dropped)
-	Bytes        int64  // body bytes held
+	Bytes        int64  // body bytes held in memory
 	MaxBytes     int64  // bound on Bytes; 0 = none
+	Paged        int64  // of Depth, the messages in the page store on disk
 	Dropped      uint64 // messages not taken because the queue was full
 	// OldestMessage is the send timestamp (Message.Timestamp) of the
 	// queue's oldest message, zero when it holds none: the earliest of
@@ -656,6 +674,7 @@ func (q *Queue) Stats() QueueStats {
 		DeadLettered: q.stats.deadLettered.Load(),
 		Bytes:        q.bytes.Load(),
 		MaxBytes:     q.maxBytes.Load(),
+		Paged:        q.stats.paged.Load(),
 		Dropped:      q.stats.dropped.Load(),
 	}
 }

@@ -28,8 +28,9 @@ type SessionOptions struct {
 	ClientID string
 	// Protocol names the front-end ("stomp", "mqtt", "amqp") of a
 	// client's session. Sessions with a Protocol are the broker's
-	// connections ([Broker.Connections], [Broker.ProtocolStats]); a
-	// front-end's internal sessions leave it empty.
+	// connections ([Broker.Connections], [Broker.ProtocolStats]), and
+	// the only ones the Authorizer checks (authz.go); a front-end's
+	// internal sessions leave it empty.
 	Protocol string
 	// RemoteAddr is the client's network address, for display.
 	RemoteAddr string
@@ -39,6 +40,12 @@ type SessionOptions struct {
 	// held: the broker calls it holding none. The front-end closes the
 	// session as the connection ends, as usual.
 	Close func()
+	// NoWait: the front-end flow-controls its producers itself (AMQP
+	// withholds link credit while Broker.Blocked), so a send to a BLOCK
+	// address over its limit is taken rather than waited on: waiting
+	// would stop the connection's reader, and with it the acks that make
+	// room.
+	NoWait bool
 }
 
 // Session groups a connection's consumers and transactions. Closing it
@@ -57,19 +64,25 @@ type Session struct {
 	// the session and delivered to its consumers. Atomic, so the send and
 	// delivery paths take no lock for them.
 	msgsIn, bytesIn, msgsOut, bytesOut atomic.Uint64
+	// Messages of the session that a queue dropped, and sends refused.
+	dropped, refused atomic.Uint64
 
 	mu        sync.Mutex
 	consumers map[*Consumer]struct{} // guarded by mu
 	txs       map[*Tx]struct{}       // guarded by mu
 	temps     map[*Queue]struct{}    // guarded by mu: temporary queues to delete on Close
 	closed    bool                   // guarded by mu
+	closing   chan struct{}          // closed by Close: ends waits for room
+
+	az sessionAuthz // authorization cache and logged refusals (authz.go)
 }
 
 // NewSession opens a session. One with a Protocol is registered as a
 // connection until it closes.
 func (b *Broker) NewSession(opts SessionOptions) (*Session, error) {
 	s := &Session{b: b, opts: opts, id: b.sessionID.Add(1), opened: time.Now(),
-		consumers: make(map[*Consumer]struct{}), txs: make(map[*Tx]struct{}), temps: make(map[*Queue]struct{})}
+		consumers: make(map[*Consumer]struct{}), txs: make(map[*Tx]struct{}), temps: make(map[*Queue]struct{}),
+		closing: make(chan struct{})}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
@@ -114,10 +127,10 @@ func (s *Session) ClientID() string { return s.opts.ClientID }
 func (s *Session) Send(ctx context.Context, m *Message) error {
 	if !m.Durable || s.b.msgs == nil {
 		// Nothing to wait for: no allocation on this path.
-		return s.send(m, nil)
+		return s.send(ctx, m, nil)
 	}
 	ch := make(chan error, 1)
-	if err := s.send(m, func(err error) { ch <- err }); err != nil {
+	if err := s.send(ctx, m, func(err error) { ch <- err }); err != nil {
 		return err
 	}
 	select {
@@ -131,16 +144,21 @@ func (s *Session) Send(ctx context.Context, m *Message) error {
 // SendAsync is Send for producers that pipeline: it routes m and calls
 // done with the confirmation, at once (on this goroutine) when nothing is
 // journaled, or from the journal's goroutine after the sync. done must
-// not block.
+// not block. Like Send, it waits while a BLOCK address is over its
+// limit (unless the session is NoWait), until the session closes.
 func (s *Session) SendAsync(m *Message, done func(error)) {
-	if err := s.send(m, done); err != nil {
+	if err := s.send(context.Background(), m, done); err != nil {
 		done(err)
 	}
 }
 
 // send routes m; done, if not nil, gets the confirmation (at once when
 // nothing waits for the journal). An error means done is not called.
-func (s *Session) send(m *Message, done func(error)) error {
+// While a queue with address-full-policy BLOCK is over its limit, send
+// waits for room (checking again at least every roomWaitMax) until ctx
+// ends or the session closes; front-ends that call it from their reading
+// goroutine thereby stop reading the producer's connection.
+func (s *Session) send(ctx context.Context, m *Message, done func(error)) error {
 	if err := s.check(); err != nil {
 		return err
 	}
@@ -149,7 +167,21 @@ func (s *Session) send(m *Message, done func(error)) error {
 	if err := s.b.prepare(m, s.opts.User, now); err != nil {
 		return err
 	}
-	pending, err := s.b.route(m, now, done)
+	if err := s.authorizeSend(m.Address, now); err != nil {
+		return err
+	}
+	o := sendOpts{done: done, s: s, wait: !s.opts.NoWait}
+	pending, err := s.b.routeWith(m, now, o)
+	for errors.Is(err, errBlocked) {
+		s.b.waitRoom(s.closing, ctx.Done())
+		if err := s.check(); err != nil {
+			return err
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		pending, err = s.b.routeWith(m, time.Now(), o)
+	}
 	if err != nil {
 		return err
 	}
@@ -243,8 +275,10 @@ type ConsumerOptions struct {
 	NoLocal bool
 	// MaxBytes bounds the body bytes of the subscription queue this
 	// consumer creates (a front-end's per-session budget, such as MQTT's);
-	// overflow follows the address's full policy. 0 uses the address
-	// settings' max-size-bytes.
+	// overflow follows the address's full policy, except that where PAGE
+	// cannot page (no persistence) it drops rather than blocking every
+	// producer for one client. 0 uses the address settings'
+	// max-size-bytes.
 	MaxBytes int64
 	// Handler receives deliveries; required.
 	Handler Handler
@@ -262,7 +296,7 @@ func (s *Session) Subscribe(o ConsumerOptions) (*Consumer, error) {
 	if err := s.check(); err != nil {
 		return nil, err
 	}
-	q, err := s.queueFor(o, sel)
+	q, err := s.queueFor(o, sel, false)
 	if err != nil {
 		return nil, err
 	}
@@ -316,17 +350,49 @@ func (s *Session) Subscribe(o ConsumerOptions) (*Consumer, error) {
 // queueFor finds or creates the queue a consumer reads. A subscription
 // it creates gets sel as its filter, and the session as its no-local
 // origin if asked, before it is bound: no message routed to it escapes
-// them.
-func (s *Session) queueFor(o ConsumerOptions, sel *selector.Selector) (*Queue, error) {
+// them. With dry it only checks permissions (AuthorizeSubscribe): it
+// creates nothing and returns a nil queue.
+//
+// The permissions needed depend on what exists, which is known under
+// b.mu, but the Authorizer is not called with a lock held: a pass that
+// finds a permission not yet granted returns it, queueFor asks the
+// Authorizer outside the lock and tries again (a pass adds a
+// permission, so this ends).
+func (s *Session) queueFor(o ConsumerOptions, sel *selector.Selector, dry bool) (*Queue, error) {
+	g := grants{all: s.trusted()}
+	for {
+		q, need, err := s.queueForPass(o, sel, &g, dry)
+		if need == nil || err != nil {
+			return q, err
+		}
+		if err := s.authorize(need.perm, need.address); err != nil {
+			return nil, err
+		}
+		g.have = append(g.have, *need)
+	}
+}
+
+// queueForPass is one pass of queueFor with the permissions g.
+func (s *Session) queueForPass(o ConsumerOptions, sel *selector.Selector, g *grants, dry bool) (*Queue, *authzNeed, error) {
 	b := s.b
 	if o.Queue != "" {
-		if q := b.Queue(o.Queue); q != nil {
-			return q, nil
+		q := b.Queue(o.Queue)
+		if q == nil {
+			return nil, nil, fmt.Errorf("%w: %q", ErrQueueNotFound, o.Queue)
 		}
-		return nil, fmt.Errorf("%w: %q", ErrQueueNotFound, o.Queue)
+		if n := g.missing(q.address, PermConsume); n != nil {
+			return nil, n, nil
+		}
+		if dry {
+			return nil, nil, nil
+		}
+		return q, nil, nil
 	}
 	if err := wildcard.Validate(o.Address); err != nil {
-		return nil, fmt.Errorf("%w: %q", ErrInvalidAddress, o.Address)
+		return nil, nil, fmt.Errorf("%w: %q", ErrInvalidAddress, o.Address)
+	}
+	if n := g.missing(o.Address, PermConsume); n != nil {
+		return nil, n, nil
 	}
 	rt := o.RoutingType
 	if rt == RoutingDefault {
@@ -337,29 +403,44 @@ func (s *Session) queueFor(o ConsumerOptions, sel *selector.Selector) (*Queue, e
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
-		return nil, ErrClosed
+		return nil, nil, ErrClosed
 	}
 	if rt == Anycast {
 		if pattern {
-			return nil, fmt.Errorf("%w: wildcards are for multicast subscriptions, not queues: %q", ErrInvalidAddress, o.Address)
+			return nil, nil, fmt.Errorf("%w: wildcards are for multicast subscriptions, not queues: %q", ErrInvalidAddress, o.Address)
 		}
 		a := b.addresses[o.Address]
 		if a == nil || a.anycast == nil {
 			if !settings.AutoCreate || isTemporaryName(o.Address) {
-				return nil, fmt.Errorf("%w: %q", ErrQueueNotFound, o.Address)
+				return nil, nil, fmt.Errorf("%w: %q", ErrQueueNotFound, o.Address)
+			}
+			if n := g.missing(o.Address, PermCreateAddress, PermCreateDurableQueue); n != nil {
+				return nil, n, nil
+			}
+			if dry {
+				return nil, nil, nil
+			}
+			if err := b.chargeAutoQueueLocked(s, o.Address); err != nil {
+				return nil, nil, err
 			}
 			a = b.addressLocked(o.Address, true)
 			if err := b.addRoutingLocked(a, Anycast); err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 		}
-		return a.anycast, nil
+		if dry {
+			return nil, nil, nil
+		}
+		return a.anycast, nil, nil
 	}
 	if !pattern {
 		a := b.addresses[o.Address]
 		if a == nil || !a.isMulti {
 			if !settings.AutoCreate || isTemporaryName(o.Address) {
-				return nil, fmt.Errorf("%w: %q", ErrAddressNotFound, o.Address)
+				return nil, nil, fmt.Errorf("%w: %q", ErrAddressNotFound, o.Address)
+			}
+			if n := g.missing(o.Address, PermCreateAddress); n != nil {
+				return nil, n, nil
 			}
 		}
 	}
@@ -368,18 +449,33 @@ func (s *Session) queueFor(o ConsumerOptions, sel *selector.Selector) (*Queue, e
 		if q := b.queues[name]; q != nil {
 			// JMS 2.0: a shared subscription's consumers share its selector.
 			if q.filter.String() != sel.String() {
-				return nil, fmt.Errorf("%w: shared subscription %q has selector %q, not %q", ErrSubscriptionInUse, name, q.filter.String(), sel.String())
+				return nil, nil, fmt.Errorf("%w: shared subscription %q has selector %q, not %q", ErrSubscriptionInUse, name, q.filter.String(), sel.String())
 			}
-			return q, nil
+			if dry {
+				return nil, nil, nil
+			}
+			return q, nil, nil
+		}
+		if n := g.missing(o.Address, PermCreateNonDurableQueue); n != nil {
+			return nil, n, nil
+		}
+		if dry {
+			return nil, nil, nil
 		}
 		q := b.newQueueLocked(name, o.Address, Multicast, false, true, "")
 		q.shared = true
 		q.filter = sel
 		q.limit(o.MaxBytes)
 		b.bindSubscriptionLocked(q)
-		return q, nil
+		return q, nil, nil
 	}
 	if o.SubscriptionName == "" {
+		if n := g.missing(o.Address, PermCreateNonDurableQueue); n != nil {
+			return nil, n, nil
+		}
+		if dry {
+			return nil, nil, nil
+		}
 		q := b.newQueueLocked(b.tempQueueName(o.Address), o.Address, Multicast, false, true, "")
 		q.filter = sel
 		if o.NoLocal {
@@ -387,26 +483,44 @@ func (s *Session) queueFor(o ConsumerOptions, sel *selector.Selector) (*Queue, e
 		}
 		q.limit(o.MaxBytes)
 		b.bindSubscriptionLocked(q)
-		return q, nil
+		return q, nil, nil
 	}
 	if s.opts.ClientID == "" {
-		return nil, ErrClientIDRequired
+		return nil, nil, ErrClientIDRequired
 	}
 	name := durableName(s.opts.ClientID, o.SubscriptionName)
 	if q := b.queues[name]; q != nil {
 		if q.address == o.Address && q.filter.String() == sel.String() {
+			if dry {
+				return nil, nil, nil
+			}
 			q.limit(o.MaxBytes) // a restored subscription gets its budget back
-			return q, nil
+			return q, nil, nil
 		}
 		// Subscribing again under the same name to another topic, or with
 		// another selector, replaces the subscription, as JMS specifies.
 		if q.stats.consumers.Load() > 0 {
-			return nil, fmt.Errorf("%w: %q", ErrSubscriptionInUse, name)
+			return nil, nil, fmt.Errorf("%w: %q", ErrSubscriptionInUse, name)
+		}
+		if n := g.missing(q.address, PermDeleteDurableQueue); n != nil {
+			return nil, n, nil
+		}
+		if n := g.missing(o.Address, PermCreateDurableQueue); n != nil {
+			return nil, n, nil
+		}
+		if dry {
+			return nil, nil, nil
 		}
 		b.unbindLocked(q)
 		b.bumpLocked()
 		// Outside b.mu: dropping journals settled messages.
 		defer b.dropQueue(q)
+	}
+	if n := g.missing(o.Address, PermCreateDurableQueue); n != nil {
+		return nil, n, nil
+	}
+	if dry {
+		return nil, nil, nil
 	}
 	q := b.newQueueLocked(name, o.Address, Multicast, true, false, s.opts.ClientID)
 	q.filter = sel
@@ -416,10 +530,10 @@ func (s *Session) queueFor(o ConsumerOptions, sel *selector.Selector) (*Queue, e
 	q.limit(o.MaxBytes)
 	if err := b.persistQueue(q); err != nil {
 		delete(b.queues, name)
-		return nil, err
+		return nil, nil, err
 	}
 	b.bindSubscriptionLocked(q)
-	return q, nil
+	return q, nil, nil
 }
 
 func durableName(clientID, sub string) string { return clientID + "." + sub }
@@ -434,7 +548,15 @@ func (s *Session) Unsubscribe(name string) error {
 	if s.opts.ClientID == "" {
 		return ErrClientIDRequired
 	}
-	return s.b.DeleteQueue(durableName(s.opts.ClientID, name))
+	qname := durableName(s.opts.ClientID, name)
+	if !s.trusted() {
+		if q := s.b.Queue(qname); q != nil {
+			if err := s.authorize(PermDeleteDurableQueue, q.address); err != nil {
+				return err
+			}
+		}
+	}
+	return s.b.DeleteQueue(qname)
 }
 
 // TemporaryQueuePrefix begins the name of every temporary queue (see
@@ -463,17 +585,20 @@ func (s *Session) CreateTemporaryQueue() (string, error) {
 		return "", err
 	}
 	b := s.b
+	next := func() string {
+		return TemporaryQueuePrefix + b.run + "-" + strconv.FormatUint(s.id, 10) + "." + strconv.FormatUint(s.tempSeq.Add(1), 10)
+	}
+	name := next()
+	if err := s.authorize(PermCreateNonDurableQueue, name); err != nil {
+		return "", err
+	}
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
 		return "", ErrClosed
 	}
-	var name string
-	for {
-		name = TemporaryQueuePrefix + b.run + "-" + strconv.FormatUint(s.id, 10) + "." + strconv.FormatUint(s.tempSeq.Add(1), 10)
-		if b.addresses[name] == nil && b.queues[name] == nil {
-			break // taken only if someone created such an address by hand
-		}
+	for b.addresses[name] != nil || b.queues[name] != nil {
+		name = next() // taken only if someone created such an address by hand
 	}
 	a := b.addressLocked(name, false)
 	q := b.newQueueLocked(name, name, Anycast, false, false, "")
@@ -515,6 +640,7 @@ func (s *Session) Close() {
 		return
 	}
 	s.closed = true
+	close(s.closing)
 	txs := s.txs
 	cs := s.consumers
 	temps := s.temps
@@ -579,6 +705,9 @@ func (t *Tx) Send(m *Message) error {
 	if err := ValidateProperties(m.Properties); err != nil {
 		return err
 	}
+	if err := t.s.authorizeSend(m.Address, time.Now()); err != nil {
+		return err
+	}
 	t.sends = append(t.sends, m)
 	return nil
 }
@@ -636,7 +765,7 @@ func (t *Tx) Commit(ctx context.Context) error {
 		m.origin = t.s.id
 		err := b.prepare(m, t.s.opts.User, now)
 		if err == nil {
-			addrs[i], err = b.resolve(m)
+			addrs[i], err = b.resolve(m, t.s)
 		}
 		if err != nil {
 			t.rollback()
@@ -656,7 +785,7 @@ func (t *Tx) Commit(ctx context.Context) error {
 		return fmt.Errorf("core: transaction rolled back: %w", err)
 	}
 	for i, m := range t.sends {
-		if _, err := b.deliver(addrs[i], m, now, nil); err != nil {
+		if _, err := b.deliver(addrs[i], m, now, sendOpts{s: t.s, journaled: true}); err != nil {
 			// A queue filled up since the check above; the message is
 			// journaled but not on that queue.
 			b.log.Warn().Err(err).Uint64("message", m.ID).Msg("transaction send refused by a full queue")

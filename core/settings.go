@@ -29,23 +29,37 @@ type Settings struct {
 	// not say.
 	DefaultRoutingType RoutingType
 	// MaxSizeBytes bounds the body bytes each queue of the address holds
-	// (ready, scheduled and in flight); 0 = unlimited.
+	// in memory (ready, scheduled and in flight); 0 = unlimited.
 	MaxSizeBytes int64
-	// FullPolicy says what a send to a full queue does: FullDrop drops the
-	// message for that queue (counted in its Dropped statistic and
-	// logged), FullFail fails the send with ErrAddressFull.
+	// FullPolicy says what a new message does to a queue over
+	// MaxSizeBytes, or to any queue while the broker is over its memory
+	// budget (Config.MaxMemory).
 	FullPolicy FullPolicy
 }
 
 // FullPolicy is what happens to a message sent to a full queue.
 type FullPolicy string
 
-// The full policies. Blocking producers and paging to disk come with
-// bounded memory (issue 9).
+// The full policies, as in ActiveMQ Artemis' address-full-policy.
 const (
-	FullDrop FullPolicy = "DROP"
+	// FullPage writes durable messages to the queue's page store on disk
+	// and reads them back in order as consumers make room; non-durable
+	// messages are dropped (counted). Without a page store (no
+	// persistence) durable messages block as with FullBlock.
+	FullPage FullPolicy = "PAGE"
+	// FullBlock makes producers wait for room: STOMP and MQTT stop
+	// reading the connection, AMQP stops granting link credit.
+	FullBlock FullPolicy = "BLOCK"
+	// FullFail refuses the send with ErrAddressFull.
 	FullFail FullPolicy = "FAIL"
+	// FullDrop drops the message for that queue (counted and logged).
+	FullDrop FullPolicy = "DROP"
 )
+
+// valid reports whether p is one of the policies.
+func (p FullPolicy) valid() bool {
+	return p == FullPage || p == FullBlock || p == FullFail || p == FullDrop
+}
 
 // DefaultSettings is the table every address starts from:
 //
@@ -55,8 +69,8 @@ const (
 //	redelivery-delay       0 (multiplier 1, max delay 0 = 10 × delay)
 //	auto-create            true
 //	default-routing-type   anycast
-//	max-size-bytes         0 (unlimited)
-//	address-full-policy    DROP
+//	max-size-bytes         0 (unlimited; the broker's budget still applies)
+//	address-full-policy    PAGE
 func DefaultSettings() Settings {
 	return Settings{
 		DeadLetterAddress:    "DLQ",
@@ -65,7 +79,7 @@ func DefaultSettings() Settings {
 		RedeliveryMultiplier: 1,
 		AutoCreate:           true,
 		DefaultRoutingType:   Anycast,
-		FullPolicy:           FullDrop,
+		FullPolicy:           FullPage,
 	}
 }
 
@@ -108,8 +122,8 @@ func (a *AddressSettings) Validate() error {
 	if a.MaxSizeBytes != nil && *a.MaxSizeBytes < 0 {
 		return fmt.Errorf("address settings %q: max-size-bytes must be >= 0", a.Match)
 	}
-	if a.FullPolicy != nil && FullPolicy(*a.FullPolicy) != FullDrop && FullPolicy(*a.FullPolicy) != FullFail {
-		return fmt.Errorf("address settings %q: address-full-policy must be DROP or FAIL (BLOCK and PAGE come with paging)", a.Match)
+	if a.FullPolicy != nil && !FullPolicy(*a.FullPolicy).valid() {
+		return fmt.Errorf("address settings %q: address-full-policy must be PAGE, BLOCK, FAIL or DROP", a.Match)
 	}
 	if a.DefaultRoutingType != nil {
 		rt, err := ParseRoutingType(*a.DefaultRoutingType)

@@ -1,0 +1,139 @@
+package core
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Memory accounting. Every message a queue holds in memory counts
+// against the broker's budget (Config.MaxMemory) once, however many
+// queues hold it, at its body and metadata size plus a fixed overhead;
+// each reference adds refOverhead. A queue over its own limit
+// (max-size-bytes) or a broker over its budget applies the address's
+// full policy to new messages: see Queue.verdict.
+
+// Overheads measured with the 1 KiB backlog test (TestPagingBoundsMemory):
+// the Message and its ref, the deque slot and the map of properties.
+const (
+	msgOverhead = 320
+	refOverhead = 96
+	propCost    = 48
+)
+
+// memSize estimates the memory a message takes once.
+func memSize(m *Message) int64 {
+	n := len(m.Body) + len(m.Address) + len(m.ReplyTo) + len(m.CorrelationID) +
+		len(m.ContentType) + len(m.GroupID) + len(m.UserID) + propCost*len(m.Properties)
+	return int64(n) + msgOverhead
+}
+
+// memory is the broker's budget and what is held against it.
+type memory struct {
+	max  int64 // 0 = unlimited
+	used atomic.Int64
+
+	// Producers blocked by the BLOCK policy (and queues waiting to read
+	// pages back) wait for room: released memory closes ch while anyone
+	// waits.
+	waiters atomic.Int32
+	mu      sync.Mutex
+	ch      chan struct{}
+}
+
+// hold counts m against the budget if no other queue holds it yet.
+func (b *Broker) hold(m *Message) {
+	n := int64(refOverhead)
+	if m.memRefs.Add(1) == 1 {
+		n += memSize(m)
+	}
+	b.mem.used.Add(n)
+}
+
+// release undoes hold and wakes whoever waits for room.
+func (b *Broker) release(m *Message) {
+	n := int64(refOverhead)
+	if m.memRefs.Add(-1) == 0 {
+		n += memSize(m)
+	}
+	b.mem.used.Add(-n)
+	if b.mem.waiters.Load() > 0 {
+		b.mem.mu.Lock()
+		if b.mem.ch != nil {
+			close(b.mem.ch)
+			b.mem.ch = nil
+		}
+		b.mem.mu.Unlock()
+	}
+}
+
+// overBudget reports whether holding m would take the broker over its
+// memory budget.
+func (b *Broker) overBudget(m *Message) bool {
+	return b.mem.max > 0 && b.mem.used.Load()+memSize(m) > b.mem.max
+}
+
+// budgetRoom reports whether the broker is below frac of its budget.
+func (b *Broker) budgetRoom(frac float64) bool {
+	return b.mem.max == 0 || float64(b.mem.used.Load()) < frac*float64(b.mem.max)
+}
+
+// roomWaitMax bounds one wait for room: a release between the caller's
+// check and its registration would otherwise be missed.
+const roomWaitMax = 100 * time.Millisecond
+
+// waitRoom waits until memory is released (or roomWaitMax passes, or
+// stop is closed); the caller checks again.
+func (b *Broker) waitRoom(stop <-chan struct{}, cancel <-chan struct{}) {
+	b.mem.waiters.Add(1)
+	defer b.mem.waiters.Add(-1)
+	b.mem.mu.Lock()
+	if b.mem.ch == nil {
+		b.mem.ch = make(chan struct{})
+	}
+	ch := b.mem.ch
+	b.mem.mu.Unlock()
+	t := time.NewTimer(roomWaitMax)
+	defer t.Stop()
+	select {
+	case <-ch:
+	case <-t.C:
+	case <-stop:
+	case <-cancel:
+	}
+}
+
+// MemoryStats reports the broker's memory accounting.
+type MemoryStats struct {
+	Used int64 // bytes of messages held in memory (estimated)
+	Max  int64 // the budget; 0 = unlimited
+}
+
+// Memory returns the broker's memory accounting.
+func (b *Broker) Memory() MemoryStats {
+	return MemoryStats{Used: b.mem.used.Load(), Max: b.mem.max}
+}
+
+// Blocked reports whether a send to address would wait for room now: a
+// queue of it with address-full-policy BLOCK (or PAGE without a page
+// store, for durable messages) is over its limit. AMQP asks before
+// granting producers credit.
+func (b *Broker) Blocked(address string) bool {
+	m := &Message{Address: address, Durable: true, Body: []byte{0}}
+	b.mu.RLock()
+	a := b.addresses[address]
+	var qs []*Queue
+	if a != nil {
+		if a.anycast != nil {
+			qs = append(qs, a.anycast)
+		}
+		qs = append(qs, a.multicast...)
+	}
+	b.mu.RUnlock()
+	for _, q := range qs {
+		if q.verdict(m, true) == block {
+			return true
+		}
+	}
+	return false
+}
