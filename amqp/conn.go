@@ -47,7 +47,8 @@ type conn struct {
 	nextTxn  uint32
 	lastDL   time.Time // when the read deadline was last pushed
 
-	mu sync.Mutex // see the type comment
+	mu   sync.Mutex // see the type comment
+	hold holdState  // producer links whose credit is withheld
 
 	// The writer's queue and state.
 	outMu    sync.Mutex
@@ -160,7 +161,7 @@ func (c *conn) handshake(ctx context.Context) error {
 			c.nc.Write(frames.ProtoSASL[:])
 			return errors.New("amqp: client skipped SASL, which is required")
 		}
-		user, err := c.s.broker.Authenticate(ctx, "", "")
+		user, err := c.s.broker.AuthenticateFrom(ctx, c.nc.RemoteAddr().String(), "", "")
 		if err != nil {
 			c.nc.Write(frames.ProtoSASL[:])
 			return fmt.Errorf("amqp: client skipped SASL and anonymous clients are refused: %w", err)
@@ -198,6 +199,9 @@ func (c *conn) handshake(ctx context.Context) error {
 	c.peerIdle = open.IdleTimeout
 	sess, err := c.s.broker.NewSession(core.SessionOptions{User: c.user, ClientID: open.ContainerID,
 		Protocol: "amqp", RemoteAddr: c.nc.RemoteAddr().String(),
+		// BLOCK addresses are flow-controlled by withholding link
+		// credit (hold.go), not by core waiting on the read loop.
+		NoWait: true,
 		// An administrator's close: the read loop fails and the
 		// connection is torn down as for a lost client.
 		Close: func() { c.nc.Close() }})
@@ -286,7 +290,7 @@ func (c *conn) sasl(ctx context.Context) error {
 		outcome(frames.SASLCodeAuth)
 		return fmt.Errorf("amqp: unsupported SASL mechanism %q", init.Mechanism)
 	}
-	user, err := c.s.broker.Authenticate(ctx, login, pass)
+	user, err := c.s.broker.AuthenticateFrom(ctx, c.nc.RemoteAddr().String(), login, pass)
 	if err != nil {
 		outcome(frames.SASLCodeAuth)
 		return fmt.Errorf("amqp: SASL %s for %q: %w", init.Mechanism, login, err)

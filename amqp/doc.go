@@ -50,10 +50,19 @@
 // allows, then gives up the rest. Messages larger than the client's
 // max-frame-size are split across transfers. A client sender gets
 // [Config.LinkCredit] credit, topped up as deliveries are confirmed: the
-// credit bounds what it has in flight. An unsettled delivery is
+// credit bounds what it has in flight. While a queue of the sender's
+// address is full with address-full-policy BLOCK (core.Broker.Blocked)
+// no credit is granted; the connection's writer checks again every
+// 75 ms and grants credit once there is room (hold.go). Anonymous-relay
+// senders are not held. A send to a full FAIL address, or a durable send
+// past the disk limit, is rejected with amqp:resource-limit-exceeded.
+// An unsettled delivery is
 // accepted once core has it: for a durable message on a durable queue,
 // once the journal has synced it; rejected with the error's condition
-// otherwise. Outcomes from clients: accepted acks; released returns the
+// otherwise (amqp:unauthorized-access for what core's Authorizer
+// refuses, which also refuses a sending link's attach when the user may
+// not send to its address, and a receiving link's when it may not
+// consume). Outcomes from clients: accepted acks; released returns the
 // message without counting an attempt; modified with delivery-failed
 // counts one; modified with undeliverable-here and rejected dead-letter
 // it.

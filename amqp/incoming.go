@@ -32,10 +32,12 @@ func (l *link) transfer(t *frames.Transfer, payload []byte) error {
 		if !settled {
 			l.unconfirmed++
 		}
-		f := l.refillLocked()
+		due := l.refillDueLocked()
 		c.mu.Unlock()
-		if f != nil {
-			c.enqueue(outItem{kind: kindFlow, sess: l.sess, body: f})
+		if due {
+			if f := l.refill(); f != nil {
+				c.enqueue(outItem{kind: kindFlow, sess: l.sess, body: f})
+			}
 		}
 		p = &incoming{id: *t.DeliveryID, settled: settled}
 		if ts, ok := t.State.(*frames.TransactionalState); ok {
@@ -206,11 +208,11 @@ func rejectedBy(err error) *frames.Rejected {
 // conditionOf maps a core error to an AMQP error condition.
 func conditionOf(err error) encoding.Symbol {
 	switch {
-	case errors.Is(err, core.ErrAuthFailed):
+	case errors.Is(err, core.ErrAuthFailed), errors.Is(err, core.ErrUnauthorized):
 		return frames.ErrCondUnauthorizedAccess
 	case errors.Is(err, core.ErrAddressNotFound), errors.Is(err, core.ErrQueueNotFound):
 		return frames.ErrCondNotFound
-	case errors.Is(err, core.ErrAddressFull):
+	case errors.Is(err, core.ErrAddressFull), errors.Is(err, core.ErrDiskFull), errors.Is(err, core.ErrQuotaExceeded):
 		return frames.ErrCondResourceLimitExceeded
 	case errors.Is(err, core.ErrInvalidAddress), errors.Is(err, core.ErrInvalidMessage),
 		errors.Is(err, core.ErrRoutingMismatch), errors.Is(err, core.ErrInvalidSelector),

@@ -39,6 +39,7 @@ type link struct {
 	deliveryCount uint32 // the client sender's, as the broker counts it
 	credit        uint32 // what remains of the credit granted
 	unconfirmed   int    // unsettled deliveries not yet confirmed
+	held          bool   // credit withheld: the address is blocked (hold.go)
 }
 
 // incoming is a delivery from a client being reassembled.
@@ -69,11 +70,17 @@ func (s *session) attach(a *frames.Attach) error {
 	l := &link{sess: s, name: a.Name, handle: a.Handle}
 	var reply *frames.Attach
 	var err error
+	// The broker's role is the opposite of the client's.
+	l.role = frames.RoleReceiver
 	if a.Role == frames.RoleReceiver {
 		l.role = frames.RoleSender
+	}
+	switch {
+	case s.c.s.cfg.MaxLinks > 0 && s.c.links() >= s.c.s.cfg.MaxLinks:
+		err = linkErr(frames.ErrCondResourceLimitExceeded, "the connection has %d links, the broker's limit", s.c.s.cfg.MaxLinks)
+	case l.role == frames.RoleSender:
 		reply, err = l.attachSender(a)
-	} else {
-		l.role = frames.RoleReceiver
+	default:
 		reply, err = l.attachReceiver(a)
 	}
 	var le *linkError
@@ -98,12 +105,18 @@ func (s *session) attach(a *frames.Attach) error {
 	s.links[a.Handle] = l
 	s.c.enqueue(outItem{sess: s, body: reply})
 	if l.role == frames.RoleReceiver {
-		s.c.mu.Lock()
-		f := l.grantLocked()
-		s.c.mu.Unlock()
-		s.c.enqueue(outItem{kind: kindFlow, sess: s, body: f})
+		s.c.enqueue(outItem{kind: kindFlow, sess: s, body: l.grant()})
 	}
 	return nil
+}
+
+// links counts the links attached on the connection.
+func (c *conn) links() int {
+	n := 0
+	for _, s := range c.sessions {
+		n += len(s.links)
+	}
+	return n
 }
 
 // attachSender attaches a link on which the broker delivers a queue or
@@ -213,6 +226,11 @@ func (l *link) attachReceiver(a *frames.Attach) (*frames.Attach, error) {
 		if err != nil {
 			return nil, err
 		}
+		// Refused at attach rather than message by message: send, and
+		// what auto-creating the address needs.
+		if err := c.core.AuthorizeSend(addr, rt); err != nil {
+			return nil, linkErr(conditionOf(err), "%v", err)
+		}
 		l.addr, l.rt = addr, rt
 	}
 	if a.InitialDeliveryCount != nil {
@@ -221,25 +239,16 @@ func (l *link) attachReceiver(a *frames.Attach) (*frames.Attach, error) {
 	return reply, nil
 }
 
-// grantLocked gives a client sender its full credit. c.mu is held.
-func (l *link) grantLocked() *frames.Flow {
-	l.credit = l.sess.c.s.cfg.LinkCredit
-	return l.flowLocked()
-}
-
 // refillLocked tops up a client sender's credit when less than a third
 // remains, counting unconfirmed deliveries against it: the credit
 // bounds what a producer has in flight, confirmed or not. It returns
-// the flow to send, or nil. c.mu is held.
+// the flow to send, or nil. c.mu is held. Callers outside hold.go use
+// refill, which withholds credit while the address is blocked.
 func (l *link) refillLocked() *frames.Flow {
-	window := l.sess.c.s.cfg.LinkCredit
-	if l.detached || l.credit >= window/3 {
-		return nil
+	if !l.refillDueLocked() {
+		return nil // nothing used up, or not worth a frame yet
 	}
-	want := int(window) - l.unconfirmed
-	if want-int(l.credit) < int(window/3) {
-		return nil // not worth a frame yet
-	}
+	want := int(l.sess.c.s.cfg.LinkCredit) - l.unconfirmed
 	l.credit = uint32(want)
 	return l.flowLocked()
 }

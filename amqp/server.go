@@ -28,6 +28,11 @@ type Config struct {
 	// HandleMax is the highest link handle accepted per session. Default
 	// 1023.
 	HandleMax uint32
+	// MaxLinks bounds the links (consumers and producers) attached at once
+	// on one connection, across its sessions; an attach past it is
+	// refused with amqp:resource-limit-exceeded. Default 1000; negative
+	// means no limit.
+	MaxLinks int
 	// IdleTimeout closes a connection from which nothing arrives for this
 	// long. Half of it is advertised in open, so that a peer sending
 	// heartbeats at half its peer's timeout (as the spec suggests) stays
@@ -70,6 +75,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.HandleMax == 0 {
 		c.HandleMax = 1023
+	}
+	if c.MaxLinks == 0 {
+		c.MaxLinks = 1000
 	}
 	if c.IdleTimeout == 0 {
 		c.IdleTimeout = 60 * time.Second

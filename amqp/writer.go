@@ -108,6 +108,10 @@ type writer struct {
 	setSess        *session
 	setFirst, setN uint32
 	lastWrite      time.Time
+	// Held producer links (hold.go).
+	held        []*link // scratch
+	lastRecheck time.Time
+	holdT       *time.Timer
 }
 
 // writeLoop owns the socket's write side. It takes everything queued,
@@ -118,6 +122,11 @@ type writer struct {
 func (c *conn) writeLoop() {
 	defer close(c.wdone)
 	w := &writer{c: c, buf: make([]byte, 0, flushSize), lastWrite: time.Now()}
+	defer func() {
+		if w.holdT != nil {
+			w.holdT.Stop()
+		}
+	}()
 	var items []outItem
 	var hb *time.Timer
 	for {
@@ -130,6 +139,7 @@ func (c *conn) writeLoop() {
 		c.outMu.Unlock()
 
 		w.resumeBacklogs()
+		w.recheckHeld()
 		if len(items) == 0 && len(w.buf) == 0 {
 			var hbC <-chan time.Time
 			if iv := c.peerIdle / 2; iv > 0 {
@@ -152,6 +162,7 @@ func (c *conn) writeLoop() {
 			select {
 			case <-c.wake:
 			case <-hbC:
+			case <-w.holdTimer():
 			}
 			continue
 		}
@@ -263,18 +274,20 @@ func (w *writer) settle(it *outItem) {
 	c := w.c
 	c.mu.Lock()
 	ended := it.sess.ended
-	var f *frames.Flow
+	due := false
 	if it.confirm && it.link != nil {
 		it.link.unconfirmed--
-		f = it.link.refillLocked()
+		due = it.link.refillDueLocked()
 	}
 	c.mu.Unlock()
 	if ended {
 		return // a confirmation arriving after its session ended
 	}
-	if f != nil {
-		w.flushSettles()
-		w.flow(&outItem{sess: it.sess, body: f})
+	if due {
+		if f := it.link.refill(); f != nil {
+			w.flushSettles()
+			w.flow(&outItem{sess: it.sess, body: f})
+		}
 	}
 	if it.state == nil {
 		if w.setSess == it.sess && w.setN > 0 && it.deliveryID == w.setFirst+w.setN {

@@ -193,7 +193,18 @@ type brokerJSON struct {
 	Totals        brokerTotals      `json:"totals"`
 	Journal       *journalJSON      `json:"journal"`
 	Memory        memoryJSON        `json:"memory"`
-	Goroutines    int               `json:"goroutines"`
+	// MessageMemory is the broker's accounting of messages held in
+	// memory against its budget (max-memory).
+	MessageMemory messageMemoryJSON `json:"messageMemory"`
+	// DiskFull says why durable sends are refused (the stores are over
+	// their disk limits); empty when they are not.
+	DiskFull   string `json:"diskFull"`
+	Goroutines int    `json:"goroutines"`
+}
+
+type messageMemoryJSON struct {
+	Used int64 `json:"used"` // estimated bytes
+	Max  int64 `json:"max"`  // 0 = unlimited
 }
 
 type protocolJSON struct {
@@ -273,6 +284,9 @@ func (s *Server) getBroker(w http.ResponseWriter, r *http.Request) {
 	runtime.ReadMemStats(&ms)
 	out.Memory = memoryJSON{HeapAlloc: ms.HeapAlloc, HeapInuse: ms.HeapInuse, HeapObjects: ms.HeapObjects,
 		Sys: ms.Sys, TotalAlloc: ms.TotalAlloc, NumGC: ms.NumGC}
+	mm := s.b.Memory()
+	out.MessageMemory = messageMemoryJSON{Used: mm.Used, Max: mm.Max}
+	out.DiskFull = s.b.DiskFull()
 	writeJSON(w, http.StatusOK, out)
 }
 
@@ -390,6 +404,7 @@ type queueJSON struct {
 	Expired       uint64     `json:"expired"`
 	DeadLettered  uint64     `json:"deadLettered"`
 	Dropped       uint64     `json:"dropped"`
+	Paged         int64      `json:"paged"`
 	Bytes         int64      `json:"bytes"`
 	MaxBytes      int64      `json:"maxBytes"`
 	OldestMessage *time.Time `json:"oldestMessage,omitempty"`
@@ -399,7 +414,7 @@ func queueOf(q core.QueueStats) queueJSON {
 	return queueJSON{Name: q.Name, Address: q.Address, RoutingType: q.RoutingType.String(), Durable: q.Durable,
 		Temporary: q.Temporary, ClientID: q.ClientID, Selector: q.Selector, Depth: q.Depth, InFlight: q.InFlight, Scheduled: q.Scheduled,
 		Consumers: q.Consumers, Enqueued: q.Enqueued, Dequeued: q.Dequeued, Expired: q.Expired,
-		DeadLettered: q.DeadLettered, Dropped: q.Dropped, Bytes: q.Bytes, MaxBytes: q.MaxBytes,
+		DeadLettered: q.DeadLettered, Dropped: q.Dropped, Paged: q.Paged, Bytes: q.Bytes, MaxBytes: q.MaxBytes,
 		OldestMessage: timePtr(q.OldestMessage)}
 }
 
@@ -429,6 +444,7 @@ var queueSorts = map[string]func(a, b *core.QueueStats) int{
 	"expired":      func(a, b *core.QueueStats) int { return cmp.Compare(a.Expired, b.Expired) },
 	"deadLettered": func(a, b *core.QueueStats) int { return cmp.Compare(a.DeadLettered, b.DeadLettered) },
 	"dropped":      func(a, b *core.QueueStats) int { return cmp.Compare(a.Dropped, b.Dropped) },
+	"paged":        func(a, b *core.QueueStats) int { return cmp.Compare(a.Paged, b.Paged) },
 	"bytes":        func(a, b *core.QueueStats) int { return cmp.Compare(a.Bytes, b.Bytes) },
 	"durable": func(a, b *core.QueueStats) int {
 		return cmp.Compare(btoi(a.Durable), btoi(b.Durable))
@@ -776,7 +792,7 @@ func (s *Server) sendMessage(w http.ResponseWriter, r *http.Request, address str
 			m.Properties[k] = v
 		}
 	}
-	sess, err := s.b.NewSession(core.SessionOptions{User: consoleUser})
+	sess, err := s.b.NewSession(core.SessionOptions{User: requestUser(r)})
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -838,6 +854,11 @@ type connectionJSON struct {
 	MessagesOut uint64    `json:"messagesOut"`
 	BytesIn     uint64    `json:"bytesIn"`
 	BytesOut    uint64    `json:"bytesOut"`
+	// Dropped counts the connection's messages a queue dropped (DROP, or
+	// non-durable over a PAGE limit); Refused its sends refused (FAIL, or
+	// the disk limit).
+	Dropped uint64 `json:"dropped"`
+	Refused uint64 `json:"refused"`
 }
 
 func (s *Server) listConnections(w http.ResponseWriter, r *http.Request) {
@@ -846,7 +867,7 @@ func (s *Server) listConnections(w http.ResponseWriter, r *http.Request) {
 	for _, c := range conns {
 		out = append(out, connectionJSON{ID: c.ID, Protocol: c.Protocol, RemoteAddr: c.RemoteAddr, User: c.User,
 			ClientID: c.ClientID, Opened: c.Opened, Consumers: c.Consumers, MessagesIn: c.MessagesIn,
-			MessagesOut: c.MessagesOut, BytesIn: c.BytesIn, BytesOut: c.BytesOut})
+			MessagesOut: c.MessagesOut, BytesIn: c.BytesIn, BytesOut: c.BytesOut, Dropped: c.Dropped, Refused: c.Refused})
 	}
 	slices.SortFunc(out, func(a, b connectionJSON) int { return cmp.Compare(a.ID, b.ID) })
 	writeJSON(w, http.StatusOK, map[string]any{"total": len(out), "connections": out})

@@ -20,6 +20,7 @@ type collector struct {
 	conns, connsTotal, msgsIn, msgsOut, bytesIn, bytesOut  *prometheus.Desc
 	jAppends, jSyncs, jBatches, jBatchRecords, jCompaction *prometheus.Desc
 	jSyncSeconds, jFiles, jBytes                           *prometheus.Desc
+	authzDenials                                           *prometheus.Desc
 }
 
 func newCollector(cfg Config, b *core.Broker) *collector {
@@ -51,6 +52,7 @@ func newCollector(cfg Config, b *core.Broker) *collector {
 		jSyncSeconds:   d("journal_sync_seconds", "Duration of the message journal's syncs."),
 		jFiles:         d("journal_files", "Message journal files on disk."),
 		jBytes:         d("journal_bytes", "Bytes of the message journal's files on disk."),
+		authzDenials:   d("authorization_denials_total", "Client operations the Authorizer refused.", pl...),
 	}
 }
 
@@ -61,6 +63,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 		c.jAppends, c.jSyncs, c.jBatches, c.jBatchRecords, c.jCompaction, c.jSyncSeconds, c.jFiles, c.jBytes} {
 		ch <- d
 	}
+	ch <- c.authzDenials
 }
 
 // Collect implements prometheus.Collector.
@@ -83,13 +86,19 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	m(c.addresses, gauge, float64(len(c.b.Addresses())))
 
+	_, denials := c.b.AuthzDenials()
 	for _, p := range c.b.ProtocolStats() {
+		m(c.authzDenials, counter, float64(denials[p.Protocol]), p.Protocol)
+		delete(denials, p.Protocol)
 		m(c.conns, gauge, float64(p.Connections), p.Protocol)
 		m(c.connsTotal, counter, float64(p.ConnectionsTotal), p.Protocol)
 		m(c.msgsIn, counter, float64(p.MessagesIn), p.Protocol)
 		m(c.msgsOut, counter, float64(p.MessagesOut), p.Protocol)
 		m(c.bytesIn, counter, float64(p.BytesIn), p.Protocol)
 		m(c.bytesOut, counter, float64(p.BytesOut), p.Protocol)
+	}
+	for proto, n := range denials {
+		m(c.authzDenials, counter, float64(n), proto)
 	}
 
 	if c.cfg.Journal == nil {

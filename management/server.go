@@ -7,8 +7,10 @@
 // statistics it serves are snapshots taken per request (or per scrape),
 // and nothing here holds a broker lock across a response.
 //
-// Safety: the API has no authentication of its own (it is meant for a
-// loopback or otherwise trusted listener); it defends against other web
+// Safety: with Config.RequireLogin every request but the health checks
+// needs HTTP Basic credentials of a user holding the manage permission;
+// without it the API is open (meant for a loopback or otherwise trusted
+// listener). Either way it defends against other web
 // origins driving a browser that can reach it. Every mutating request
 // (POST, DELETE) is refused when it carries an Origin header naming
 // another host than the one it was sent to, or Sec-Fetch-Site says
@@ -48,6 +50,12 @@ type Config struct {
 	// Logger receives one info line per mutating API call and the
 	// errors of failed ones. The zero value logs nothing.
 	Logger zerolog.Logger
+	// RequireLogin makes every request but /healthz and /readyz need
+	// HTTP Basic credentials that the broker's Authenticator accepts, of
+	// a user its Authorizer grants core.PermManage (401 with a challenge
+	// otherwise, 403 for a known user without it). Set it when users are
+	// configured; false keeps the API open, for loopback listeners.
+	RequireLogin bool
 }
 
 // JournalStats are the message journal's counters, as the process's
@@ -89,6 +97,7 @@ func New(cfg Config, b *core.Broker) *Server {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(
 		newCollector(cfg, b),
+		newLimitsCollector(b),
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
@@ -117,6 +126,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("X-Frame-Options", "DENY")
 	h.Set("Referrer-Policy", "same-origin")
+	if s.cfg.RequireLogin && !openPaths[r.URL.Path] {
+		if r = s.login(w, r); r == nil {
+			return
+		}
+	}
 	s.mux.ServeHTTP(w, r)
 }
 

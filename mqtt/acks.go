@@ -1,10 +1,13 @@
 package mqtt
 
 import (
+	"errors"
 	"sync"
 
 	mochi "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
+
+	"github.com/junctionmq/junction/core"
 )
 
 // acker sends the PUBACKs of a connection's pipelined QoS 1 publishes:
@@ -108,10 +111,17 @@ func (a *acker) send(ready []*ackSlot) bool {
 			a.cl.WritePacket(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Puback}, PacketID: s.id})
 			continue
 		}
-		a.br.log.Warn().Err(s.err).Str("client", a.cl.ID).Msg("mqtt publish not accepted")
+		reason := packets.ErrUnspecifiedError
+		if errors.Is(s.err, core.ErrUnauthorized) {
+			reason = packets.ErrNotAuthorized // core has logged it
+		} else if refusedFull(s.err) {
+			reason = packets.ErrQuotaExceeded // core has counted and logged it
+		} else {
+			a.br.log.Warn().Err(s.err).Str("client", a.cl.ID).Msg("mqtt publish not accepted")
+		}
 		if a.cl.Properties.ProtocolVersion == 5 {
 			a.cl.WritePacket(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Puback}, PacketID: s.id,
-				ReasonCode: packets.ErrUnspecifiedError.Code})
+				ReasonCode: reason.Code})
 			continue
 		}
 		// MQTT 3 has no negative acknowledgement: close the connection

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	mochi "github.com/mochi-mqtt/server/v2"
@@ -32,6 +33,19 @@ type clientState struct {
 	mu    sync.Mutex
 	p     *pclient // guarded by mu: set for a persistent session, or once a shared subscription needs it
 	acker *acker   // guarded by mu: started by the first pipelined QoS 1 publish
+	// subDenied holds the filters of the SUBSCRIBE being processed that
+	// core refuses, from OnSubscribe to OnSubscribed (see OnACLCheck).
+	subDenied map[string]bool // guarded by mu
+}
+
+// takeDenied forgets the refused filters of the SUBSCRIBE just
+// processed, reporting whether there were any.
+func (cs *clientState) takeDenied() bool {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	had := cs.subDenied != nil
+	cs.subDenied = nil
+	return had
 }
 
 // ackerFor returns the connection's acker, starting it on first use.
@@ -80,6 +94,11 @@ type bridge struct {
 	users    map[*mochi.Client]string       // guarded by mu: authenticated, not yet established
 	sessions map[*mochi.Client]*clientState // guarded by mu
 	byID     map[string]*clientState        // guarded by mu: the current connection of each client id
+
+	// checking counts the clients with refused filters between
+	// OnSubscribe and OnSubscribed: while it is 0, OnACLCheck allows
+	// deliveries without looking anything up.
+	checking atomic.Int32
 
 	inject *mochi.Client  // the internal client core's messages are published as
 	sess   *core.Session  // the bridge's own core session
@@ -182,7 +201,7 @@ func (br *bridge) Provides(b byte) bool {
 	switch b {
 	case mochi.OnConnectAuthenticate, mochi.OnACLCheck, mochi.OnSessionEstablished,
 		mochi.OnDisconnect, mochi.OnPublish, mochi.OnSubscribed, mochi.OnUnsubscribed,
-		mochi.OnPacketRead, mochi.OnPacketEncode, mochi.OnWillSent, mochi.OnClientExpired:
+		mochi.OnPacketRead, mochi.OnPacketEncode, mochi.OnWillSent, mochi.OnClientExpired, mochi.OnSubscribe:
 		return true
 	}
 	return false
@@ -191,7 +210,7 @@ func (br *bridge) Provides(b byte) bool {
 // OnConnectAuthenticate checks the client's credentials with core's
 // authenticator, the one every protocol uses.
 func (br *bridge) OnConnectAuthenticate(cl *mochi.Client, pk packets.Packet) bool {
-	user, err := br.b.Authenticate(context.Background(), string(pk.Connect.Username), string(pk.Connect.Password))
+	user, err := br.b.AuthenticateFrom(context.Background(), cl.Net.Remote, string(pk.Connect.Username), string(pk.Connect.Password))
 	if err != nil {
 		br.log.Debug().Err(err).Str("client", cl.ID).Msg("mqtt authentication failed")
 		return false
@@ -202,8 +221,97 @@ func (br *bridge) OnConnectAuthenticate(cl *mochi.Client, pk packets.Packet) boo
 	return true
 }
 
-// OnACLCheck allows every topic; authorization comes with core's policy.
-func (br *bridge) OnACLCheck(*mochi.Client, string, bool) bool { return true }
+// OnACLCheck answers mochi's checks with core's Authorizer, through the
+// client's core session, so that refusals are counted and logged as
+// core's own are. A publish (write) needs send on its address, and what
+// auto-creating the address needs; mochi then drops a refused QoS 0
+// publish, answers QoS 1 and 2 with reason 0x87 on MQTT 5 and closes the
+// connection on MQTT 3.1.1 [MQTT-3.3.5-2]. A SUBSCRIBE filter is refused
+// when OnSubscribe found that core would refuse its subscription (0x87,
+// or 0x80 on 3.1.1). mochi also asks before each delivery to a
+// subscriber (not write, the message's topic): consume was checked when
+// the client subscribed, as for core's own subscriptions, so a delivery
+// is allowed.
+func (br *bridge) OnACLCheck(cl *mochi.Client, topic string, write bool) bool {
+	if !br.b.Authorizing() {
+		return true
+	}
+	if !write {
+		if br.checking.Load() == 0 {
+			return true
+		}
+		cs := br.state(cl)
+		if cs == nil {
+			return true
+		}
+		cs.mu.Lock()
+		denied := cs.subDenied[topic]
+		cs.mu.Unlock()
+		return !denied
+	}
+	cs := br.state(cl)
+	if cs == nil {
+		return false // no core session to authorize with: it is closing
+	}
+	addr := TopicToAddress(topic)
+	rt := core.Multicast
+	if q := br.b.Queue(addr); q != nil && q.RoutingType() == core.Anycast {
+		rt = core.Anycast // as OnPublish sends it
+	}
+	return cs.sess.AuthorizeSend(addr, rt) == nil
+}
+
+// OnSubscribe asks core, for each filter, whether it would allow the
+// subscription the bridge or mochi would serve (consume on the pattern,
+// and creating a durable, shared or non-durable subscription), and
+// keeps the refused filters for OnACLCheck, which mochi calls next.
+func (br *bridge) OnSubscribe(cl *mochi.Client, pk packets.Packet) packets.Packet {
+	if !br.b.Authorizing() {
+		return pk
+	}
+	cs := br.state(cl)
+	if cs == nil {
+		return pk
+	}
+	var denied map[string]bool
+	for _, sub := range pk.Filters {
+		err := cs.sess.AuthorizeSubscribe(subscribeOptions(cl, sub.Filter, min(sub.Qos, 2)))
+		if errors.Is(err, core.ErrUnauthorized) {
+			if denied == nil {
+				denied = make(map[string]bool)
+			}
+			denied[sub.Filter] = true
+		}
+	}
+	if denied != nil {
+		cs.mu.Lock()
+		had := cs.subDenied != nil
+		cs.subDenied = denied
+		cs.mu.Unlock()
+		if !had {
+			br.checking.Add(1)
+		}
+	}
+	return pk
+}
+
+// subscribeOptions are the core options of client cl's subscription to
+// filter, as the bridge serves it (shared, or a persistent session's
+// durable one) or as mochi does (a non-durable subscription, in core's
+// terms). Address, routing type and names only.
+func subscribeOptions(cl *mochi.Client, filter string, qos byte) core.ConsumerOptions {
+	o := core.ConsumerOptions{RoutingType: core.Multicast}
+	if group, f, ok := splitShared(filter); ok {
+		o.Address = FilterToPattern(f)
+		o.SharedSubscriptionName = group
+		return o
+	}
+	o.Address = FilterToPattern(filter)
+	if persistentSession(cl) {
+		o.SubscriptionName = subName(filter, qos)
+	}
+	return o
+}
 
 // OnSessionEstablished opens the client's core session (see openSession).
 func (br *bridge) OnSessionEstablished(cl *mochi.Client, _ packets.Packet) {
@@ -232,6 +340,13 @@ func (br *bridge) OnSessionEstablished(cl *mochi.Client, _ packets.Packet) {
 	br.sessions[cl] = cs
 	br.byID[cl.ID] = cs
 	br.mu.Unlock()
+	if br.b.Authorizing() && atomic.LoadUint32(&cl.Properties.Will.Flag) == 1 {
+		// mochi publishes a will without an ACL check: a will the user
+		// may not send is dropped now, as a refused QoS 0 publish is.
+		if sess.AuthorizeSend(TopicToAddress(cl.Properties.Will.TopicName), core.Multicast) != nil {
+			atomic.StoreUint32(&cl.Properties.Will.Flag, 0)
+		}
+	}
 }
 
 // OnDisconnect closes the client's core session; a persistent session's
@@ -246,6 +361,9 @@ func (br *bridge) OnDisconnect(cl *mochi.Client, _ error, _ bool) {
 	}
 	br.mu.Unlock()
 	if cs != nil {
+		if cs.takeDenied() {
+			br.checking.Add(-1) // a SUBSCRIBE cut short
+		}
 		cs.close()
 	}
 }
@@ -259,6 +377,9 @@ func (br *bridge) state(cl *mochi.Client) *clientState {
 // OnSubscribed hands the subscriptions core serves to core.
 func (br *bridge) OnSubscribed(cl *mochi.Client, pk packets.Packet, codes []byte) {
 	if cs := br.state(cl); cs != nil {
+		if cs.takeDenied() {
+			br.checking.Add(-1)
+		}
 		br.onSubscribed(cs, pk, codes)
 	}
 }
@@ -341,8 +462,21 @@ func (br *bridge) OnPublish(cl *mochi.Client, pk packets.Packet) (packets.Packet
 		err = br.b.Retain(m)
 	}
 	if err != nil {
-		br.log.Warn().Err(err).Str("client", cl.ID).Str("topic", pk.TopicName).Msg("mqtt publish not accepted")
-		if cl.Properties.ProtocolVersion == 5 && pk.FixedHeader.Qos > 0 {
+		denied := errors.Is(err, core.ErrUnauthorized) // core has logged it
+		full := refusedFull(err)                       // and counted these (refusal.go)
+		if !denied && !full {
+			br.log.Warn().Err(err).Str("client", cl.ID).Str("topic", pk.TopicName).Msg("mqtt publish not accepted")
+		}
+		switch {
+		case denied && pk.FixedHeader.Qos == 0:
+			return pk, packets.ErrRejectPacket // dropped, as OnACLCheck's refusals are
+		case full && pk.FixedHeader.Qos == 0:
+			return pk, packets.ErrRejectPacket // dropped, counted as refused
+		case full && cl.Properties.ProtocolVersion == 5:
+			return nack(cl, pk, packets.ErrQuotaExceeded) // PUBACK/PUBREC with reason 0x97
+		case denied && cl.Properties.ProtocolVersion == 5:
+			return nack(cl, pk, packets.ErrNotAuthorized) // PUBACK/PUBREC with reason 0x87
+		case cl.Properties.ProtocolVersion == 5 && pk.FixedHeader.Qos > 0:
 			return pk, packets.ErrUnspecifiedError // PUBACK/PUBREC with reason 0x80
 		}
 		// MQTT 3 has no negative acknowledgement: close the connection

@@ -25,6 +25,7 @@ func FuzzConn(f *testing.F) {
 		"\x40\x02\x00\x01",                         // PUBACK
 		"\xc0\x00",                                 // PINGREQ
 		"\xe0\x00",                                 // DISCONNECT
+		"\x30\x07\x00\x03a/bhi\x30\xff\xff\x04",    // a PUBLISH, then one over the max packet size
 	} {
 		f.Add([]byte(s))
 	}

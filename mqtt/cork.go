@@ -33,8 +33,9 @@ type corkConn struct {
 	net.Conn
 
 	// Read side: only mochi's read goroutine reads, so no lock.
-	raw  syscall.RawConn // nil: no read-ahead (not a plain TCP connection)
-	rbuf *readBuf        // read ahead, not yet taken; nil when empty
+	raw   syscall.RawConn // nil: no read-ahead (not a plain TCP connection)
+	rbuf  *readBuf        // read ahead, not yet taken; nil when empty
+	limit *packetLimit    // nil: no packet size check of ours (limits.go)
 
 	mu    sync.Mutex
 	corks int     // guarded by mu
@@ -64,11 +65,12 @@ type readBuf struct {
 
 var readPool = sync.Pool{New: func() any { return new(readBuf) }}
 
-// Read reads into p what was read ahead; else it waits for data and
+// readBuffered reads into p what was read ahead; else it waits for data and
 // reads all that is waiting, up to readAhead bytes, into a pooled buffer
 // (taken only once there is something to read, so an idle connection
-// waits holding none), and hands p the first of it.
-func (c *corkConn) Read(p []byte) (int, error) {
+// waits holding none), and hands p the first of it. Read (limits.go)
+// calls it.
+func (c *corkConn) readBuffered(p []byte) (int, error) {
 	if c.rbuf == nil && c.raw != nil && len(p) < readAhead {
 		if err := c.fill(); err != nil {
 			return 0, err

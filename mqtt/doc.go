@@ -9,7 +9,11 @@
 // mochi's EstablishConnection. Packet handling, keep-alive, QoS flows,
 // retained messages, wills and sessions are mochi's. Limits are set
 // where mochi has none: a maximum packet size, a finite session expiry,
-// a per-client bound on queued writes.
+// a per-client bound on queued writes, a deadline for CONNECT, and a
+// bound on each client's subscriptions. Where mochi's answer to a limit
+// is silent, Junction's is the protocol's (limits.go): DISCONNECT 0x95
+// for a packet too large and SUBACK 0x97 past the subscription limit,
+// on MQTT 5.
 //
 // # Topics and addresses
 //
@@ -18,6 +22,21 @@
 // reversible with [AddressToTopic]). Filters map the same way with '+'
 // as '*' and '#' as '#'. So an MQTT subscriber on sensors/+/temp and a
 // STOMP subscriber on /topic/sensors.*.temp see the same messages.
+//
+// Authorization is core's: the bridge answers mochi's ACL checks from
+// the client's core session (a refused filter gets SUBACK 0x87, 0x80 on
+// 3.1.1; a refused publish is dropped at QoS 0, answered 0x87 at QoS 1
+// and 2 on MQTT 5, and closes a 3.1.1 connection), and drops a will the
+// user may not send (docs/protocol-mapping.md, Authorization).
+//
+// A publish to a full address with address-full-policy FAIL, or a QoS 1
+// or 2 publish while the store is over its disk limit, is answered with
+// reason 0x97 (quota exceeded) in the PUBACK or PUBREC on MQTT 5; MQTT
+// 3.1.1 has no negative acknowledgement, so the connection is closed; a
+// QoS 0 publish is dropped (counted as refused). With BLOCK, the
+// bridge's publish hook waits in core while the address is full, so
+// mochi stops reading the publisher's connection until there is room
+// (refusal.go).
 //
 // # The bridge, both ways
 //
@@ -48,8 +67,9 @@
 //     restart and kill -9, and a QoS 1/2 publish reaching one is
 //     acknowledged only after the journal's sync. Each has a byte budget
 //     (Config.MaxSessionBytes); overflow follows the address's full
-//     policy (DROP by default, counted). A clean start discards the
-//     session's subscriptions.
+//     policy (PAGE by default: to disk when the broker persists; see
+//     Config.MaxSessionBytes). A clean start discards the session's
+//     subscriptions.
 //   - MQTT 5 shared subscriptions $share/GROUP/filter are core shared
 //     subscriptions named GROUP on the filter's pattern, so a STOMP
 //     subscriber with shared-subscription-name:GROUP on the same topic

@@ -521,14 +521,19 @@ func TestSlowSubscriberDoesNotDelayOthers(t *testing.T) {
 }
 
 func TestPersistentSessionByteBudget(t *testing.T) {
-	tb := startBrokerWith(t, mqtt.Config{MaxSessionBytes: 1000})
+	// With DROP. (The default policy, PAGE, pages the overflow to disk
+	// when the broker persists, and makes the publisher wait without a
+	// page store.)
+	drop := "DROP"
+	tb := startBrokerFull(t, mqtt.Config{MaxSessionBytes: 1000},
+		core.Config{Authenticator: denyBob{}, AddressSettings: []core.AddressSettings{{Match: "feed", FullPolicy: &drop}}})
 	dev := tb.client(t, "dev", func(o *paho.ClientOptions) { o.SetCleanSession(false) })
 	wait(t, dev.Subscribe("feed", 1, nil))
 	dev.Disconnect(100)
 	pub := tb.client(t, "pub")
 	body := make([]byte, 200)
 	for range 10 {
-		// DROP: the publisher is not refused; the session keeps what fits.
+		// The publisher is not refused; the session keeps what fits.
 		wait(t, pub.Publish("feed", 1, false, body))
 	}
 	st := tb.broker.Queue("mqtt/dev.q1/feed").Stats()

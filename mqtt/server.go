@@ -27,7 +27,8 @@ const listenerID = "junction"
 // Config configures a Server. Zero fields take the defaults given.
 type Config struct {
 	// MaxPacketSize bounds an MQTT packet. Default 10 MiB (mochi's own
-	// default is unlimited).
+	// default is unlimited). A larger packet closes the connection, after
+	// a DISCONNECT with reason 0x95 (packet too large) on MQTT 5.
 	MaxPacketSize int
 	// MaxSessionExpiry caps how long a disconnected persistent session is
 	// kept. Default 1 hour (mochi's default is about 136 years).
@@ -48,13 +49,25 @@ type Config struct {
 	// falls behind a burst.
 	MaxWritesPending int
 	// MaxSessionBytes is the byte budget of each subscription of a
-	// persistent session (what waits for an offline device); overflow
-	// follows the address's full policy (DROP by default: counted in the
-	// queue's Dropped statistic and logged). Default 64 MiB.
+	// persistent session (what waits for an offline device) in memory;
+	// overflow follows the address's full policy: PAGE by default (QoS 1
+	// and 2 messages go to the page store when the broker persists, and
+	// publishers wait without one; QoS 0 messages are dropped), or DROP
+	// (counted in the queue's Dropped statistic and logged), BLOCK, FAIL.
+	// Default 64 MiB.
 	MaxSessionBytes int64
 	// BridgeCredit is the window of messages the bridge takes from core
 	// before injecting them into mochi. Default 1024.
 	BridgeCredit int
+	// ConnectTimeout bounds the wait for a connection's CONNECT packet,
+	// from ServeConn on: a client that has not sent all of it by then is
+	// closed (mochi itself waits forever). Default 10s.
+	ConnectTimeout time.Duration
+	// MaxSubscriptions bounds the topic filters one client holds; a
+	// SUBSCRIBE filter past it is refused with SUBACK reason 0x97 (quota
+	// exceeded) on MQTT 5, 0x80 on 3.1.1. Default 1000; negative means no
+	// limit.
+	MaxSubscriptions int
 	// Logger receives mochi's logs and the bridge's. Zero logs nothing.
 	Logger zerolog.Logger
 }
@@ -78,6 +91,12 @@ func (c Config) withDefaults() Config {
 	if c.BridgeCredit <= 0 {
 		c.BridgeCredit = 1024
 	}
+	if c.ConnectTimeout <= 0 {
+		c.ConnectTimeout = 10 * time.Second
+	}
+	if c.MaxSubscriptions == 0 {
+		c.MaxSubscriptions = 1000
+	}
 	return c
 }
 
@@ -90,6 +109,10 @@ type Server struct {
 
 	stub      *stubListener
 	closeOnce sync.Once
+
+	mu      sync.Mutex
+	closing bool               // guarded by mu: Close has begun; ServeConn turns connections away
+	conns   map[*corkConn]bool // guarded by mu: connections in ServeConn; true once mochi has them as clients
 }
 
 // New starts an MQTT front-end over broker b.
@@ -115,13 +138,18 @@ func New(cfg Config, b *core.Broker) (*Server, error) {
 		ClientNetWriteBufferSize: 32 << 10,
 		Logger:                   slog.New(zerolog.NewSlogHandler(cfg.Logger.With().Str("component", "mochi").Logger())),
 	})
-	s := &Server{cfg: cfg, mochi: ms, stub: &stubListener{done: make(chan struct{}), mochi: ms}}
+	s := &Server{cfg: cfg, mochi: ms, stub: &stubListener{done: make(chan struct{}), mochi: ms}, conns: make(map[*corkConn]bool)}
 	br, err := newBridge(s, b)
 	if err != nil {
 		return nil, err
 	}
 	s.bridge = br
 	if err := ms.AddHook(br, nil); err != nil {
+		br.close()
+		return nil, err
+	}
+	// After the bridge: see limitHook.
+	if err := ms.AddHook(newLimitHook(s, cfg.MaxSubscriptions), nil); err != nil {
 		br.close()
 		return nil, err
 	}
@@ -150,17 +178,59 @@ func New(cfg Config, b *core.Broker) (*Server, error) {
 func (s *Server) ServeConn(ctx context.Context, nc net.Conn) {
 	stop := context.AfterFunc(ctx, func() { nc.Close() })
 	defer stop()
-	err := s.mochi.EstablishConnection(listenerID, newCorkConn(nc))
+	// mochi reads CONNECT without a deadline, then replaces this one with
+	// the keep-alive's (or none) once it has the packet.
+	nc.SetReadDeadline(time.Now().Add(s.cfg.ConnectTimeout))
+	cc := newCorkConn(nc)
+	cc.limit = &packetLimit{max: s.cfg.MaxPacketSize}
+	s.mu.Lock()
+	if s.closing {
+		s.mu.Unlock()
+		nc.Close()
+		return
+	}
+	s.conns[cc] = false
+	// mochi's Close waits on ClientsWg, to which EstablishConnection adds
+	// from this goroutine; sync.WaitGroup needs a first Add ordered before
+	// Wait, which adding here, under mu and before Close has begun, does.
+	s.mochi.Listeners.ClientsWg.Add(1)
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.conns, cc)
+		s.mu.Unlock()
+		s.mochi.Listeners.ClientsWg.Done()
+	}()
+	err := s.mochi.EstablishConnection(listenerID, cc)
 	if err != nil && !errors.Is(err, net.ErrClosed) {
 		s.cfg.Logger.Debug().Err(err).Str("remote", nc.RemoteAddr().String()).Msg("mqtt connection ended")
 	}
 }
 
 // Close disconnects every MQTT client (MQTT 5 clients get DISCONNECT with
-// "server shutting down"), stops mochi and the bridge. Idempotent: mochi
-// panics on a second Close of its own.
+// "server shutting down"; connections still in their handshake are just
+// closed), stops mochi and the bridge. Idempotent: mochi panics on a
+// second Close of its own.
 func (s *Server) Close() error {
 	s.closeOnce.Do(func() {
+		s.mu.Lock()
+		s.closing = true
+		var shaking []*corkConn
+		for cc, client := range s.conns {
+			if !client {
+				shaking = append(shaking, cc)
+			}
+		}
+		s.mu.Unlock()
+		// mochi does not know these as clients yet, so it would not
+		// disconnect them, and its Close waits for every connection.
+		for _, cc := range shaking {
+			cc.Conn.Close()
+		}
+		// Likewise a client whose publish waits in core for room
+		// (address-full-policy BLOCK): closing the sessions ends the
+		// wait, and with it the read loop mochi's Close waits for.
+		s.bridge.closeSessions()
 		s.mochi.Close()
 		s.bridge.close()
 	})

@@ -363,10 +363,10 @@ func (br *bridge) openSession(cl *mochi.Client, user string) (*core.Session, *pc
 			}
 			old.Close()
 		}
-		s, err := br.b.NewSession(clientOptions(cl, user, ""))
+		s, err := br.b.NewSession(br.clientOptions(cl, user, ""))
 		return s, nil, err
 	}
-	s, err := br.claim(clientOptions(cl, user, clientIDPrefix+cl.ID))
+	s, err := br.claim(br.clientOptions(cl, user, clientIDPrefix+cl.ID))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -387,13 +387,35 @@ var errAdminClose = errors.New("mqtt: connection closed by an administrator")
 // clientOptions are the core session options of MQTT client cl: a
 // connection of protocol "mqtt" that an administrator may close, which
 // stops the client in mochi (closing its network connection; mochi's
-// OnDisconnect then closes the session). The bridge's own sessions have
-// no Protocol and are not connections.
-func clientOptions(cl *mochi.Client, user, clientID string) core.SessionOptions {
+// OnDisconnect then closes the session). The session is also closed at
+// once: a publish waiting in core for room (address-full-policy BLOCK)
+// holds mochi's read loop, and with it OnDisconnect, until it gives up.
+// The bridge's own sessions have no Protocol and are not connections.
+func (br *bridge) clientOptions(cl *mochi.Client, user, clientID string) core.SessionOptions {
 	return core.SessionOptions{
 		User: user, ClientID: clientID,
 		Protocol: "mqtt", RemoteAddr: cl.Net.Remote,
-		Close: func() { cl.Stop(errAdminClose) },
+		Close: func() {
+			cl.Stop(errAdminClose)
+			if cs := br.state(cl); cs != nil {
+				cs.sess.Close()
+			}
+		},
+	}
+}
+
+// closeSessions closes the core sessions of every client, for the
+// server's Close: publishes waiting in core for room give up, so that
+// the clients' read loops end (mochi's Close waits for them).
+func (br *bridge) closeSessions() {
+	br.mu.Lock()
+	ss := make([]*core.Session, 0, len(br.sessions))
+	for _, cs := range br.sessions {
+		ss = append(ss, cs.sess)
+	}
+	br.mu.Unlock()
+	for _, s := range ss {
+		s.Close()
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-stomp/stomp/v3/frame"
@@ -40,6 +41,24 @@ func (e *protocolError) Error() string { return "stomp: " + e.msg }
 
 func protoErr(msg, format string, args ...any) *protocolError {
 	return &protocolError{msg: msg, detail: fmt.Sprintf(format, args...)}
+}
+
+// coreErr reports a core error as msg, or as "not authorized" when the
+// Authorizer refused (the body says who was refused what, on which
+// address), "address full" when the address is over its limit with
+// address-full-policy FAIL, or "disk full" when durable sends are
+// refused for the store's disk limit (the body says which queue or
+// limit).
+func coreErr(msg string, err error) *protocolError {
+	switch {
+	case errors.Is(err, core.ErrUnauthorized):
+		msg = "not authorized"
+	case errors.Is(err, core.ErrAddressFull):
+		msg = "address full"
+	case errors.Is(err, core.ErrDiskFull):
+		msg = "disk full"
+	}
+	return &protocolError{msg: msg, detail: err.Error()}
 }
 
 type ackMode uint8
@@ -96,6 +115,12 @@ type conn struct {
 	readIdle  time.Duration // max silence from the client; 0 = none
 	deferred  bool          // the frame being handled is answered later
 
+	// live is session, for closes from other goroutines (an
+	// administrator's, the broker's shutdown): closing it ends a SEND
+	// waiting in core for room (address-full-policy BLOCK), which
+	// would otherwise hold the read loop until there is room.
+	live atomic.Pointer[core.Session]
+
 	// The writer's queue, guarded by outMu.
 	outMu     sync.Mutex
 	out       []outItem
@@ -145,8 +170,12 @@ func (c *conn) serve(ctx context.Context) {
 	start := time.Now()
 	go c.writeLoop()
 	stop := context.AfterFunc(ctx, func() {
-		// Shutdown: wake the read loop; it says goodbye.
+		// Shutdown: wake the read loop; it says goodbye. A SEND waiting
+		// for room gives up.
 		c.nc.SetReadDeadline(time.Now())
+		if s := c.live.Load(); s != nil {
+			s.Close()
+		}
 	})
 	err := c.readLoop(ctx)
 	stop()
@@ -179,6 +208,17 @@ func (c *conn) serve(ctx context.Context) {
 		c.session.Close()
 	}
 	c.log.Debug().Dur("duration", time.Since(start)).Err(c.writerErr()).Msg("stomp connection closed")
+}
+
+// closeFromOutside closes the connection for an administrator: the read
+// loop fails and serve tears the connection down as for a lost client.
+// The session is closed at once, so that a SEND waiting in core for room
+// gives up rather than hold the read loop.
+func (c *conn) closeFromOutside() {
+	c.nc.Close()
+	if s := c.live.Load(); s != nil {
+		s.Close()
+	}
 }
 
 // readLoop reads and handles frames until the connection ends.
@@ -294,8 +334,10 @@ func (c *conn) journaled(s *answerSlot, f *frame.Frame, err error) {
 	c.outMu.Lock()
 	s.ready = true
 	if err != nil {
-		c.log.Warn().Err(err).Msg("durable send failed")
-		s.item = outItem{f: errorFrame(&protocolError{msg: "send failed", detail: err.Error()}, f), close: true}
+		if !errors.Is(err, core.ErrUnauthorized) && !errors.Is(err, core.ErrAddressFull) && !errors.Is(err, core.ErrDiskFull) { // core logs refusals
+			c.log.Warn().Err(err).Msg("durable send failed")
+		}
+		s.item = outItem{f: errorFrame(coreErr("send failed", err), f), close: true}
 	}
 	n := 0
 	for n < len(c.slots) && c.slots[n].ready {
@@ -337,7 +379,7 @@ func (c *conn) onConnect(ctx context.Context, f *frame.Frame) error {
 			recvEvery = max(cfg.HeartBeatReceive, cx)
 		}
 	}
-	user, err := c.s.broker.Authenticate(ctx, f.Header.Get(frame.Login), f.Header.Get(frame.Passcode))
+	user, err := c.s.broker.AuthenticateFrom(ctx, c.nc.RemoteAddr().String(), f.Header.Get(frame.Login), f.Header.Get(frame.Passcode))
 	if err != nil {
 		return protoErr("authentication failed", "The login or passcode was not accepted.")
 	}
@@ -345,11 +387,12 @@ func (c *conn) onConnect(ctx context.Context, f *frame.Frame) error {
 		Protocol: "stomp", RemoteAddr: c.nc.RemoteAddr().String(),
 		// An administrator's close: the read loop fails and serve tears
 		// the connection down as for a lost client.
-		Close: func() { c.nc.Close() }})
+		Close: c.closeFromOutside})
 	if err != nil {
 		return protoErr("connect refused", "%v", err)
 	}
 	c.session = sess
+	c.live.Store(sess)
 	c.connected = true
 	if recvEvery > 0 {
 		c.readIdle = time.Duration(float64(recvEvery) * cfg.HeartBeatGrace)
@@ -419,7 +462,7 @@ func (c *conn) onSend(ctx context.Context, f *frame.Frame) error {
 			return protoErr("unknown transaction", "Transaction %q was not begun.", txID)
 		}
 		if err := tx.Send(m); err != nil {
-			return protoErr("send failed", "%v", err)
+			return coreErr("send failed", err)
 		}
 		return nil
 	}
@@ -432,7 +475,7 @@ func (c *conn) onSend(ctx context.Context, f *frame.Frame) error {
 		return nil
 	}
 	if err := c.session.Send(ctx, m); err != nil {
-		return protoErr("send failed", "%v", err)
+		return coreErr("send failed", err)
 	}
 	return nil
 }
@@ -451,6 +494,9 @@ func (c *conn) onSubscribe(f *frame.Frame) error {
 	}
 	if _, dup := c.subs[id]; dup {
 		return protoErr("duplicate subscription", "Subscription id %q is already in use on this connection.", id)
+	}
+	if n := c.s.cfg.MaxSubscriptions; n > 0 && len(c.subs) >= n {
+		return protoErr("too many subscriptions", "This connection has %d subscriptions, the broker's limit.", len(c.subs))
 	}
 	sub := &subscription{id: id}
 	switch mode := f.Header.Get(frame.Ack); mode {
@@ -505,7 +551,7 @@ func (c *conn) onSubscribe(f *frame.Frame) error {
 		if errors.As(err, &se) {
 			return protoErr("invalid selector", "Selector %q: %s at offset %d.", opts.Selector, se.Msg, se.Pos)
 		}
-		return protoErr("subscribe failed", "%v", err)
+		return coreErr("subscribe failed", err)
 	}
 	c.outMu.Lock()
 	sub.consumer = cons
@@ -542,7 +588,7 @@ func (c *conn) onUnsubscribe(f *frame.Frame) error {
 	// Deleting a durable subscription, as ActiveMQ does when UNSUBSCRIBE
 	// names it.
 	if err := c.session.Unsubscribe(name); err != nil {
-		return protoErr("unsubscribe failed", "%v", err)
+		return coreErr("unsubscribe failed", err)
 	}
 	return nil
 }
@@ -661,7 +707,7 @@ func (c *conn) onTx(ctx context.Context, f *frame.Frame) error {
 		return tx.Rollback()
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return protoErr("commit failed", "%v", err)
+		return coreErr("commit failed", err)
 	}
 	return nil
 }

@@ -12,6 +12,13 @@
 // ERROR frame with a message header and a body saying what was wrong, and
 // the connection closes; the session then returns unacked messages to
 // their queues. DISCONNECT with a receipt is answered before closing.
+// An operation core's Authorizer refuses gets ERROR "not authorized",
+// the body naming the user, permission and address. A SEND to a full
+// address with address-full-policy FAIL gets ERROR "address full", a
+// persistent SEND while the store is over its disk limit ERROR "disk
+// full" (the body names the queue or the limit). With BLOCK, the SEND
+// waits in core while the address is full: the connection is not read
+// meanwhile, and its RECEIPT comes once there is room.
 //
 // # Destinations
 //

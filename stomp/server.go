@@ -33,6 +33,10 @@ type Config struct {
 	HeartBeatGrace float64
 	// ConnectTimeout bounds the wait for the CONNECT frame. Default 10s.
 	ConnectTimeout time.Duration
+	// MaxSubscriptions bounds the subscriptions open on one connection; a
+	// SUBSCRIBE past it gets an ERROR and the connection is closed.
+	// Default 1000; negative means no limit.
+	MaxSubscriptions int
 	// WriteTimeout bounds one socket write; a client that does not read
 	// for this long is disconnected. Default 30s.
 	WriteTimeout time.Duration
@@ -72,6 +76,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ConnectTimeout <= 0 {
 		c.ConnectTimeout = 10 * time.Second
+	}
+	if c.MaxSubscriptions == 0 {
+		c.MaxSubscriptions = 1000
 	}
 	if c.WriteTimeout <= 0 {
 		c.WriteTimeout = 30 * time.Second

@@ -212,7 +212,8 @@ function renderOverview(b, totals) {
 function queueCells(tr, q) {
   const cells = [
     ["name", q.name], ["address", q.address], ["routing", q.routingType], ["durable", q.durable ? "yes" : ""],
-    ["depth num", fmtNum(q.depth)], ["inflight num", fmtNum(q.inFlight)], ["consumers num", fmtNum(q.consumers)],
+    ["depth num", fmtNum(q.depth)], ["inflight num", fmtNum(q.inFlight)], ["paged num", fmtNum(q.paged || 0)],
+    ["consumers num", fmtNum(q.consumers)],
     ["enqueued num", fmtNum(q.enqueued)], ["dequeued num", fmtNum(q.dequeued)], ["oldest", fmtAge(q.oldestMessage)],
   ];
   if (!tr.cells.length) {

@@ -1,0 +1,200 @@
+package amqp_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	goamqp "github.com/Azure/go-amqp"
+
+	"github.com/junctionmq/junction/amqp"
+	"github.com/junctionmq/junction/core"
+	"github.com/junctionmq/junction/persistence/journal"
+)
+
+// limited is address settings bounding addr's queues to max body bytes
+// with the given address-full-policy.
+func limited(addr string, max int64, policy string) core.AddressSettings {
+	return core.AddressSettings{Match: addr, MaxSizeBytes: &max, FullPolicy: &policy}
+}
+
+// diskFullConfig is a broker configuration with a journal whose disk
+// limit is always exceeded: durable sends are refused once the broker
+// has checked (waitDiskFull).
+func diskFullConfig(t *testing.T) core.Config {
+	t.Helper()
+	dir := t.TempDir()
+	msgs, err := journal.Open(journal.Config{Dir: filepath.Join(dir, "journal"), FileSize: 256 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { msgs.Close() })
+	bindings, err := journal.Open(journal.Config{Dir: filepath.Join(dir, "bindings"), FileSize: 64 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { bindings.Close() })
+	usage := func() (int64, int64, error) { return 2000, 1 << 40, nil }
+	return core.Config{Messages: msgs, Bindings: bindings,
+		Disk: core.DiskLimits{Usage: usage, MaxUsage: 1000, Interval: 5 * time.Millisecond}}
+}
+
+func waitDiskFull(t *testing.T, b *core.Broker) {
+	t.Helper()
+	eventually(t, "the disk limit to be seen", func() bool { return b.DiskFull() != "" })
+}
+
+// connInfo returns the only AMQP connection's information.
+func connInfo(t *testing.T, b *core.Broker) core.ConnectionInfo {
+	t.Helper()
+	for _, c := range b.Connections() {
+		if c.Protocol == "amqp" {
+			return c
+		}
+	}
+	t.Fatal("no AMQP connection")
+	return core.ConnectionInfo{}
+}
+
+// wantResourceLimit checks that err is the rejection of a send with
+// amqp:resource-limit-exceeded.
+func wantResourceLimit(t *testing.T, err error) {
+	t.Helper()
+	var ae *goamqp.Error
+	if !errors.As(err, &ae) || ae.Condition != goamqp.ErrCondResourceLimitExceeded {
+		t.Fatalf("send: got %v, want a rejection with %s", err, goamqp.ErrCondResourceLimitExceeded)
+	}
+}
+
+// A send to a full FAIL address is rejected with
+// amqp:resource-limit-exceeded; the link stays usable.
+func TestFullFailRejects(t *testing.T) {
+	tb := startBroker(t, amqp.Config{}, core.Config{AddressSettings: []core.AddressSettings{limited("fail", 10, "FAIL")}})
+	snd := newSender(t, tb.session(t, nil), "fail", nil)
+	send(t, snd, text("12345678"))
+	wantResourceLimit(t, snd.Send(ctxT(t), text("12345678"), nil))
+	if got := tb.broker.DropStats()[core.RefusedFull]; got != 1 {
+		t.Fatalf("refused_full = %d, want 1", got)
+	}
+	if c := connInfo(t, tb.broker); c.Refused != 1 || c.Dropped != 0 {
+		t.Fatalf("connection refused %d dropped %d, want 1 and 0", c.Refused, c.Dropped)
+	}
+	if d := queueDepth(tb, "fail"); d != 1 {
+		t.Fatalf("depth %d, want 1", d)
+	}
+}
+
+// A durable send while the store is over its disk limit is rejected with
+// amqp:resource-limit-exceeded; non-durable sends still go through.
+func TestDiskFullRejectsDurableSends(t *testing.T) {
+	tb := startBroker(t, amqp.Config{}, diskFullConfig(t))
+	waitDiskFull(t, tb.broker)
+	snd := newSender(t, tb.session(t, nil), "orders", nil)
+	m := text("durable")
+	m.Header = &goamqp.MessageHeader{Durable: true}
+	wantResourceLimit(t, snd.Send(ctxT(t), m, nil))
+	send(t, snd, text("non-durable"))
+	if got := tb.broker.DropStats()[core.RefusedDisk]; got != 1 {
+		t.Fatalf("refused_disk_full = %d, want 1", got)
+	}
+	if c := connInfo(t, tb.broker); c.Refused != 1 {
+		t.Fatalf("connection refused %d, want 1", c.Refused)
+	}
+}
+
+// With DROP, sends to a full address are accepted and the messages
+// dropped, counted for the broker and the connection.
+func TestFullDropCounts(t *testing.T) {
+	tb := startBroker(t, amqp.Config{}, core.Config{AddressSettings: []core.AddressSettings{limited("drop", 10, "DROP")}})
+	snd := newSender(t, tb.session(t, nil), "drop", nil)
+	for i := range 3 {
+		send(t, snd, text(fmt.Sprintf("message%d", i)))
+	}
+	if d := queueDepth(tb, "drop"); d != 1 {
+		t.Fatalf("depth %d, want 1", d)
+	}
+	if got := tb.broker.DropStats()[core.DropFull]; got != 2 {
+		t.Fatalf("queue_full drops = %d, want 2", got)
+	}
+	if c := connInfo(t, tb.broker); c.Dropped != 2 || c.Refused != 0 {
+		t.Fatalf("connection dropped %d refused %d, want 2 and 0", c.Dropped, c.Refused)
+	}
+	r := newReceiver(t, tb.session(t, nil), "drop", nil)
+	if got := string(receive(t, r).GetData()); got != "message0" {
+		t.Fatalf("got %q, want message0", got)
+	}
+}
+
+// With BLOCK, the broker stops granting credit while the address is
+// full: the producer's Send blocks (having overshot by at most its
+// credit), and resumes as a consumer drains; every message arrives, in
+// order.
+func TestFullBlockWithholdsCredit(t *testing.T) {
+	const credit, n = 10, 60
+	tb := startBroker(t, amqp.Config{LinkCredit: credit}, core.Config{AddressSettings: []core.AddressSettings{limited("block", 100, "BLOCK")}})
+	snd := newSender(t, tb.session(t, nil), "block", nil)
+	var sent atomic.Int32
+	errc := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		for i := range n {
+			if err := snd.Send(ctx, text(fmt.Sprintf("message%03d", i)), nil); err != nil {
+				errc <- fmt.Errorf("send %d: %w", i, err)
+				return
+			}
+			sent.Add(1)
+		}
+		errc <- nil
+	}()
+	// Ten 10-byte messages fill the queue; the producer may overshoot by
+	// the credit it holds, no more.
+	eventually(t, "the queue to fill", func() bool { return queueDepth(tb, "block") >= 10 })
+	select {
+	case err := <-errc:
+		t.Fatalf("the producer finished (%v) while the address was full; %d sent", err, sent.Load())
+	case <-time.After(500 * time.Millisecond):
+	}
+	if d := queueDepth(tb, "block"); d > 10+credit {
+		t.Fatalf("depth %d, want at most %d: credit was not withheld", d, 10+credit)
+	}
+	if s := sent.Load(); s >= n {
+		t.Fatalf("all %d sent while the address was full", s)
+	}
+
+	r := newReceiver(t, tb.session(t, nil), "block", &goamqp.ReceiverOptions{Credit: 5})
+	for i := range n {
+		if got, want := string(receive(t, r).GetData()), fmt.Sprintf("message%03d", i); got != want {
+			t.Fatalf("message %d: got %q, want %q", i, got, want)
+		}
+	}
+	select {
+	case err := <-errc:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the producer did not resume: %d of %d sent", sent.Load(), n)
+	}
+}
+
+// An anonymous-relay link is never held: its messages to a full BLOCK
+// address are taken over the limit.
+func TestFullBlockAnonymousRelayNotHeld(t *testing.T) {
+	tb := startBroker(t, amqp.Config{LinkCredit: 10}, core.Config{AddressSettings: []core.AddressSettings{limited("block", 10, "BLOCK")}})
+	snd := newSender(t, tb.session(t, nil), "", nil)
+	for i := range 30 {
+		m := text(fmt.Sprintf("message%03d", i))
+		m.Properties = &goamqp.MessageProperties{To: ptr("block")}
+		send(t, snd, m)
+	}
+	if d := queueDepth(tb, "block"); d != 30 {
+		t.Fatalf("depth %d, want 30", d)
+	}
+}
+
+func ptr[T any](v T) *T { return &v }

@@ -1,0 +1,278 @@
+package stomp_test
+
+import (
+	"fmt"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	gostomp "github.com/go-stomp/stomp/v3"
+	"github.com/go-stomp/stomp/v3/frame"
+
+	"github.com/junctionmq/junction/core"
+	"github.com/junctionmq/junction/internal/testserve"
+	"github.com/junctionmq/junction/persistence/journal"
+	"github.com/junctionmq/junction/stomp"
+)
+
+// startBrokerConfig is startBroker with a whole broker configuration.
+func startBrokerConfig(t *testing.T, bcfg core.Config) *testBroker {
+	t.Helper()
+	b, err := core.New(bcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := stomp.New(stomp.Config{}, b)
+	t.Cleanup(func() { b.Close() })
+	addr, _ := testserve.Serve(t, srv.ServeConn)
+	return &testBroker{addr: addr, broker: b, srv: srv}
+}
+
+// limited is address settings bounding addr's queues to max body bytes
+// with the given address-full-policy.
+func limited(addr string, max int64, policy string) core.AddressSettings {
+	return core.AddressSettings{Match: addr, MaxSizeBytes: &max, FullPolicy: &policy}
+}
+
+func depth(tb *testBroker, queue string) int64 {
+	if q := tb.broker.Queue(queue); q != nil {
+		return q.Stats().Depth
+	}
+	return -1
+}
+
+// stompConns sums the dropped and refused counts of the STOMP connections.
+func stompConns(b *core.Broker) (dropped, refused uint64) {
+	for _, c := range b.Connections() {
+		if c.Protocol == "stomp" {
+			dropped += c.Dropped
+			refused += c.Refused
+		}
+	}
+	return dropped, refused
+}
+
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// A SEND to a full FAIL address gets an ERROR "address full" naming its
+// receipt, and the connection is closed, as for every ERROR.
+func TestFullFailSendsError(t *testing.T) {
+	for _, persistent := range []bool{false, true} {
+		t.Run(fmt.Sprintf("persistent=%v", persistent), func(t *testing.T) {
+			tb := startBroker(t, stomp.Config{}, limited("fail", 10, "FAIL"))
+			r := tb.raw(t)
+			r.connect("")
+			hdr := ""
+			if persistent {
+				hdr = "persistent:true\n"
+			}
+			r.write("SEND\ndestination:/queue/fail\nreceipt:1\n" + hdr + "\n12345678\x00")
+			if f := r.frame(); !strings.HasPrefix(f, "RECEIPT\n") {
+				t.Fatalf("first send: got %q", f)
+			}
+			r.write("SEND\ndestination:/queue/fail\nreceipt:2\n" + hdr + "\n12345678\x00")
+			f := r.frame()
+			if !strings.HasPrefix(f, "ERROR\n") || header(f, "message") != "address full" || header(f, "receipt-id") != "2" {
+				t.Fatalf("second send: got %q, want ERROR address full for receipt 2", f)
+			}
+			if _, body, _ := strings.Cut(f, "\n\n"); !strings.Contains(body, "fail") {
+				t.Fatalf("ERROR body %q does not name the queue", body)
+			}
+			r.closed()
+			if got := tb.broker.DropStats()[core.RefusedFull]; got != 1 {
+				t.Fatalf("refused_full = %d, want 1", got)
+			}
+			if d := depth(tb, "fail"); d != 1 {
+				t.Fatalf("depth %d, want 1", d)
+			}
+		})
+	}
+}
+
+// A persistent SEND while the store is over its disk limit gets an
+// ERROR "disk full" and the connection is closed.
+func TestDiskFullSendsError(t *testing.T) {
+	dir := t.TempDir()
+	msgs, err := journal.Open(journal.Config{Dir: filepath.Join(dir, "journal"), FileSize: 256 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { msgs.Close() })
+	bindings, err := journal.Open(journal.Config{Dir: filepath.Join(dir, "bindings"), FileSize: 64 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { bindings.Close() })
+	usage := func() (int64, int64, error) { return 2000, 1 << 40, nil }
+	tb := startBrokerConfig(t, core.Config{Messages: msgs, Bindings: bindings,
+		Disk: core.DiskLimits{Usage: usage, MaxUsage: 1000, Interval: 5 * time.Millisecond}})
+	eventually(t, "the disk limit to be seen", func() bool { return tb.broker.DiskFull() != "" })
+	r := tb.raw(t)
+	r.connect("")
+	r.write("SEND\ndestination:/queue/orders\nreceipt:1\n\nnon-durable\x00")
+	if f := r.frame(); !strings.HasPrefix(f, "RECEIPT\n") {
+		t.Fatalf("non-durable send: got %q", f)
+	}
+	r.write("SEND\ndestination:/queue/orders\nreceipt:2\npersistent:true\n\ndurable\x00")
+	f := r.frame()
+	if !strings.HasPrefix(f, "ERROR\n") || header(f, "message") != "disk full" || header(f, "receipt-id") != "2" {
+		t.Fatalf("durable send: got %q, want ERROR disk full for receipt 2", f)
+	}
+	r.closed()
+	if got := tb.broker.DropStats()[core.RefusedDisk]; got != 1 {
+		t.Fatalf("refused_disk_full = %d, want 1", got)
+	}
+}
+
+// With DROP, SENDs to a full address are confirmed and the messages
+// dropped, counted for the broker and the connection.
+func TestFullDropCounts(t *testing.T) {
+	tb := startBroker(t, stomp.Config{}, limited("drop", 10, "DROP"))
+	c := tb.dial(t)
+	for i := range 3 {
+		send(t, c, "/queue/drop", fmt.Sprintf("message%d", i), gostomp.SendOpt.Receipt)
+	}
+	if d := depth(tb, "drop"); d != 1 {
+		t.Fatalf("depth %d, want 1", d)
+	}
+	if got := tb.broker.DropStats()[core.DropFull]; got != 2 {
+		t.Fatalf("queue_full drops = %d, want 2", got)
+	}
+	if dropped, refused := stompConns(tb.broker); dropped != 2 || refused != 0 {
+		t.Fatalf("connection dropped %d refused %d, want 2 and 0", dropped, refused)
+	}
+	s := subscribe(t, tb.dial(t), "/queue/drop", gostomp.AckAuto)
+	if got := string(next(t, s).Body); got != "message0" {
+		t.Fatalf("got %q, want message0", got)
+	}
+}
+
+// With BLOCK, the broker stops reading a producer's connection while the
+// address is full: its SEND gets no RECEIPT until a consumer makes room;
+// then every message arrives, in order.
+func TestFullBlockStallsProducer(t *testing.T) {
+	for _, persistent := range []bool{false, true} {
+		t.Run(fmt.Sprintf("persistent=%v", persistent), func(t *testing.T) {
+			const n = 40
+			tb := startBroker(t, stomp.Config{}, limited("block", 100, "BLOCK"))
+			prod := tb.dial(t)
+			opts := []func(*frame.Frame) error{gostomp.SendOpt.Receipt}
+			if persistent {
+				opts = append(opts, gostomp.SendOpt.Header("persistent", "true"))
+			}
+			var sent atomic.Int32
+			errc := make(chan error, 1)
+			go func() {
+				for i := range n {
+					if err := prod.Send("/queue/block", "text/plain", fmt.Appendf(nil, "message%03d", i), opts...); err != nil {
+						errc <- fmt.Errorf("send %d: %w", i, err)
+						return
+					}
+					sent.Add(1)
+				}
+				errc <- nil
+			}()
+			// Ten 10-byte messages fill the queue.
+			eventually(t, "the queue to fill", func() bool { return depth(tb, "block") >= 10 })
+			select {
+			case err := <-errc:
+				t.Fatalf("the producer finished (%v) while the address was full; %d sent", err, sent.Load())
+			case <-time.After(500 * time.Millisecond):
+			}
+			if d := depth(tb, "block"); d != 10 {
+				t.Fatalf("depth %d while blocked, want 10", d)
+			}
+
+			// Not subscribe: its barrier's RECEIPT would queue behind more
+			// messages than go-stomp buffers before they are read.
+			s, err := tb.dial(t).Subscribe("/queue/block", gostomp.AckAuto)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range n {
+				if got, want := string(next(t, s).Body), fmt.Sprintf("message%03d", i); got != want {
+					t.Fatalf("message %d: got %q, want %q", i, got, want)
+				}
+			}
+			select {
+			case err := <-errc:
+				if err != nil {
+					t.Fatal(err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatalf("the producer did not resume: %d of %d sent", sent.Load(), n)
+			}
+		})
+	}
+}
+
+// A producer waiting for room (BLOCK) can still be closed by an
+// administrator, and does not hold up the broker's shutdown.
+func TestFullBlockedProducerCanBeClosed(t *testing.T) {
+	blockedProducer := func(t *testing.T, tb *testBroker, persistent bool) *rawConn {
+		t.Helper()
+		r := tb.raw(t)
+		r.connect("")
+		hdr := ""
+		if persistent {
+			hdr = "persistent:true\n"
+		}
+		r.write("SEND\ndestination:/queue/block\nreceipt:1\n" + hdr + "\n12345678\x00")
+		if f := r.frame(); !strings.HasPrefix(f, "RECEIPT\n") {
+			t.Fatalf("first send: got %q", f)
+		}
+		r.write("SEND\ndestination:/queue/block\nreceipt:2\n" + hdr + "\n12345678\x00")
+		return r
+	}
+	for _, persistent := range []bool{false, true} {
+		t.Run(fmt.Sprintf("admin/persistent=%v", persistent), func(t *testing.T) {
+			tb := startBroker(t, stomp.Config{}, limited("block", 10, "BLOCK"))
+			r := blockedProducer(t, tb, persistent)
+			var id uint64
+			eventually(t, "the connection to be listed", func() bool {
+				for _, c := range tb.broker.Connections() {
+					id = c.ID
+				}
+				return id != 0
+			})
+			time.Sleep(50 * time.Millisecond) // let the SEND reach core's wait
+			if err := tb.broker.CloseConnection(id); err != nil {
+				t.Fatal(err)
+			}
+			r.closed()
+			eventually(t, "the session to close", func() bool { return len(tb.broker.Connections()) == 0 })
+			if d := depth(tb, "block"); d != 1 {
+				t.Fatalf("depth %d, want 1: the blocked message must not be taken", d)
+			}
+		})
+		t.Run(fmt.Sprintf("shutdown/persistent=%v", persistent), func(t *testing.T) {
+			b, err := core.New(core.Config{AddressSettings: []core.AddressSettings{limited("block", 10, "BLOCK")}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { b.Close() })
+			srv := stomp.New(stomp.Config{}, b)
+			addr, stop := testserve.Serve(t, srv.ServeConn)
+			blockedProducer(t, &testBroker{addr: addr, broker: b, srv: srv}, persistent)
+			time.Sleep(50 * time.Millisecond) // let the SEND reach core's wait
+			done := make(chan struct{})
+			go func() { stop(); close(done) }()
+			select {
+			case <-done:
+			case <-time.After(10 * time.Second):
+				t.Fatal("shutdown waits for a producer blocked on a full address")
+			}
+		})
+	}
+}

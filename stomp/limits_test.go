@@ -1,0 +1,90 @@
+package stomp_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	gostomp "github.com/go-stomp/stomp/v3"
+
+	"github.com/junctionmq/junction/stomp"
+)
+
+// A client that never finishes its CONNECT frame, silent or sending a
+// byte at a time, gets an ERROR and is closed once ConnectTimeout has
+// passed; the deadline is absolute, so dribbling does not extend it.
+func TestConnectTimeout(t *testing.T) {
+	tb := startBroker(t, stomp.Config{ConnectTimeout: 200 * time.Millisecond})
+	good := tb.dial(t)
+	gs := subscribe(t, good, "/queue/good", gostomp.AckAuto)
+	for _, name := range []string{"silent", "dribbling", "heart-beats only"} {
+		t.Run(name, func(t *testing.T) {
+			r := tb.raw(t)
+			start := time.Now()
+			stop := make(chan struct{})
+			defer close(stop)
+			if name != "silent" {
+				go func() {
+					partial := "CONNECT\naccept-version:1.2\n"
+					for i := 0; ; i++ {
+						select {
+						case <-stop:
+							return
+						case <-time.After(20 * time.Millisecond):
+						}
+						b := "\n"
+						if name == "dribbling" {
+							if i >= len(partial) {
+								continue // all but the blank line and NUL
+							}
+							b = partial[i : i+1]
+						}
+						if _, err := r.nc.Write([]byte(b)); err != nil {
+							return
+						}
+					}
+				}()
+			}
+			f := r.frame()
+			if !strings.HasPrefix(f, "ERROR\n") || header(f, "message") != "connect timeout" {
+				t.Fatalf("want ERROR connect timeout, got %q", f)
+			}
+			r.closed()
+			if d := time.Since(start); d < 200*time.Millisecond {
+				t.Fatalf("closed after %v, before the timeout", d)
+			}
+			send(t, good, "/queue/good", name)
+			if m := next(t, gs); string(m.Body) != name {
+				t.Fatalf("good client got %q", m.Body)
+			}
+		})
+	}
+}
+
+func TestMaxSubscriptions(t *testing.T) {
+	tb := startBroker(t, stomp.Config{MaxSubscriptions: 3})
+	r := tb.raw(t)
+	r.connect("")
+	for i := range 3 {
+		r.write(fmt.Sprintf("SUBSCRIBE\nid:%d\ndestination:/queue/s%d\n\n\x00", i, i))
+	}
+	// Unsubscribing frees a slot.
+	r.write("UNSUBSCRIBE\nid:0\n\n\x00")
+	r.write("SUBSCRIBE\nid:3\ndestination:/queue/s3\nreceipt:r3\n\n\x00")
+	if f := r.frame(); !strings.HasPrefix(f, "RECEIPT\n") || header(f, "receipt-id") != "r3" {
+		t.Fatalf("want RECEIPT r3, got %q", f)
+	}
+	r.write("SUBSCRIBE\nid:4\ndestination:/queue/s4\nreceipt:r4\n\n\x00")
+	f := r.frame()
+	if !strings.HasPrefix(f, "ERROR\n") || header(f, "message") != "too many subscriptions" || header(f, "receipt-id") != "r4" {
+		t.Fatalf("want ERROR too many subscriptions, got %q", f)
+	}
+	r.closed()
+
+	// Another connection has its own count.
+	c := tb.dial(t)
+	for i := range 3 {
+		subscribe(t, c, fmt.Sprintf("/queue/o%d", i), gostomp.AckAuto)
+	}
+}
