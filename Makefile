@@ -5,7 +5,7 @@ FUZZTIME  ?= 10s
 BENCHTIME ?= 2s
 ROUNDS    ?= 10
 
-.PHONY: help run build test race lint bench bench-stomp crash-test e2e interop fuzz clean
+.PHONY: help run build test race lint bench bench-stomp crash-test paging-test e2e interop fuzz clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -24,7 +24,11 @@ race: ## run every test under the race detector
 	$(GO) test -race -count=1 $(PKGS)
 
 crash-test: ## kill -9 the broker under durable load ROUNDS times, restart, count lost/unexpected/corrupt
-	JUNCTION_CRASH_ROUNDS=$(ROUNDS) $(GO) test -count=1 -run '^TestCrashKill9(MQTT|AMQP)?$$' -v -timeout 60m ./cmd/junction/
+	JUNCTION_CRASH_ROUNDS=$(ROUNDS) $(GO) test -count=1 -run '^TestCrashKill9(MQTT|AMQP|Paging)?$$' -v -timeout 60m ./cmd/junction/
+
+PAGING_BYTES ?= 1GiB
+paging-test: ## send PAGING_BYTES (default 1GiB) of unconsumed durable messages to a broker with a 32 MiB budget; check its peak memory; drain in order
+	JUNCTION_PAGING_BYTES=$(PAGING_BYTES) $(GO) test -count=1 -run '^TestPagingBoundsMemory$$' -v -timeout 30m ./cmd/junction/
 
 lint: ## gofmt, go vet, go mod tidy and the import-graph rules
 	$(GO) test -count=1 ./internal/lint/

@@ -37,15 +37,17 @@ const adminUsage = `usage:
   junction conn close ID
   junction send --to DEST [--body TEXT] [--header K=V]... [--persistent]   (body from stdin without --body)
   junction receive --from DEST [--count N] [--timeout D]
-flags for queue and conn: --console URL or HOST:PORT (default 127.0.0.1:8161, $JUNCTION_CONSOLE), --json
+flags for queue and conn: --console URL or HOST:PORT (default 127.0.0.1:8161, $JUNCTION_CONSOLE), --json,
+  --user NAME and $JUNCTION_PASSWORD (or --password) when the broker has users
 flags for send and receive: --stomp HOST:PORT (default 127.0.0.1:61613, $JUNCTION_STOMP_ADDR)
 DEST is a STOMP destination: /queue/NAME or /topic/NAME.
 `
 
 // adminFlags are the flags every API command takes.
 type adminFlags struct {
-	console string
-	json    bool
+	console        string
+	json           bool
+	user, password string
 }
 
 func newAdminFlags(name string, getenv func(string) string, stderr io.Writer) (*flag.FlagSet, *adminFlags) {
@@ -58,6 +60,9 @@ func newAdminFlags(name string, getenv func(string) string, stderr io.Writer) (*
 	}
 	fs.StringVar(&af.console, "console", def, "the broker's console `URL`")
 	fs.BoolVar(&af.json, "json", false, "print JSON instead of a table")
+	fs.StringVar(&af.user, "user", getenv("JUNCTION_USER"), "user with the manage permission, when the broker has users ($JUNCTION_USER)")
+	af.password = getenv("JUNCTION_PASSWORD")
+	fs.StringVar(&af.password, "password", af.password, "that user's password ($JUNCTION_PASSWORD; prefer the variable: flags show in ps)")
 	return fs, af
 }
 
@@ -109,6 +114,9 @@ func (af *adminFlags) call(ctx context.Context, method, path string, body any, o
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
+	}
+	if af.user != "" {
+		req.SetBasicAuth(af.user, af.password)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {

@@ -32,7 +32,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.StringVar(&o.Protocol, "protocol", "", "stomp, mqtt or amqp (default: the --url scheme, else stomp)")
 	fs.StringVar(&o.URL, "url", "", "broker `URL`: stomp://HOST:PORT, mqtt://HOST:PORT or amqp://HOST:PORT; user:password@ for credentials (default: the protocol's port on 127.0.0.1)")
 	fs.StringVar(&o.Destination, "destination", "", "queue (STOMP, AMQP) or topic (MQTT) (default: a fresh bench.<random> name)")
-	fs.IntVar(&o.Producers, "producers", 1, "producer connections")
+	fs.IntVar(&o.Producers, "producers", 1, "producer connections (0: receive a backlog of --count messages already waiting)")
 	fs.IntVar(&o.Consumers, "consumers", 1, "consumer connections (0: send only)")
 	fs.IntVar(&o.Size, "size", 1024, "message body `bytes` (at least 8)")
 	fs.BoolVar(&o.Durable, "durable", false, "persistent messages confirmed by the broker, consumers acknowledging")
@@ -54,6 +54,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		fs.Usage()
 		return fmt.Errorf("junction bench: unexpected arguments %q", fs.Args())
 	}
+	o.ReceiveOnly, o.SendOnly = o.Producers == 0, o.Consumers == 0
 	if o.Protocol == "" && o.URL == "" {
 		o.Protocol = "stomp"
 	}

@@ -101,3 +101,37 @@ func TestBenchUsageErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestBenchBacklogThenDrain builds a backlog with a send-only run and
+// drains it with a receive-only run (--producers 0), as the memory
+// figures in docs/benchmarks.md do.
+func TestBenchBacklogThenDrain(t *testing.T) {
+	startServe(t, testConfig(t))
+	url := "amqp://" + lastInstance.addrs["amqp"].String()
+	runJSON := func(args ...string) bench.Result {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		var out, errb bytes.Buffer
+		args = append([]string{"bench", "--json", "--url", url, "--destination", "queue://backlog", "--durable"}, args...)
+		if err := run(ctx, args, func(string) string { return "" }, &out, &errb); err != nil {
+			t.Fatalf("junction %s: %v\n%s", strings.Join(args, " "), err, errb.String())
+		}
+		var r bench.Result
+		if err := json.Unmarshal(out.Bytes(), &r); err != nil {
+			t.Fatalf("JSON output %q: %v", out.String(), err)
+		}
+		return r
+	}
+	fill := runJSON("--consumers", "0", "--count", "3000")
+	if fill.Sent != 3000 || fill.Confirmed != 3000 || fill.Received != 0 {
+		t.Fatalf("send-only run: %+v", fill)
+	}
+	drain := runJSON("--producers", "0", "--count", "3000", "--drain", "5s")
+	if drain.Received != 3000 || drain.Sent != 0 || drain.ReceiveRate <= 0 {
+		t.Fatalf("receive-only run: %+v", drain)
+	}
+	if drain.E2E.Count != 0 {
+		t.Fatalf("a receive-only run measured end-to-end latency from another run's stamps: %+v", drain.E2E)
+	}
+}

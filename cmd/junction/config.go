@@ -15,6 +15,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/junctionmq/junction/core"
+	"github.com/junctionmq/junction/security"
 )
 
 // Config is the whole configuration of a broker. Defaults come from
@@ -26,6 +27,7 @@ type Config struct {
 	LogFormat       string            `yaml:"log-format"`
 	ShutdownTimeout time.Duration     `yaml:"shutdown-timeout"`
 	MaxConnections  int               `yaml:"max-connections"`
+	Limits          LimitsConfig      `yaml:"limits"`
 	Stomp           StompConfig       `yaml:"stomp"`
 	MQTT            MQTTConfig        `yaml:"mqtt"`
 	AMQP            AMQPConfig        `yaml:"amqp"`
@@ -34,8 +36,21 @@ type Config struct {
 	TLS             TLSConfig         `yaml:"tls"`
 	Console         ConsoleConfig     `yaml:"console"`
 	Persistence     PersistenceConfig `yaml:"persistence"`
+	// MaxMemory is the budget for messages held in memory; 0 means a
+	// quarter of the machine's (or the cgroup's) memory.
+	MaxMemory ByteSize `yaml:"max-memory"`
 	// AddressSettings override the default address policies by pattern.
 	AddressSettings []core.AddressSettings `yaml:"address-settings"`
+	// Users is the users file (package security); empty: no users.
+	Users string `yaml:"users"`
+	// AllowAnonymous accepts clients without credentials; unset (nil),
+	// only while every listener is on loopback (see anonymousPolicy).
+	AllowAnonymous *bool `yaml:"allow-anonymous"`
+	// AnonymousRoles are anonymous clients' roles (default [anonymous]).
+	AnonymousRoles []string `yaml:"anonymous-roles"`
+	// SecuritySettings grant permissions by address pattern, over
+	// security.DefaultSettings.
+	SecuritySettings []security.Setting `yaml:"security-settings"`
 }
 
 // StompConfig configures the STOMP listener.
@@ -55,6 +70,7 @@ func defaultConfig() Config {
 		LogFormat:       "console",
 		ShutdownTimeout: 10 * time.Second,
 		MaxConnections:  10000,
+		Limits:          defaultLimits(),
 		Stomp: StompConfig{
 			Listen:          "127.0.0.1:61613",
 			MaxFrameSize:    10 << 20,
@@ -100,6 +116,8 @@ func defaultConfig() Config {
 			Recovery:        "strict",
 
 			LargeMessageThreshold: 1 << 20,
+			PageSegmentSize:       64 << 20,
+			MinFreeDisk:           256 << 20,
 		},
 	}
 }
@@ -181,6 +199,13 @@ type PersistenceConfig struct {
 	// LargeMessageThreshold: durable bodies above it go to files of their
 	// own under data-dir/large instead of the journal.
 	LargeMessageThreshold ByteSize `yaml:"large-message-threshold"`
+	// PageSegmentSize is the size of each page file of a paging queue.
+	PageSegmentSize ByteSize `yaml:"page-segment-size"`
+	// MaxDiskUsage bounds the journals and page stores together (0 = no
+	// bound); MinFreeDisk is the free space to keep on their file
+	// system. Past either, durable sends are refused.
+	MaxDiskUsage ByteSize `yaml:"max-disk-usage"`
+	MinFreeDisk  ByteSize `yaml:"min-free-disk"`
 }
 
 // ByteSize is a size in bytes, written as a number with an optional
@@ -306,6 +331,12 @@ var options = []option{
 	stringOpt("log-format", "log-format", "log format: console or json", func(c *Config) *string { return &c.LogFormat }),
 	durationOpt("shutdown-timeout", "shutdown-timeout", "how long a graceful shutdown may take", func(c *Config) *time.Duration { return &c.ShutdownTimeout }),
 	intOpt("max-connections", "max-connections", "connections per listener (0 = unlimited)", func(c *Config) *int { return &c.MaxConnections }),
+	intOpt("max-connections-per-ip", "limits.max-connections-per-ip", "connections one source IP may have open on a listener (0 = unlimited)", func(c *Config) *int { return &c.Limits.MaxConnectionsPerIP }),
+	floatOpt("connection-rate-per-ip", "limits.connection-rate-per-ip", "connection attempts per second one source IP may make on a listener; those over it are closed at once (0 = unlimited)", func(c *Config) *float64 { return &c.Limits.ConnectionRatePerIP }),
+	intOpt("connection-burst-per-ip", "limits.connection-burst-per-ip", "connection attempts one source IP may make at once before --connection-rate-per-ip applies", func(c *Config) *int { return &c.Limits.ConnectionBurstPerIP }),
+	durationOpt("handshake-timeout", "limits.handshake-timeout", "close a connection that has not finished its protocol handshake (STOMP CONNECT, MQTT CONNECT, AMQP headers, SASL and open) in this time", func(c *Config) *time.Duration { return &c.Limits.HandshakeTimeout }),
+	intOpt("max-subscriptions-per-connection", "limits.max-subscriptions-per-connection", "STOMP subscriptions, MQTT topic filters or AMQP links (consumers and producers) one connection may hold (0 = unlimited)", func(c *Config) *int { return &c.Limits.MaxSubscriptions }),
+	intOpt("max-auto-created-queues-per-user", "limits.max-auto-created-queues-per-user", "queues one user's sends and consumers may auto-create (anonymous clients share one count; 0 = unlimited)", func(c *Config) *int { return &c.Limits.MaxAutoCreatedQueues }),
 	sizeOpt("stomp-max-frame-size", "stomp.max-frame-size", "largest STOMP frame accepted", func(c *Config) *ByteSize { return &c.Stomp.MaxFrameSize }),
 	intOpt("stomp-max-headers", "stomp.max-headers", "most headers in a STOMP frame", func(c *Config) *int { return &c.Stomp.MaxHeaders }),
 	sizeOpt("stomp-max-header-length", "stomp.max-header-length", "longest STOMP header line", func(c *Config) *ByteSize { return &c.Stomp.MaxHeaderLength }),
@@ -340,7 +371,13 @@ var options = []option{
 	sizeOpt("journal-file-size", "persistence.journal-file-size", "size of each journal file", func(c *Config) *ByteSize { return &c.Persistence.FileSize }),
 	intOpt("journal-pool-files", "persistence.journal-pool-files", "empty journal files kept for reuse", func(c *Config) *int { return &c.Persistence.PoolFiles }),
 	floatOpt("journal-compact-ratio", "persistence.compact-min-ratio", "compact when live data falls below this share of the journal (negative disables)", func(c *Config) *float64 { return &c.Persistence.CompactMinRatio }),
+	sizeOpt("max-memory", "max-memory", "memory budget for messages held in memory; past it each address applies its address-full-policy (0: a quarter of the machine's memory)", func(c *Config) *ByteSize { return &c.MaxMemory }),
+	sizeOpt("page-segment-size", "persistence.page-segment-size", "size of each page file of a queue paging to disk", func(c *Config) *ByteSize { return &c.Persistence.PageSegmentSize }),
+	sizeOpt("max-disk-usage", "persistence.max-disk-usage", "bound on journals and page stores together; past it durable sends are refused (0: none)", func(c *Config) *ByteSize { return &c.Persistence.MaxDiskUsage }),
+	sizeOpt("min-free-disk", "persistence.min-free-disk", "free disk space to keep; below it durable sends are refused (0: none)", func(c *Config) *ByteSize { return &c.Persistence.MinFreeDisk }),
 	sizeOpt("large-message-threshold", "persistence.large-message-threshold", "durable bodies above this size are stored in files of their own", func(c *Config) *ByteSize { return &c.Persistence.LargeMessageThreshold }),
+	stringOpt("users", "users", "YAML users file (bcrypt hashes and roles; see junction user); reread when it changes", func(c *Config) *string { return &c.Users }),
+	triBoolOpt("allow-anonymous", "allow-anonymous", "accept clients without credentials (default: only while every listener is on loopback)", func(c *Config) **bool { return &c.AllowAnonymous }),
 	stringOpt("journal-recovery", "persistence.recovery", "on damage in the middle of the journal: strict (refuse to start) or salvage", func(c *Config) *string { return &c.Persistence.Recovery }),
 }
 
@@ -357,6 +394,12 @@ func loadConfig(args []string, getenv func(string) string, stderr io.Writer) (Co
 	values := make(map[string]*string, len(options))
 	def := defaultConfig()
 	for _, o := range options {
+		if bareFlags[o.flag] {
+			v := o.get(&def)
+			values[o.flag] = &v
+			fs.Var(&optionFlag{v: &v, bare: true}, o.flag, o.usage+" (env "+envName(o.flag)+")")
+			continue
+		}
 		values[o.flag] = fs.String(o.flag, o.get(&def), o.usage+" (env "+envName(o.flag)+")")
 	}
 	if err := fs.Parse(args); err != nil {
@@ -438,6 +481,7 @@ func (c *Config) validate() []fieldError {
 	if c.MaxConnections < 0 {
 		bad("max-connections", "must be >= 0")
 	}
+	c.Limits.validate(bad)
 	if c.Stomp.Listen != "" {
 		if _, _, err := net.SplitHostPort(c.Stomp.Listen); err != nil {
 			bad("stomp.listen", "not a host:port address: %v", err)
@@ -543,6 +587,9 @@ func (c *Config) validate() []fieldError {
 	if p.LargeMessageThreshold < 1024 {
 		bad("persistence.large-message-threshold", "must be at least 1KiB")
 	}
+	if p.PageSegmentSize < 64<<10 {
+		bad("persistence.page-segment-size", "must be at least 64KiB")
+	}
 	if p.Recovery != "strict" && p.Recovery != "salvage" {
 		bad("persistence.recovery", "must be strict or salvage; got %q", p.Recovery)
 	}
@@ -551,6 +598,7 @@ func (c *Config) validate() []fieldError {
 			bad(fmt.Sprintf("address-settings.%d", i), "%v", err)
 		}
 	}
+	c.validateSecurity(bad)
 	return errs
 }
 

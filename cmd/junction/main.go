@@ -3,6 +3,7 @@
 //	junction [serve] [flags]        start the broker (the default command)
 //	junction config validate FILE   check a configuration file
 //	junction cert dev [flags]       write a self-signed CA and certificates for local TLS
+//	junction user add|passwd|roles|rm|ls --file FILE ...  manage the users file
 //	junction version                print the version
 //	junction queue ls|stat|create|delete|purge|browse|move ...
 //	junction conn ls|close ...
@@ -72,6 +73,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return runReceive(args, getenv, stdout, stderr)
 	case "cert":
 		return runCert(args, stdout, stderr)
+	case "user":
+		return runUser(args, getenv, os.Stdin, stdout, stderr)
 	case "bench":
 		return runBench(ctx, args, stdout, stderr)
 	case "help":
@@ -85,6 +88,7 @@ const usage = `usage:
   junction [serve] [flags]        start the broker (junction serve -h lists the flags)
   junction config validate FILE   check a configuration file, reporting every error with its line
   junction cert dev [flags]       write a self-signed CA, server and client certificates for local TLS (junction cert dev -h)
+  junction user add|passwd|roles|rm|ls --file FILE ...   manage the users file of --users (junction user -h)
   junction version                print the version
   junction queue|conn ...         administer a running broker through its console's API (junction queue -h)
   junction send|receive ...       send or receive a message over STOMP, for quick tests

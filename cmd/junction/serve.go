@@ -26,6 +26,7 @@ import (
 	"github.com/junctionmq/junction/persistence/fs"
 	"github.com/junctionmq/junction/persistence/journal"
 	"github.com/junctionmq/junction/persistence/large"
+	"github.com/junctionmq/junction/persistence/page"
 	"github.com/junctionmq/junction/stomp"
 	"github.com/junctionmq/junction/transports"
 	"github.com/junctionmq/junction/websocket"
@@ -54,6 +55,12 @@ type instance struct {
 	addrs map[string]net.Addr
 	wg    sync.WaitGroup
 	errc  chan error
+	// sec authenticates and authorizes clients and watches the users
+	// file; stopped after the broker.
+	sec *brokerSecurity
+
+	// limits are applied by every listener's accept loop.
+	limits LimitsConfig
 }
 
 func newLogger(cfg Config, w io.Writer) zerolog.Logger {
@@ -108,7 +115,7 @@ func openJournals(cfg Config, log zerolog.Logger) (msgs, bindings *journal.Journ
 		return nil, nil, fmt.Errorf("message journal: %w", err)
 	}
 	bindings, err = journal.Open(journal.Config{
-		Dir: filepath.Join(cfg.DataDir, "bindings"), FileSize: 1 << 20,
+		Dir: filepath.Join(cfg.DataDir, "bindings"), FileSize: bindingsFileSize,
 		MinFiles: 1, PoolFiles: 2, Recovery: mode, Events: events("bindings"),
 	})
 	if err != nil {
@@ -126,6 +133,11 @@ func start(cfg Config, logw io.Writer) (*instance, error) {
 		return nil, fmt.Errorf("data dir: %w", err)
 	}
 	bcfg := core.Config{AddressSettings: cfg.AddressSettings, Logger: log.With().Str("component", "core").Logger()}
+	sec, err := newBrokerSecurity(cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	sec.configure(&bcfg)
 	var msgs, bindings *journal.Journal
 	if cfg.Persistence.Enabled {
 		var err error
@@ -140,7 +152,20 @@ func start(cfg Config, logw io.Writer) (*instance, error) {
 			return nil, fmt.Errorf("large-message store: %w", err)
 		}
 		bcfg.Large, bcfg.LargeMessageThreshold = ls, int(cfg.Persistence.LargeMessageThreshold)
+		pages, err := page.Open(filepath.Join(cfg.DataDir, "pages"), fs.OS(), page.Options{SegmentSize: int64(cfg.Persistence.PageSegmentSize)})
+		if err != nil {
+			msgs.Close()
+			bindings.Close()
+			return nil, fmt.Errorf("page store: %w", err)
+		}
+		bcfg.Pager = pagerAdapter{pages}
+		bcfg.Disk = diskLimits(cfg, msgs, bindings, pages)
 	}
+	bcfg.MaxMemory = memoryBudget(cfg.MaxMemory)
+	goLimit := softMemoryLimit(bcfg.MaxMemory)
+	log.Info().Int64("max_memory", bcfg.MaxMemory).Int64("go_memory_limit", goLimit).
+		Msg("memory budget for messages: past it each address applies its address-full-policy (default PAGE)")
+	bcfg.MaxAutoCreatedQueuesPerUser = cfg.Limits.MaxAutoCreatedQueues
 	b, err := core.New(bcfg)
 	if err != nil {
 		if msgs != nil {
@@ -149,7 +174,8 @@ func start(cfg Config, logw io.Writer) (*instance, error) {
 		}
 		return nil, err
 	}
-	in := &instance{log: log, broker: b, msgs: msgs, bindings: bindings, addrs: make(map[string]net.Addr), errc: make(chan error, 8)}
+	in := &instance{log: log, broker: b, msgs: msgs, bindings: bindings, addrs: make(map[string]net.Addr), errc: make(chan error, 8), sec: sec}
+	sec.start()
 	if err := in.startListeners(cfg); err != nil {
 		in.stop(context.Background())
 		return nil, err
@@ -162,7 +188,10 @@ func start(cfg Config, logw io.Writer) (*instance, error) {
 // protocol, and on the TLS ports.
 func (in *instance) startListeners(cfg Config) error {
 	log, b := in.log, in.broker
+	in.limits = cfg.Limits
 	ms, err := mqtt.New(mqtt.Config{
+		ConnectTimeout:   cfg.Limits.HandshakeTimeout,
+		MaxSubscriptions: unlimitedIfZero(cfg.Limits.MaxSubscriptions),
 		MaxPacketSize:    int(cfg.MQTT.MaxPacketSize),
 		MaxSessionExpiry: cfg.MQTT.SessionExpiry,
 		ReceiveMaximum:   cfg.MQTT.ReceiveMaximum,
@@ -178,6 +207,8 @@ func (in *instance) startListeners(cfg Config) error {
 		hb = -1
 	}
 	ss := stomp.New(stomp.Config{
+		ConnectTimeout:   cfg.Limits.HandshakeTimeout,
+		MaxSubscriptions: unlimitedIfZero(cfg.Limits.MaxSubscriptions),
 		MaxFrameSize:     int(cfg.Stomp.MaxFrameSize),
 		MaxHeaders:       cfg.Stomp.MaxHeaders,
 		MaxHeaderLength:  int(cfg.Stomp.MaxHeaderLength),
@@ -199,6 +230,9 @@ func (in *instance) startListeners(cfg Config) error {
 		RequireSASL:    cfg.AMQP.RequireSASL,
 		Version:        version,
 		Logger:         log.With().Str("component", "amqp").Logger(),
+
+		HandshakeTimeout: cfg.Limits.HandshakeTimeout,
+		MaxLinks:         unlimitedIfZero(cfg.Limits.MaxSubscriptions),
 	}, b)
 	var origins []string
 	for _, o := range strings.Split(cfg.WebSocket.AllowedOrigins, ",") {
@@ -212,6 +246,8 @@ func (in *instance) startListeners(cfg Config) error {
 		Journal:   journalStats(in.msgs),
 		Ready:     in.ready.Load,
 		Logger:    log.With().Str("component", "management").Logger(),
+		// With users, the console and its API need a user who may manage.
+		RequireLogin: in.sec != nil && in.sec.store.HasUsers(),
 	}, b)
 	wsh, err := websocket.New(websocket.Config{
 		// The console answers the plain HTTP requests of a shared port.
@@ -315,12 +351,17 @@ func (in *instance) listen(name, addr string, maxConns int, h transports.Handler
 		return fmt.Errorf("%s listener: %w", name, err)
 	}
 	log := in.log.With().Str("listener", name).Logger()
+	rejects := &rejectLog{log: log, every: 10 * time.Second}
 	srv := &transports.Server{
 		Name: name, Handler: h, MaxConns: maxConns, OnLimit: onLimit,
+		MaxConnsPerIP:  in.limits.MaxConnectionsPerIP,
+		ConnRatePerIP:  in.limits.ConnectionRatePerIP,
+		ConnBurstPerIP: in.limits.ConnectionBurstPerIP,
 		Events: transports.Events{
 			OnAcceptError: func(err error, d time.Duration) {
 				log.Warn().Err(err).Dur("retry_in", d).Msg("accept failed")
 			},
+			OnReject: rejects.reject,
 		},
 	}
 	in.servers = append(in.servers, srv)
@@ -417,6 +458,7 @@ func (in *instance) stop(ctx context.Context) error {
 	}
 	in.wg.Wait()
 	errs = append(errs, in.broker.Close())
+	in.sec.stop()
 	if in.msgs != nil {
 		errs = append(errs, in.msgs.Close(), in.bindings.Close())
 	}
@@ -433,7 +475,7 @@ func serve(ctx context.Context, cfg Config, logw io.Writer, ready func(*instance
 	ev := in.log.Info().Str("version", version).Str("data_dir", cfg.DataDir)
 	if in.msgs != nil {
 		rs := in.broker.Recovered()
-		ev = ev.Str("journal", filepath.Join(cfg.DataDir, "journal")).Int("recovered_messages", rs.Messages).
+		ev = ev.Str("journal", filepath.Join(cfg.DataDir, "journal")).Int("recovered_messages", rs.Messages).Int("recovered_paged", rs.Paged).
 			Int("recovered_queues", rs.Queues).Dur("recovery_time", rs.Duration)
 	} else {
 		ev = ev.Str("journal", "off (persistence disabled: nothing survives a restart)")
@@ -464,7 +506,7 @@ func serve(ctx context.Context, cfg Config, logw io.Writer, ready func(*instance
 			}
 		}()
 	}
-	if cfg.Console.Listen != "" {
+	if cfg.Console.Listen != "" && cfg.Users == "" {
 		in.log.Warn().Str("console", "http://"+in.addrs["console"].String()+"/").
 			Msg("the console and its API are open to anyone who can reach them: no users are configured (keep them on loopback)")
 	}

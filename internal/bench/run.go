@@ -46,9 +46,16 @@ type Options struct {
 	// AMQP (default queue://bench.<random>), a topic for MQTT (default
 	// bench/<random>).
 	Destination string
-	Producers   int // connections sending; default 1
-	Consumers   int // connections receiving; default 1
-	Size        int // message body bytes, at least StampSize; default 1024
+	Producers   int // connections sending; default 1 (unless ReceiveOnly)
+	// ReceiveOnly runs no producers: the consumers receive a backlog
+	// already waiting, Count messages (or until nothing arrives for
+	// Drain). For measuring how fast a broker drains what it holds.
+	ReceiveOnly bool
+	// SendOnly runs no consumers: the messages are left on the broker
+	// (a backlog for a later ReceiveOnly run).
+	SendOnly  bool
+	Consumers int // connections receiving; default 1
+	Size      int // message body bytes, at least StampSize; default 1024
 	// Durable: persistent messages confirmed by the broker (STOMP receipt,
 	// MQTT QoS 1 with persistent sessions, AMQP unsettled sends of durable
 	// messages) and acknowledged by consumers; otherwise fire-and-forget
@@ -200,7 +207,11 @@ func (r *run) fail(err error) {
 }
 
 func (r *run) deliver(body []byte) {
-	if ts := GetStamp(body); ts > 0 {
+	if r.o.ReceiveOnly {
+		// The stamps are another run's: no end-to-end latency, only the
+		// receive rate.
+		r.lastRecv.Store(int64(time.Since(r.base)))
+	} else if ts := GetStamp(body); ts > 0 {
 		now := time.Since(r.base)
 		r.e2e.Record(now - ts)
 		r.lastRecv.Store(int64(now))
@@ -251,10 +262,17 @@ func (o *Options) normalize() error {
 	}
 	u.Path = ""
 	o.URL = u.String()
-	if o.Producers == 0 {
+	if o.ReceiveOnly {
+		o.Producers = 0
+		if o.Consumers == 0 {
+			o.Consumers = 1
+		}
+	} else if o.Producers == 0 {
 		o.Producers = 1
 	}
-	if o.Consumers == 0 && o.Producers > 0 {
+	if o.SendOnly {
+		o.Consumers = 0
+	} else if o.Consumers == 0 {
 		o.Consumers = 1
 	}
 	if o.Size == 0 {
@@ -279,7 +297,11 @@ func (o *Options) normalize() error {
 		o.ProgressInterval = time.Second
 	}
 	switch {
-	case o.Producers < 1 || o.Producers > 1000:
+	case o.ReceiveOnly && o.SendOnly:
+		return errors.New("a run cannot be both send-only and receive-only")
+	case o.ReceiveOnly && o.Count == 0:
+		return errors.New("receive-only needs a count of messages to receive")
+	case !o.ReceiveOnly && (o.Producers < 1 || o.Producers > 1000):
 		return fmt.Errorf("producers %d out of range [1, 1000]", o.Producers)
 	case o.Consumers < 0 || o.Consumers > 1000:
 		return fmt.Errorf("consumers %d out of range [0, 1000]", o.Consumers)
@@ -339,7 +361,9 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	if err := o.normalize(); err != nil {
 		return Result{}, err
 	}
-	r := &run{o: o, failed: make(chan struct{})}
+	// base is set before any consumer exists: receive-only runs get
+	// deliveries at once.
+	r := &run{o: o, failed: make(chan struct{}), base: time.Now()}
 	cl, err := o.newClient(r.fail)
 	if err != nil {
 		return Result{}, err
@@ -385,7 +409,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	}
 
 	// Sending phase.
-	r.base = time.Now()
+	sendStart := time.Now()
 	sendCtx, stopSending := context.WithCancel(ctx)
 	if o.Duration > 0 {
 		sendCtx, stopSending = context.WithTimeout(ctx, o.Duration)
@@ -410,7 +434,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		}
 	}
 	wg.Wait()
-	sendTime := time.Since(r.base)
+	sendTime := time.Since(sendStart)
 	stopSending()
 	select {
 	case <-r.failed:
@@ -421,10 +445,18 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		return Result{}, err
 	}
 
-	// Drain.
+	// Drain. Receive-only runs wait for Count, until Drain passes with
+	// nothing received.
 	expected := r.sent.Load() * perSend
+	if o.ReceiveOnly {
+		expected = o.Count
+	}
 	deadline := time.Now().Add(o.Drain)
-	for r.received.Load() < expected && time.Now().Before(deadline) {
+	for last := r.received.Load(); last < expected && time.Now().Before(deadline); {
+		if n := r.received.Load(); o.ReceiveOnly && n != last {
+			last = n
+			deadline = time.Now().Add(o.Drain)
+		}
 		select {
 		case <-time.After(5 * time.Millisecond):
 		case <-r.failed:

@@ -22,6 +22,7 @@ var allowed = map[string][]string{
 	"mqtt":               {"core"},
 	"amqp":               {"core"},
 	"management":         {"core"},
+	"security":           {"core"},
 	"cmd/junction-bench": {"internal/bench"},
 	"internal/bench":     {},
 	"internal/lint":      {},
