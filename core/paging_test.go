@@ -405,3 +405,54 @@ func TestDiskLimitRefusesDurableSends(t *testing.T) {
 		t.Fatalf("drop stats %v", b.DropStats())
 	}
 }
+
+func TestSlowConsumerPolicy(t *testing.T) {
+	five := int64(5)
+	kill, notify := string(SlowKill), string(SlowNotify)
+	b := newBroker(t,
+		AddressSettings{Match: "fast.#", SlowConsumerThreshold: &five, SlowConsumerPolicy: &kill},
+		AddressSettings{Match: "calm.#", SlowConsumerThreshold: &five, SlowConsumerPolicy: &notify})
+	closed := make(chan string, 4)
+	subscriber := func(name string) *Session {
+		s, err := b.NewSession(SessionOptions{Protocol: "test", RemoteAddr: name, Close: func() { closed <- name }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(s.Close)
+		return s
+	}
+	// A subscriber that takes nothing on each address, and one that is
+	// given (and acks) everything, which never lags.
+	for _, addr := range []string{"fast.x", "calm.x"} {
+		subscribe(t, subscriber("lagging "+addr), ConsumerOptions{Address: addr, RoutingType: Multicast})
+	}
+	fast, fastCol := subscribe(t, subscriber("keeping up"), ConsumerOptions{Address: "fast.x", RoutingType: Multicast, Credit: 1000})
+	p := newSession(t, b, "")
+	for range 20 {
+		send(t, p, "fast.x", Multicast, "m")
+		send(t, p, "calm.x", Multicast, "m")
+		if err := fast.Ack(fastCol.next(t).ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case who := <-closed:
+		if who != "lagging fast.x" {
+			t.Fatalf("disconnected %q", who)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the lagging subscriber under KILL was not disconnected")
+	}
+	select {
+	case who := <-closed:
+		t.Fatalf("also disconnected %q (once per episode, NOTIFY never)", who)
+	case <-time.After(100 * time.Millisecond):
+	}
+	var killed uint64
+	for _, st := range b.QueueStats() {
+		killed += st.SlowKilled
+	}
+	if killed != 1 {
+		t.Fatalf("SlowKilled total %d, want 1", killed)
+	}
+}

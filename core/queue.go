@@ -99,6 +99,7 @@ type Queue struct {
 	// more than maxFresh new refs at once, end it.
 	clean bool
 	fresh []*ref
+	slow  bool // guarded by mu: lagging past the slow-consumer threshold (reported)
 
 	// pg is the page store while the queue pages (guarded by mu); paging
 	// mirrors pg != nil for the send path's lock-free look.
@@ -118,6 +119,7 @@ type Queue struct {
 type queueCounters struct {
 	depth, inflight, scheduled, consumers, paged    atomic.Int64
 	enqueued, acked, expired, deadLettered, dropped atomic.Uint64
+	slowKilled                                      atomic.Uint64
 }
 
 // Name returns the queue's name.
@@ -167,8 +169,12 @@ func (q *Queue) enqueue(m *Message, now time.Time) {
 	if q.addLocked(r, now) {
 		moves = q.dispatchFreshLocked(now, moves)
 	}
+	closers := q.checkSlowLocked()
 	q.mu.Unlock()
 	q.b.carryOut(moves)
+	for _, close := range closers {
+		close()
+	}
 }
 
 // addLocked appends a new reference, held back until its delivery time
@@ -645,6 +651,7 @@ type QueueStats struct {
 	MaxBytes     int64  // bound on Bytes; 0 = none
 	Paged        int64  // of Depth, the messages in the page store on disk
 	Dropped      uint64 // messages not taken because the queue was full
+	SlowKilled   uint64 // subscribers disconnected by slow-consumer-policy KILL
 	// OldestMessage is the send timestamp (Message.Timestamp) of the
 	// queue's oldest message, zero when it holds none: the earliest of
 	// each priority's first ready message, the unacked deliveries and
@@ -676,6 +683,7 @@ func (q *Queue) Stats() QueueStats {
 		MaxBytes:     q.maxBytes.Load(),
 		Paged:        q.stats.paged.Load(),
 		Dropped:      q.stats.dropped.Load(),
+		SlowKilled:   q.stats.slowKilled.Load(),
 	}
 }
 

@@ -35,6 +35,11 @@ type Settings struct {
 	// MaxSizeBytes, or to any queue while the broker is over its memory
 	// budget (Config.MaxMemory).
 	FullPolicy FullPolicy
+	// SlowConsumerThreshold is the depth (messages) past which a
+	// non-durable subscription's consumer is slow; 0 = never.
+	// SlowConsumerPolicy says what then happens.
+	SlowConsumerThreshold int64
+	SlowConsumerPolicy    SlowConsumerPolicy
 }
 
 // FullPolicy is what happens to a message sent to a full queue.
@@ -71,6 +76,7 @@ func (p FullPolicy) valid() bool {
 //	default-routing-type   anycast
 //	max-size-bytes         0 (unlimited; the broker's budget still applies)
 //	address-full-policy    PAGE
+//	slow-consumer-threshold 0 (off), slow-consumer-policy NOTIFY
 func DefaultSettings() Settings {
 	return Settings{
 		DeadLetterAddress:    "DLQ",
@@ -80,6 +86,7 @@ func DefaultSettings() Settings {
 		AutoCreate:           true,
 		DefaultRoutingType:   Anycast,
 		FullPolicy:           FullPage,
+		SlowConsumerPolicy:   SlowNotify,
 	}
 }
 
@@ -89,17 +96,19 @@ func DefaultSettings() Settings {
 // patterns match an address the more specific one wins, field by field,
 // as in ActiveMQ Artemis.
 type AddressSettings struct {
-	Match                string         `yaml:"match"`
-	DeadLetterAddress    *string        `yaml:"dead-letter-address"`
-	ExpiryAddress        *string        `yaml:"expiry-address"`
-	MaxDeliveryAttempts  *int           `yaml:"max-delivery-attempts"`
-	RedeliveryDelay      *time.Duration `yaml:"redelivery-delay"`
-	RedeliveryMultiplier *float64       `yaml:"redelivery-multiplier"`
-	MaxRedeliveryDelay   *time.Duration `yaml:"max-redelivery-delay"`
-	AutoCreate           *bool          `yaml:"auto-create"`
-	DefaultRoutingType   *string        `yaml:"default-routing-type"`
-	MaxSizeBytes         *int64         `yaml:"max-size-bytes"`
-	FullPolicy           *string        `yaml:"address-full-policy"`
+	Match                 string         `yaml:"match"`
+	DeadLetterAddress     *string        `yaml:"dead-letter-address"`
+	ExpiryAddress         *string        `yaml:"expiry-address"`
+	MaxDeliveryAttempts   *int           `yaml:"max-delivery-attempts"`
+	RedeliveryDelay       *time.Duration `yaml:"redelivery-delay"`
+	RedeliveryMultiplier  *float64       `yaml:"redelivery-multiplier"`
+	MaxRedeliveryDelay    *time.Duration `yaml:"max-redelivery-delay"`
+	AutoCreate            *bool          `yaml:"auto-create"`
+	DefaultRoutingType    *string        `yaml:"default-routing-type"`
+	MaxSizeBytes          *int64         `yaml:"max-size-bytes"`
+	FullPolicy            *string        `yaml:"address-full-policy"`
+	SlowConsumerThreshold *int64         `yaml:"slow-consumer-threshold"`
+	SlowConsumerPolicy    *string        `yaml:"slow-consumer-policy"`
 }
 
 // Validate checks the pattern and the values.
@@ -121,6 +130,12 @@ func (a *AddressSettings) Validate() error {
 	}
 	if a.MaxSizeBytes != nil && *a.MaxSizeBytes < 0 {
 		return fmt.Errorf("address settings %q: max-size-bytes must be >= 0", a.Match)
+	}
+	if a.SlowConsumerThreshold != nil && *a.SlowConsumerThreshold < 0 {
+		return fmt.Errorf("address settings %q: slow-consumer-threshold must be >= 0", a.Match)
+	}
+	if a.SlowConsumerPolicy != nil && !SlowConsumerPolicy(*a.SlowConsumerPolicy).valid() {
+		return fmt.Errorf("address settings %q: slow-consumer-policy must be NOTIFY or KILL", a.Match)
 	}
 	if a.FullPolicy != nil && !FullPolicy(*a.FullPolicy).valid() {
 		return fmt.Errorf("address settings %q: address-full-policy must be PAGE, BLOCK, FAIL or DROP", a.Match)
@@ -164,6 +179,12 @@ func (a *AddressSettings) applyTo(s *Settings) {
 	}
 	if a.FullPolicy != nil {
 		s.FullPolicy = FullPolicy(*a.FullPolicy)
+	}
+	if a.SlowConsumerThreshold != nil {
+		s.SlowConsumerThreshold = *a.SlowConsumerThreshold
+	}
+	if a.SlowConsumerPolicy != nil {
+		s.SlowConsumerPolicy = SlowConsumerPolicy(*a.SlowConsumerPolicy)
 	}
 }
 
