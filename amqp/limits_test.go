@@ -39,8 +39,8 @@ func TestHandshakeTimeout(t *testing.T) {
 	}
 	for name, step := range cases {
 		t.Run(name, func(t *testing.T) {
+			start := time.Now() // before dialing: the broker's clock starts at accept
 			c := dialRaw(t, tb)
-			start := time.Now()
 			step(c)
 			if _, err := io.ReadAll(c.br); err != nil && !isReset(err) {
 				t.Fatalf("want the connection closed, got %v", err)
