@@ -5,7 +5,11 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
+	paho5 "github.com/eclipse/paho.golang/paho"
+	gws "github.com/gorilla/websocket"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -134,6 +138,55 @@ func mqttLogin(in *instance, login, pass string) error {
 	return nil
 }
 
+// mqtt5Login connects with MQTT 5 (paho.golang); a refused login is a
+// CONNACK with a failure reason code.
+func mqtt5Login(in *instance, login, pass string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	nc, err := net.Dial("tcp", in.addrs["mqtt"].String())
+	if err != nil {
+		return err
+	}
+	c := paho5.NewClient(paho5.ClientConfig{ClientID: "auth5-" + login, Conn: nc})
+	cp := &paho5.Connect{ClientID: "auth5-" + login, KeepAlive: 30, CleanStart: true}
+	if login != "" {
+		cp.Username, cp.UsernameFlag = login, true
+		cp.Password, cp.PasswordFlag = []byte(pass), true
+	}
+	ca, err := c.Connect(ctx, cp)
+	if err != nil {
+		nc.Close()
+		return err
+	}
+	if ca.ReasonCode != 0 {
+		nc.Close()
+		return fmt.Errorf("CONNACK reason 0x%02x", ca.ReasonCode)
+	}
+	return c.Disconnect(&paho5.Disconnect{})
+}
+
+// wsStompLogin logs in with STOMP over a WebSocket (subprotocol
+// v12.stomp) on the WebSocket port.
+func wsStompLogin(in *instance, login, pass string) error {
+	d := gws.Dialer{Subprotocols: []string{"v12.stomp"}, HandshakeTimeout: 10 * time.Second}
+	ws, _, err := d.Dial("ws://"+in.addrs["websocket"].String()+"/stomp", nil)
+	if err != nil {
+		return err
+	}
+	opts := []func(*gostomp.Conn) error{gostomp.ConnOpt.HeartBeat(0, 0)}
+	if login != "" {
+		opts = append(opts, gostomp.ConnOpt.Login(login, pass))
+	}
+	c, err := gostomp.Connect(&wsConn{ws: ws}, opts...)
+	if err != nil {
+		ws.Close()
+		return err
+	}
+	err = c.Send("/queue/auth.check", "text/plain", []byte("x"), gostomp.SendOpt.Receipt)
+	c.Disconnect()
+	return err
+}
+
 func amqpLogin(in *instance, sasl goamqp.SASLType) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
@@ -196,6 +249,18 @@ func TestAuthEveryProtocol(t *testing.T) {
 		check("mqtt unknown user", mqttLogin(in, "mallory", wrongPassword), false)
 		check("mqtt anonymous", mqttLogin(in, "", ""), false)
 		check("mqtt admin", mqttLogin(in, "alice", alicePassword), true)
+	})
+	t.Run("mqtt5", func(t *testing.T) {
+		check("mqtt5 right password", mqtt5Login(in, "bob", bobPassword), true)
+		check("mqtt5 wrong password", mqtt5Login(in, "bob", wrongPassword), false)
+		check("mqtt5 unknown user", mqtt5Login(in, "mallory", wrongPassword), false)
+		check("mqtt5 anonymous", mqtt5Login(in, "", ""), false)
+	})
+	t.Run("websocket", func(t *testing.T) {
+		check("stomp over ws right password", wsStompLogin(in, "bob", bobPassword), true)
+		check("stomp over ws wrong password", wsStompLogin(in, "bob", wrongPassword), false)
+		check("stomp over ws unknown user", wsStompLogin(in, "mallory", wrongPassword), false)
+		check("stomp over ws anonymous", wsStompLogin(in, "", ""), false)
 	})
 	t.Run("amqp", func(t *testing.T) {
 		check("amqp right password", amqpLogin(in, goamqp.SASLTypePlain("bob", bobPassword)), true)
