@@ -4,8 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/junctionmq/junction/persistence/fs"
 )
@@ -409,5 +412,81 @@ func TestPowerLoss(t *testing.T) {
 				t.Fatalf("crash at op %d (torn %v)", k, torn)
 			}
 		}
+	}
+}
+
+// TestReadyFileBelowTail: the preparer can publish a ready file whose seq is
+// below the active file's (it took its seq, then the writer rolled, found no
+// ready file and created one itself). After a crash, recovery must not
+// activate that file as it is: records written to it would sort before the
+// older tail file (the CI failure "corruption in /j/00000003.jnl at offset
+// 4144 ... unwritten (zero) record header" in TestTornLastRecord, or, after
+// a clean close, the whole tail file being dropped as a torn first batch).
+func TestReadyFileBelowTail(t *testing.T) {
+	for _, clean := range []bool{false, true} {
+		t.Run(fmt.Sprintf("clean=%v", clean), func(t *testing.T) {
+			mem := fs.NewCrashableMem()
+			const slow = testDir + "/00000001.jnl" // the preparer's first file
+			blocked, release := make(chan struct{}), make(chan struct{})
+			var once sync.Once
+			unblock := sync.OnceFunc(func() { close(release) })
+			defer unblock()
+			ffs := fs.NewFaulty(mem, func(op fs.Op, name string) error {
+				if op == fs.OpDatasync && name == slow {
+					once.Do(func() { close(blocked) })
+					<-release // hold the preparer after it took its seq
+				}
+				return nil
+			})
+			var rolls atomic.Int32
+			cfg := testConfig(ffs)
+			cfg.Events.OnRoll = func(string, string) { rolls.Add(1) }
+			j := mustOpen(t, cfg)
+			<-blocked
+			m := newModel()
+			extra := 3 // records written to the writer's own file after the roll
+			for id := uint64(1); extra > 0; id++ {
+				p := payloadFor(id, 900)
+				if err := waitErr(func(d func(error)) { j.Append(id, 1, p, true, d) }); err != nil {
+					t.Fatal(err)
+				}
+				m.live[id] = liveRec{utype: 1, payload: string(p)}
+				if rolls.Load() > 0 {
+					extra--
+				}
+			}
+			unblock()
+			for j.Stats().ReadyFiles < cfg.MinFiles {
+				time.Sleep(time.Millisecond)
+			}
+			j.rmu.Lock()
+			low := j.ready[0]
+			j.rmu.Unlock()
+			j.smu.Lock()
+			active := j.activeSeq
+			j.smu.Unlock()
+			if low.name != slow || low.hdr.seq >= active {
+				t.Fatalf("setup: ready %s seq %d, active seq %d", low.name, low.hdr.seq, active)
+			}
+			img := mem.CrashClone()
+			j.Close()
+
+			j2 := mustOpen(t, testConfig(img))
+			got, _ := load(t, j2)
+			m.check(t, got)
+			if err := waitErr(func(d func(error)) { j2.Append(5000, 2, []byte("after"), true, d) }); err != nil {
+				t.Fatal(err)
+			}
+			m.live[5000] = liveRec{utype: 2, payload: "after"}
+			img2 := img
+			if !clean {
+				img2 = img.CrashClone()
+			}
+			j2.Close()
+			j3 := mustOpen(t, testConfig(img2))
+			got, _ = load(t, j3)
+			m.check(t, got)
+			j3.Close()
+		})
 	}
 }

@@ -24,7 +24,9 @@
 //
 // Dead files are reused: re-headered with a new seq and generation (one
 // write + fdatasync), never re-zeroed. Stale records cannot validate because
-// every record CRC is seeded with the generation.
+// every record CRC is seeded with the generation. A ready file whose seq
+// does not exceed every data file's (the preparer can publish files out of
+// seq order) is re-headered again when it becomes the active file.
 //
 // # Records
 //

@@ -341,14 +341,24 @@ func (j *Journal) roll() error {
 	return nil
 }
 
-// activateNext makes the lowest-seq ready file the active one.
+// activateNext makes the lowest-seq ready file the active one. The active
+// file must sort after every data file (recovery orders files by seq), so a
+// ready file whose seq is not above them all is re-headered first: the
+// preparer can publish a file whose seq it took before the writer created
+// one itself, and at recovery there is no active file yet, only the tail.
 func (j *Journal) activateNext() error {
 	w := &j.w
 	f, err := j.takeReady()
 	if err != nil {
 		return err
 	}
-	if f.dirty || (w.active != nil && f.hdr.seq <= w.active.hdr.seq) {
+	var top uint64
+	j.smu.Lock()
+	for seq := range j.st.files {
+		top = max(top, seq)
+	}
+	j.smu.Unlock()
+	if f.dirty || f.hdr.seq <= top {
 		if err := j.reheader(f); err != nil {
 			return err
 		}
