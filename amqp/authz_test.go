@@ -8,26 +8,13 @@ import (
 
 	"github.com/junctionmq/junction/amqp"
 	"github.com/junctionmq/junction/core"
-	"github.com/junctionmq/junction/core/wildcard"
+	"github.com/junctionmq/junction/internal/authztest"
 )
-
-// grantTable is a test Authorizer: per user, the permissions granted on
-// address patterns.
-type grantTable map[string]map[core.Permission][]string
-
-func (g grantTable) Authorize(user string, perm core.Permission, address string) bool {
-	for _, p := range g[user][perm] {
-		if p == address || wildcard.Match(p, address) {
-			return true
-		}
-	}
-	return false
-}
 
 // producer may send to the queue orders and the topics sensors.#;
 // consumer may read them; durable may read news but not in a durable
 // subscription.
-var authzGrants = grantTable{
+var authzGrants = authztest.Grants{
 	"producer": {core.PermSend: {"orders", "sensors.#"}},
 	"consumer": {core.PermConsume: {"orders", "sensors.#"}, core.PermCreateNonDurableQueue: {"sensors.#"}},
 	"durable":  {core.PermConsume: {"news"}, core.PermCreateNonDurableQueue: {"news"}},

@@ -11,9 +11,15 @@ import (
 // credit returned. One op is one message; allocs/op counts the Message
 // itself.
 func BenchmarkSendDispatchAck(b *testing.B) {
-	br, _ := New(Config{ExpiryScanInterval: -1})
+	benchSendDispatchAck(b, Config{ExpiryScanInterval: -1}, SessionOptions{})
+}
+
+// benchSendDispatchAck is BenchmarkSendDispatchAck on a broker and
+// session configured by cfg and opts.
+func benchSendDispatchAck(b *testing.B, cfg Config, opts SessionOptions) {
+	br, _ := New(cfg)
 	defer br.Close()
-	s, _ := br.NewSession(SessionOptions{})
+	s, _ := br.NewSession(opts)
 	var last uint64
 	c, err := s.Subscribe(ConsumerOptions{Address: "bench", RoutingType: Anycast, Credit: 1000,
 		Handler: func(d Delivery) { last = d.ID }})
@@ -124,27 +130,5 @@ func (allowAllAuthz) Authorize(string, Permission, string) bool { return true }
 // Authorizer and a client session (one that core checks): the send
 // permission comes from the session's cache after the first send.
 func BenchmarkSendDispatchAckAuthz(b *testing.B) {
-	br, _ := New(Config{ExpiryScanInterval: -1, Authorizer: allowAllAuthz{}})
-	defer br.Close()
-	s, _ := br.NewSession(SessionOptions{User: "bench", Protocol: "bench"})
-	var last uint64
-	c, err := s.Subscribe(ConsumerOptions{Address: "bench", RoutingType: Anycast, Credit: 1000,
-		Handler: func(d Delivery) { last = d.ID }})
-	if err != nil {
-		b.Fatal(err)
-	}
-	payload := make([]byte, 1024)
-	ctx := context.Background()
-	b.ReportAllocs()
-	b.ResetTimer()
-	for b.Loop() {
-		if err := s.Send(ctx, &Message{Address: "bench", RoutingType: Anycast, Body: payload}); err != nil {
-			b.Fatal(err)
-		}
-		if err := c.Ack(last); err != nil {
-			b.Fatal(err)
-		}
-		c.Flow(1)
-	}
-	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
+	benchSendDispatchAck(b, Config{ExpiryScanInterval: -1, Authorizer: allowAllAuthz{}}, SessionOptions{User: "bench", Protocol: "bench"})
 }

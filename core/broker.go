@@ -791,11 +791,13 @@ func (b *Broker) deliver(a *address, m *Message, now time.Time, o sendOpts) (pen
 		}
 	}
 	done := o.done
-	if done == nil {
-		done = b.logStoreErr
-	}
-	if n := len(stores) + btoi(persist); n > 1 {
-		done = joinDone(n, done)
+	if n := len(stores) + btoi(persist); n > 0 {
+		if done == nil {
+			done = b.logStoreErr
+		}
+		if n > 1 {
+			done = joinDone(n, done)
+		}
 	}
 	if persist {
 		b.journalMessage(m, qs, done)

@@ -9,28 +9,15 @@ import (
 	gostomp "github.com/go-stomp/stomp/v3"
 
 	"github.com/junctionmq/junction/core"
-	"github.com/junctionmq/junction/core/wildcard"
+	"github.com/junctionmq/junction/internal/authztest"
 	"github.com/junctionmq/junction/internal/testserve"
 	"github.com/junctionmq/junction/stomp"
 )
 
-// grantTable is a test Authorizer: per user, the permissions granted on
-// address patterns.
-type grantTable map[string]map[core.Permission][]string
-
-func (g grantTable) Authorize(user string, perm core.Permission, address string) bool {
-	for _, p := range g[user][perm] {
-		if p == address || wildcard.Match(p, address) {
-			return true
-		}
-	}
-	return false
-}
-
 // authzGrants: producer may send to the queue orders and the topics
 // sensors.#; consumer may read them; durable may read news but not
 // create a durable subscription on it.
-var authzGrants = grantTable{
+var authzGrants = authztest.Grants{
 	"producer": {core.PermSend: {"orders", "sensors.#", "barrier"}},
 	"consumer": {core.PermSend: {"barrier"}, core.PermConsume: {"orders", "sensors.#"},
 		core.PermCreateNonDurableQueue: {"sensors.#"}},

@@ -218,8 +218,31 @@ func crashSetup(t *testing.T, extra string) (bin, data, conf string, rounds int,
 func TestCrashKill9(t *testing.T) {
 	// Compaction too; a third of the bodies are over the large-message
 	// threshold.
-	bin, data, conf, rounds, ev := crashSetup(t, "  compact-min-ratio: 0.5\n  compact-min-files: 3\n  large-message-threshold: 2KiB\n")
-	var total struct{ confirmed, acked, drained int }
+	ev := runCrashRounds(t, "  compact-min-ratio: 0.5\n  compact-min-files: 3\n  large-message-threshold: 2KiB\n")
+	t.Logf("the journal rolled %d files, reused %d and compacted %d times", ev.rolls.Load(), ev.reclaims.Load(), ev.compactions.Load())
+	if ev.rolls.Load() == 0 || ev.reclaims.Load() == 0 {
+		t.Fatal("the journal never rolled or reused a file: the test did not exercise them")
+	}
+}
+
+// TestCrashKill9Paging is the crash test with the queue paging: it holds
+// 4 KiB in memory (the unacked one message in fifty fills that), so most
+// confirmed messages are in page files, or being read back into the
+// journal, when the broker is killed.
+func TestCrashKill9Paging(t *testing.T) {
+	ev := runCrashRounds(t, "  page-segment-size: 64KiB\naddress-settings:\n  - match: crash\n    max-size-bytes: 4096\n")
+	t.Logf("the queue started paging %d times", ev.pagings.Load())
+	if ev.pagings.Load() == 0 {
+		t.Fatal("the queue never paged: the test did not exercise paging")
+	}
+}
+
+// runCrashRounds runs the STOMP crash rounds on a broker configured with
+// crashSetup's extra settings and returns what its journal and queues did.
+func runCrashRounds(t *testing.T, extra string) *journalEvents {
+	t.Helper()
+	bin, data, conf, rounds, ev := crashSetup(t, extra)
+	var total roundCounts
 	for round := range rounds {
 		c := crashRound(t, bin, data, conf, round, ev)
 		total.confirmed += c.confirmed
@@ -228,29 +251,7 @@ func TestCrashKill9(t *testing.T) {
 	}
 	t.Logf("%d rounds: %d confirmed, %d acked before the kill, %d delivered after restart; lost=0 unexpected=0 corrupt=0 unflagged=0",
 		rounds, total.confirmed, total.acked, total.drained)
-	t.Logf("the journal rolled %d files, reused %d and compacted %d times", ev.rolls.Load(), ev.reclaims.Load(), ev.compactions.Load())
-	if ev.rolls.Load() == 0 || ev.reclaims.Load() == 0 {
-		t.Fatal("the journal never rolled or reused a file: the test did not exercise them")
-	}
-}
-
-// TestCrashKill9Paging is the crash test with the queue paging: it holds
-// 64 KiB in memory, so most confirmed messages are in page files (or
-// being read back into the journal) when the broker is killed.
-func TestCrashKill9Paging(t *testing.T) {
-	bin, data, conf, rounds, ev := crashSetup(t, "  page-segment-size: 64KiB\naddress-settings:\n  - match: crash\n    max-size-bytes: 4096\n")
-	var total struct{ confirmed, acked, drained int }
-	for round := range rounds {
-		c := crashRound(t, bin, data, conf, round, ev)
-		total.confirmed += c.confirmed
-		total.acked += c.acked
-		total.drained += c.drained
-	}
-	t.Logf("%d rounds: %d confirmed, %d acked before the kill, %d delivered after restart; lost=0 unexpected=0 corrupt=0 unflagged=0; the queue started paging %d times",
-		rounds, total.confirmed, total.acked, total.drained, ev.pagings.Load())
-	if ev.pagings.Load() == 0 {
-		t.Fatal("the queue never paged: the test did not exercise paging")
-	}
+	return ev
 }
 
 type roundCounts struct{ confirmed, acked, drained int }

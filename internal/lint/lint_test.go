@@ -24,6 +24,7 @@ var allowed = map[string][]string{
 	"management":         {"core"},
 	"security":           {"core"},
 	"cmd/junction-bench": {"internal/bench"},
+	"internal/authztest": {"core"},
 	"internal/bench":     {},
 	"internal/lint":      {},
 	"internal/stomptest": {},
