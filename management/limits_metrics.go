@@ -11,16 +11,18 @@ import (
 // queue, and whether durable sends are refused for the disk limit. Like
 // collector it reads the broker on every scrape.
 type limitsCollector struct {
-	b *core.Broker
+	b          *core.Broker
+	rejections func() map[string]map[string]uint64
 
-	dropped, memUsed, memMax, queuePaged, diskFull *prometheus.Desc
+	dropped, memUsed, memMax, queuePaged, diskFull, rejected *prometheus.Desc
 }
 
-func newLimitsCollector(b *core.Broker) *limitsCollector {
+func newLimitsCollector(b *core.Broker, rejections func() map[string]map[string]uint64) *limitsCollector {
 	d := func(name, help string, labels ...string) *prometheus.Desc {
 		return prometheus.NewDesc("junction_"+name, help, labels, nil)
 	}
-	return &limitsCollector{b: b,
+	return &limitsCollector{b: b, rejections: rejections,
+		rejected: d("connections_rejected_total", "Connections a listener turned away by a limit, by reason: max_conns, max_conns_per_ip, rate (attempts per second per IP).", "listener", "reason"),
 		dropped: d("messages_dropped_total", "Messages not queued because of a full queue, the memory budget or the disk limit, "+
 			"by reason: queue_full (DROP), non_durable_over_budget (non-durable over a PAGE limit), "+
 			"refused_full (FAIL) and refused_disk_full (durable send over the disk limit) are refused sends.", "reason"),
@@ -33,7 +35,7 @@ func newLimitsCollector(b *core.Broker) *limitsCollector {
 
 // Describe implements prometheus.Collector.
 func (c *limitsCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.dropped, c.memUsed, c.memMax, c.queuePaged, c.diskFull} {
+	for _, d := range []*prometheus.Desc{c.dropped, c.memUsed, c.memMax, c.queuePaged, c.diskFull, c.rejected} {
 		ch <- d
 	}
 }
@@ -57,4 +59,11 @@ func (c *limitsCollector) Collect(ch chan<- prometheus.Metric) {
 		full = 1
 	}
 	m(c.diskFull, prometheus.GaugeValue, full)
+	if c.rejections != nil {
+		for listener, byReason := range c.rejections() {
+			for reason, n := range byReason {
+				m(c.rejected, prometheus.CounterValue, float64(n), listener, reason)
+			}
+		}
+	}
 }

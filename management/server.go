@@ -41,6 +41,10 @@ type Config struct {
 	// Listeners returns the listeners' addresses by name ("stomp" →
 	// "127.0.0.1:61613"); nil reports none.
 	Listeners func() map[string]string
+	// Rejections returns, per listener, the connections turned away by
+	// a limit, by reason ("max_conns", "max_conns_per_ip", "rate"); nil
+	// reports none.
+	Rejections func() map[string]map[string]uint64
 	// Journal returns the message journal's statistics; nil when
 	// persistence is off (no journal section, no journal metrics).
 	Journal func() JournalStats
@@ -97,7 +101,7 @@ func New(cfg Config, b *core.Broker) *Server {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(
 		newCollector(cfg, b),
-		newLimitsCollector(b),
+		newLimitsCollector(b, cfg.Rejections),
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -141,6 +142,16 @@ func TestConnectionFloodFromOneIP(t *testing.T) {
 	}
 	if st.RejectedMaxConns != 0 || st.RejectedMaxConnsPerIP != 0 {
 		t.Fatalf("rejected for other reasons: %+v", st)
+	}
+	// The console's /metrics reports the same count.
+	res, err := http.Get("http://" + in.addrs["console"].String() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if want := fmt.Sprintf(`junction_connections_rejected_total{listener="stomp",reason="rate"} %d`, st.RejectedRate); !strings.Contains(string(body), want) {
+		t.Errorf("/metrics lacks %s", want)
 	}
 
 	// Another source is still welcome.

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -52,6 +53,9 @@ type instance struct {
 	ready atomic.Bool
 	// certs reloads the TLS certificate on SIGHUP; nil without TLS.
 	certs *transports.CertReloader
+	// lmu guards addrs and servers, which listeners add to while the
+	// console (started first) may already read them.
+	lmu   sync.Mutex
 	addrs map[string]net.Addr
 	wg    sync.WaitGroup
 	errc  chan error
@@ -241,11 +245,12 @@ func (in *instance) startListeners(cfg Config) error {
 		}
 	}
 	mgmt := management.New(management.Config{
-		Version:   version,
-		Listeners: in.listenerAddrs,
-		Journal:   journalStats(in.msgs),
-		Ready:     in.ready.Load,
-		Logger:    log.With().Str("component", "management").Logger(),
+		Version:    version,
+		Listeners:  in.listenerAddrs,
+		Rejections: in.rejections,
+		Journal:    journalStats(in.msgs),
+		Ready:      in.ready.Load,
+		Logger:     log.With().Str("component", "management").Logger(),
 		// With users, the console and its API need a user who may manage.
 		RequireLogin: in.sec != nil && in.sec.store.HasUsers(),
 	}, b)
@@ -364,8 +369,10 @@ func (in *instance) listen(name, addr string, maxConns int, h transports.Handler
 			OnReject: rejects.reject,
 		},
 	}
+	in.lmu.Lock()
 	in.servers = append(in.servers, srv)
 	in.addrs[name] = l.Addr()
+	in.lmu.Unlock()
 	in.wg.Add(1)
 	go func() {
 		defer in.wg.Done()
@@ -387,7 +394,9 @@ func (in *instance) serveHTTP(name, addr string, h http.Handler) error {
 		ErrorLog: stdlog.New(io.Discard, "", 0),
 	}
 	in.httpServers = append(in.httpServers, hs)
+	in.lmu.Lock()
 	in.addrs[name] = l.Addr()
+	in.lmu.Unlock()
 	in.wg.Add(1)
 	go func() {
 		defer in.wg.Done()
@@ -400,7 +409,27 @@ func (in *instance) serveHTTP(name, addr string, h http.Handler) error {
 
 // listenerAddrs reports the listeners' addresses for the API. The map is
 // complete before the console serves anything.
+// rejections reports each listener's connections turned away by a limit,
+// by reason, for /metrics.
+func (in *instance) rejections() map[string]map[string]uint64 {
+	in.lmu.Lock()
+	servers := slices.Clone(in.servers)
+	in.lmu.Unlock()
+	m := make(map[string]map[string]uint64, len(servers))
+	for _, srv := range servers {
+		st := srv.Stats()
+		m[srv.Name] = map[string]uint64{
+			"max_conns":        st.RejectedMaxConns,
+			"max_conns_per_ip": st.RejectedMaxConnsPerIP,
+			"rate":             st.RejectedRate,
+		}
+	}
+	return m
+}
+
 func (in *instance) listenerAddrs() map[string]string {
+	in.lmu.Lock()
+	defer in.lmu.Unlock()
 	m := make(map[string]string, len(in.addrs))
 	for name, a := range in.addrs {
 		m[name] = a.String()
