@@ -30,7 +30,8 @@ const recPageCursor uint16 = 5
 
 // Depage thresholds: a paging queue reads back when fewer than
 // depageLowCount messages are ready in memory, in batches of up to
-// depageBatch messages and depageBatchBytes. A queue reads back while the
+// depageBatch messages and depageBatchBytes that fit what room there is
+// (depageLimitsLocked). A queue reads back while the
 // broker is under depageBudgetFrac of its budget, or while the queue
 // holds less than depageFloor bytes (estimated, see memSize), so every paging queue makes progress
 // however full memory is (the floor bounds the overshoot per queue).
@@ -151,6 +152,24 @@ func (q *Queue) wantDepageLocked() bool {
 	return q.b.budgetRoom(depageBudgetFrac) || q.mem.Load() < depageFloor
 }
 
+// depageLimitsLocked sizes the next batch read back so that it fits:
+// within the broker's budget while there is room, else within q's floor
+// (at least one message, so a queue always moves). Every message costs
+// at least msgOverhead+refOverhead in memory, which bounds the count.
+func (q *Queue) depageLimitsLocked() (n, nbytes int) {
+	room := int64(depageBatchBytes)
+	if b := q.b; b.mem.max > 0 {
+		if b.budgetRoom(depageBudgetFrac) {
+			room = b.mem.max - b.mem.used.Load()
+		} else {
+			room = depageFloor - q.mem.Load()
+		}
+	}
+	room = min(room, depageBatchBytes)
+	n = int(min(room/(msgOverhead+refOverhead), depageBatch))
+	return max(n, 1), int(max(room, 1))
+}
+
 // depageLoop reads pg back into q as room allows, until pg is drained
 // (it then removes the store), q stops using it, or the broker closes.
 // The goroutine owns the store: it closes it as it exits, and removes it
@@ -211,8 +230,9 @@ func (q *Queue) depage(pg *pageState) (drained bool, err error) {
 	b := q.b
 	q.mu.Lock()
 	pos := pg.readPos
+	n, nbytes := q.depageLimitsLocked()
 	q.mu.Unlock()
-	recs, next, err := pg.store.Read(pos, depageBatch, depageBatchBytes)
+	recs, next, err := pg.store.Read(pos, n, nbytes)
 	if err != nil {
 		return false, err
 	}
