@@ -203,17 +203,10 @@ func (b *Broker) Addresses() []AddressInfo {
 // (its queues are the subscriptions consumers make); it fails with
 // ErrQueueExists if it already does.
 func (b *Broker) CreateQueue(name string, rt RoutingType) error {
-	if err := validAddress(name); err != nil {
+	if err := b.lockToCreate(name, rt); err != nil {
 		return err
 	}
-	if rt != Anycast && rt != Multicast {
-		return fmt.Errorf("%w: routing type %v", ErrInvalidAddress, rt)
-	}
-	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.closed {
-		return ErrClosed
-	}
 	a := b.addresses[name]
 	switch {
 	case rt == Anycast && b.queues[name] != nil:

@@ -249,9 +249,9 @@ func validAddress(name string) error {
 	return nil
 }
 
-// CreateAddress creates an address accepting rt (Anycast creates its
-// queue too). Creating an existing address adds rt to it.
-func (b *Broker) CreateAddress(name string, rt RoutingType) error {
+// lockToCreate checks a name and routing type an administrator creates
+// and takes b.mu for the creation; on error b.mu is not held.
+func (b *Broker) lockToCreate(name string, rt RoutingType) error {
 	if err := validAddress(name); err != nil {
 		return err
 	}
@@ -259,10 +259,20 @@ func (b *Broker) CreateAddress(name string, rt RoutingType) error {
 		return fmt.Errorf("%w: routing type %v", ErrInvalidAddress, rt)
 	}
 	b.mu.Lock()
-	defer b.mu.Unlock()
 	if b.closed {
+		b.mu.Unlock()
 		return ErrClosed
 	}
+	return nil
+}
+
+// CreateAddress creates an address accepting rt (Anycast creates its
+// queue too). Creating an existing address adds rt to it.
+func (b *Broker) CreateAddress(name string, rt RoutingType) error {
+	if err := b.lockToCreate(name, rt); err != nil {
+		return err
+	}
+	defer b.mu.Unlock()
 	a := b.addressLocked(name, false)
 	return b.addRoutingLocked(a, rt)
 }

@@ -353,16 +353,23 @@ type createRequest struct {
 	RoutingType string `json:"routingType"`
 }
 
-func (s *Server) createAddress(w http.ResponseWriter, r *http.Request) {
+// decodeCreate reads a createRequest, answering 400 for a missing name or
+// a bad routing type (an empty one allowed when allowDefault).
+func decodeCreate(w http.ResponseWriter, r *http.Request, allowDefault bool) (createRequest, core.RoutingType, bool) {
 	var req createRequest
 	if !decode(w, r, &req) {
-		return
+		return req, 0, false
 	}
 	if req.Name == "" {
 		writeError(w, http.StatusBadRequest, "name is required")
-		return
+		return req, 0, false
 	}
-	rt, ok := parseRouting(w, req.RoutingType, true)
+	rt, ok := parseRouting(w, req.RoutingType, allowDefault)
+	return req, rt, ok
+}
+
+func (s *Server) createAddress(w http.ResponseWriter, r *http.Request) {
+	req, rt, ok := decodeCreate(w, r, true)
 	if !ok {
 		return
 	}
@@ -534,15 +541,7 @@ func (s *Server) getQueue(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) createQueue(w http.ResponseWriter, r *http.Request) {
-	var req createRequest
-	if !decode(w, r, &req) {
-		return
-	}
-	if req.Name == "" {
-		writeError(w, http.StatusBadRequest, "name is required")
-		return
-	}
-	rt, ok := parseRouting(w, req.RoutingType, false)
+	req, rt, ok := decodeCreate(w, r, false)
 	if !ok {
 		return
 	}
