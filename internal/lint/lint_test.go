@@ -26,6 +26,7 @@ var allowed = map[string][]string{
 	"cmd/junction-bench": {"internal/bench"},
 	"internal/authztest": {"core"},
 	"internal/bench":     {},
+	"internal/hostlist":  {},
 	"internal/lint":      {},
 	"internal/stomptest": {},
 	"internal/testserve": {},
