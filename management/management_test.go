@@ -45,7 +45,8 @@ func newEnv(t *testing.T) *env {
 				SyncSeconds: 0.012, SyncLatencyBuckets: []float64{0.001, 0.01}, SyncLatencyCounts: []uint64{1, 2, 1},
 				Files: 2, Bytes: 1 << 20}
 		},
-		Ready: e.ready.Load,
+		Ready:     e.ready.Load,
+		AllowHost: loopbackHost,
 	}, b)
 	e.srv = httptest.NewServer(h)
 	t.Cleanup(func() {

@@ -10,16 +10,26 @@
 // Safety: with Config.RequireLogin every request but the health checks
 // needs HTTP Basic credentials of a user holding the manage permission;
 // without it the API is open (meant for a loopback or otherwise trusted
-// listener). Either way it defends against other web
-// origins driving a browser that can reach it. Every mutating request
-// (POST, DELETE) is refused when it carries an Origin header naming
-// another host than the one it was sent to, or Sec-Fetch-Site says
-// cross-site, and every POST must be Content-Type: application/json, which
-// a cross-origin form or a "simple" fetch cannot send without a CORS
-// preflight that this handler never answers.
+// listener). Either way it defends against other web origins driving a
+// browser that can reach it:
+//
+//   - Every request but the health checks whose Host header
+//     Config.AllowHost refuses gets 421 Misdirected Request before
+//     anything else (login included). This stops DNS rebinding, where a
+//     page on attacker.example has its name re-resolved to the broker's
+//     address and talks to it same-origin, Host: attacker.example; no
+//     Origin check can, since the page's origin is that very Host.
+//   - Every mutating request (POST, DELETE) is refused when it carries
+//     an Origin header whose host[:port] AllowHost refuses (without
+//     AllowHost, any Origin), or Sec-Fetch-Site says cross-site or
+//     same-site.
+//   - Every POST must be Content-Type: application/json, which a
+//     cross-origin form or a "simple" fetch cannot send without a CORS
+//     preflight that this handler never answers.
 package management
 
 import (
+	"fmt"
 	"maps"
 	"net/http"
 	"slices"
@@ -60,6 +70,20 @@ type Config struct {
 	// otherwise, 403 for a known user without it). Set it when users are
 	// configured; false keeps the API open, for loopback listeners.
 	RequireLogin bool
+	// AllowHost decides which Host headers name this server (an
+	// allow-list; see the package doc). Every request but /healthz and
+	// /readyz whose Host it refuses gets 421. It also decides which
+	// pages' origins may mutate. Nil accepts every Host and no page's
+	// Origin. It runs for every request: a lookup, never DNS.
+	AllowHost func(host string) bool
+	// OnHostRefused, if set, is called after a request was refused for
+	// its Host, in the request's goroutine (for counting and logging);
+	// it must not block.
+	OnHostRefused func(r *http.Request)
+	// RequestRejections returns, per listener, the HTTP requests refused
+	// before they were served, by reason ("host"), for
+	// junction_http_requests_rejected_total; nil reports none.
+	RequestRejections func() map[string]map[string]uint64
 }
 
 // JournalStats are the message journal's counters, as the process's
@@ -102,6 +126,7 @@ func New(cfg Config, b *core.Broker) *Server {
 	reg.MustRegister(
 		newCollector(cfg, b),
 		newLimitsCollector(b, cfg.Rejections),
+		newRequestsCollector(cfg.RequestRejections),
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
@@ -130,6 +155,17 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("X-Frame-Options", "DENY")
 	h.Set("Referrer-Policy", "same-origin")
+	// The Host first: a request for another name is answered before it
+	// can cost a login attempt or change anything. Probes are exempt: a
+	// load balancer or kubelet asks with whatever Host it likes, and
+	// "ok" tells a rebinding page nothing.
+	if s.cfg.AllowHost != nil && !openPaths[r.URL.Path] && !s.cfg.AllowHost(r.Host) {
+		writeError(w, http.StatusMisdirectedRequest, fmt.Sprintf("misdirected request: %q is not a name of this server", r.Host))
+		if s.cfg.OnHostRefused != nil {
+			s.cfg.OnHostRefused(r)
+		}
+		return
+	}
 	if s.cfg.RequireLogin && !openPaths[r.URL.Path] {
 		if r = s.login(w, r); r == nil {
 			return

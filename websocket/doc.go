@@ -33,14 +33,24 @@
 // anyway, and the refusal says why. A request that is not an upgrade
 // gets 426, one from an origin not allowed 403.
 //
-// Origins are checked by default: a browser page may connect when it was
-// served from the request's own host name (any port: a console on
-// another port of the same host) or from localhost, 127.0.0.1 or [::1];
-// [Config].AllowedOrigins replaces that policy, "*" allowing any origin.
-// A request without an Origin header is not from a browser and is
-// allowed. The same-host rule trusts the Host header, which a page on a
-// DNS-rebinding domain controls; a broker reachable by browsers on
-// untrusted networks should list its origins.
+// # Hosts and origins
+//
+// [Config].AllowHost says which Host headers name this server. A page on
+// a DNS-rebinding domain (attacker.example, re-resolved to 127.0.0.1
+// once loaded) reaches a loopback port same-origin with itself, and its
+// Origin matches its Host; only the Host shows where the browser thinks
+// it is. So a request whose Host AllowHost refuses is answered 421
+// Misdirected Request before anything else, never upgraded. cmd builds
+// the function from an allow-list (internal/hostlist); this package
+// knows no names of its own.
+//
+// Origins are checked by default: a browser page may connect when its
+// origin's host[:port] passes AllowHost (a console on another port of
+// the same host, a page served from localhost); without AllowHost, no
+// page may. [Config].AllowedOrigins replaces that policy, "*" allowing
+// any origin. A request without an Origin header is not from a browser
+// and is allowed. The request's own Host is never evidence: the
+// rebinding page chooses it.
 //
 // # The connection
 //

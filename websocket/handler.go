@@ -94,13 +94,29 @@ type Config struct {
 	// returns. At least one is required.
 	Handlers map[string]func(ctx context.Context, nc net.Conn)
 
+	// AllowHost decides which Host headers name this endpoint: the
+	// defence against DNS rebinding, where a page on attacker.example
+	// whose name now resolves to this server's address sends requests
+	// with Host: attacker.example. A request whose Host it refuses gets
+	// 421 Misdirected Request before anything else is looked at: it is
+	// not upgraded and reaches no protocol handler. Requests handed to
+	// Fallback are not checked here (the Fallback applies its own
+	// policy). Nil accepts every Host. It must be fast (a lookup, no
+	// DNS): it runs for every request.
+	AllowHost func(host string) bool
+
+	// OnHostRefused, if set, is called after a request was refused for
+	// its Host (421), in the request's goroutine: for counting and
+	// logging. It must not block.
+	OnHostRefused func(r *http.Request)
+
 	// AllowedOrigins lists the browser origins that may connect. Empty:
-	// pages served from the request's own host name (any port) and from
-	// localhost, 127.0.0.1 or [::1] (any port). Otherwise exactly those
-	// listed: "*" (any), a full origin "https://app.example.com:8443"
-	// (scheme, host and port must match), or a host name "example.com"
-	// (any scheme and port) or "example.com:8443". A request without an
-	// Origin header (not from a browser) is always allowed.
+	// the pages whose origin's host (host[:port]) AllowHost allows, and
+	// none without AllowHost. Otherwise exactly those listed: "*" (any),
+	// a full origin "https://app.example.com:8443" (scheme, host and
+	// port must match), or a host name "example.com" (any scheme and
+	// port) or "example.com:8443". A request without an Origin header
+	// (not from a browser) is always allowed.
 	AllowedOrigins []string
 
 	// MaxMessageSize bounds one WebSocket message from a client (all its
@@ -280,16 +296,26 @@ func (w debugWriter) Write(p []byte) (int, error) {
 
 // ServeHTTP upgrades r and serves the connection with the handler of
 // the protocol negotiated, returning when the session ends. Requests it
-// refuses get a plain-text answer: 426 for a request that is not a
-// WebSocket upgrade, 405 for a method other than GET, 403 for an origin
-// not allowed, 400 when no protocol served here could be chosen, 404 for
-// a protocol path whose protocol is not served, 503 once shutting down.
+// refuses get a plain-text answer: 421 for a Host that AllowHost
+// refuses (checked first), 426 for a request that is not a WebSocket
+// upgrade, 405 for a method other than GET, 403 for an origin not
+// allowed, 400 when no protocol served here could be chosen, 404 for a
+// protocol path whose protocol is not served, 503 once shutting down.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if !gws.IsWebSocketUpgrade(r) {
-		if h.cfg.Fallback != nil {
-			h.cfg.Fallback.ServeHTTP(w, r)
-			return
+	upgrade := gws.IsWebSocketUpgrade(r)
+	if !upgrade && h.cfg.Fallback != nil {
+		h.cfg.Fallback.ServeHTTP(w, r)
+		return
+	}
+	if h.cfg.AllowHost != nil && !h.cfg.AllowHost(r.Host) {
+		h.refuse(w, r, http.StatusMisdirectedRequest,
+			fmt.Sprintf("websocket: misdirected request: %q is not a name of this server", r.Host))
+		if h.cfg.OnHostRefused != nil {
+			h.cfg.OnHostRefused(r)
 		}
+		return
+	}
+	if !upgrade {
 		w.Header().Set("Upgrade", "websocket")
 		w.Header().Set("Sec-WebSocket-Version", "13")
 		h.refuse(w, r, http.StatusUpgradeRequired,
@@ -427,21 +453,13 @@ func (h *Handler) originAllowed(r *http.Request) (string, bool) {
 	if err != nil || u.Host == "" { // "null" (sandboxed pages, files) has no host
 		return origin, false
 	}
-	host := u.Hostname()
 	if len(h.origins) == 0 {
-		if host == "localhost" {
-			return origin, true
-		}
-		if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
-			return origin, true
-		}
-		reqHost := strings.ToLower(r.Host)
-		if hh, _, err := net.SplitHostPort(reqHost); err == nil {
-			reqHost = hh
-		}
-		reqHost = strings.TrimSuffix(strings.TrimPrefix(reqHost, "["), "]")
-		return origin, reqHost != "" && host == reqHost
+		// The page must come from a host that names this server, not
+		// merely from the request's own Host, which a page on a
+		// DNS-rebinding domain chooses.
+		return origin, h.cfg.AllowHost != nil && h.cfg.AllowHost(u.Host)
 	}
+	host := u.Hostname()
 	for _, rule := range h.origins {
 		switch {
 		case rule.origin != "":

@@ -8,9 +8,11 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	gws "github.com/gorilla/websocket"
 	"github.com/rs/zerolog"
 )
 
@@ -143,6 +145,20 @@ func TestNegotiateLive(t *testing.T) {
 	}
 }
 
+// ourHost stands for an allow-list built by cmd: the names of a broker
+// at broker.example, and loopback.
+func ourHost(h string) bool {
+	name, _, err := net.SplitHostPort(h)
+	if err != nil {
+		name = h
+	}
+	switch strings.ToLower(name) {
+	case "broker.example", "localhost", "127.0.0.1", "::1", "2001:db8::1":
+		return true
+	}
+	return false
+}
+
 func TestOrigins(t *testing.T) {
 	type check struct {
 		origins []string // Origin header lines
@@ -150,25 +166,35 @@ func TestOrigins(t *testing.T) {
 		ok      bool
 	}
 	tests := []struct {
-		allowed []string
-		checks  []check
+		allowed   []string
+		allowHost func(string) bool
+		checks    []check
 	}{
-		{nil, []check{
+		{nil, ourHost, []check{
 			{nil, "broker.example:61614", true}, // not a browser
 			{[]string{""}, "broker.example", true},
 			{[]string{"http://localhost:3000"}, "broker.example", true},
 			{[]string{"http://127.0.0.1:8080"}, "broker.example", true},
 			{[]string{"http://[::1]:9"}, "broker.example", true},
-			{[]string{"http://broker.example:8161"}, "broker.example:61614", true}, // same host, console's port
+			{[]string{"http://broker.example:8161"}, "broker.example:61614", true}, // the console's port
 			{[]string{"https://BROKER.example"}, "broker.example", true},
 			{[]string{"http://[2001:db8::1]:8161"}, "[2001:db8::1]:61614", true},
 			{[]string{"http://evil.example"}, "broker.example", false},
+			// DNS rebinding: the page's origin is the request's own Host,
+			// which proves nothing.
+			{[]string{"http://evil.example:61614"}, "evil.example:61614", false},
 			{[]string{"http://broker.example.evil.example"}, "broker.example", false},
 			{[]string{"null"}, "broker.example", false},
 			{[]string{"http://localhost", "http://evil.example"}, "broker.example", false},
 			{[]string{"http://evil.example"}, "", false},
 		}},
-		{[]string{"https://app.example.com", "other.example", "x.example:8443"}, []check{
+		// Without AllowHost no page is trusted, not even a local one.
+		{nil, nil, []check{
+			{nil, "localhost:61614", true},
+			{[]string{"http://localhost:3000"}, "localhost:61614", false},
+			{[]string{"http://localhost:61614"}, "localhost:61614", false},
+		}},
+		{[]string{"https://app.example.com", "other.example", "x.example:8443"}, ourHost, []check{
 			{[]string{"https://app.example.com"}, "broker.example", true},
 			{[]string{"http://app.example.com"}, "broker.example", false},
 			{[]string{"https://app.example.com:8443"}, "broker.example", false},
@@ -179,13 +205,13 @@ func TestOrigins(t *testing.T) {
 			{[]string{"http://broker.example"}, "broker.example", false},
 			{nil, "broker.example", true},
 		}},
-		{[]string{"*"}, []check{
+		{[]string{"*"}, nil, []check{
 			{[]string{"http://evil.example"}, "broker.example", true},
 			{[]string{"null"}, "broker.example", true},
 		}},
 	}
 	for _, tt := range tests {
-		h, err := New(Config{Handlers: allHandlers(nop), AllowedOrigins: tt.allowed})
+		h, err := New(Config{Handlers: allHandlers(nop), AllowedOrigins: tt.allowed, AllowHost: tt.allowHost})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -196,13 +222,14 @@ func TestOrigins(t *testing.T) {
 				r.Header.Add("Origin", o)
 			}
 			if _, ok := h.originAllowed(r); ok != c.ok {
-				t.Errorf("allowed %q, origin %q, host %q: allowed=%v, want %v", tt.allowed, c.origins, c.host, ok, c.ok)
+				t.Errorf("allowed %q, AllowHost %v, origin %q, host %q: allowed=%v, want %v",
+					tt.allowed, tt.allowHost != nil, c.origins, c.host, ok, c.ok)
 			}
 		}
 	}
 
 	// On the wire: 403 for a foreign page, an upgrade for a local one.
-	s := serve(t, Config{Handlers: allHandlers(echo)})
+	s := serve(t, Config{Handlers: allHandlers(echo), AllowHost: ourHost})
 	_, resp, err := dialer("mqtt").Dial(s.url("/"), http.Header{"Origin": {"https://evil.example"}})
 	if err == nil || resp == nil || resp.StatusCode != http.StatusForbidden {
 		t.Fatalf("foreign origin: err %v, resp %v; want a 403", err, resp)
@@ -212,6 +239,77 @@ func TestOrigins(t *testing.T) {
 		t.Fatalf("local origin: %v", err)
 	}
 	ws.Close()
+}
+
+// A request whose Host is not one of the server's names is answered 421
+// before anything else: no upgrade, no protocol handler.
+func TestHostRefused(t *testing.T) {
+	var served, fellBack atomic.Int32
+	var refusedMu sync.Mutex
+	var refused []string
+	cfg := Config{
+		Handlers:  allHandlers(func(ctx context.Context, nc net.Conn) { served.Add(1); echo(ctx, nc) }),
+		AllowHost: ourHost,
+		OnHostRefused: func(r *http.Request) {
+			refusedMu.Lock()
+			refused = append(refused, r.Host)
+			refusedMu.Unlock()
+		},
+	}
+	s := serve(t, cfg)
+	_, port, _ := net.SplitHostPort(s.addr)
+	evil := "attacker.example:" + port
+	_, resp, err := dialer("v12.stomp").Dial(s.url("/stomp"), http.Header{"Host": {evil}, "Origin": {"http://" + evil}})
+	if err == nil || resp == nil || resp.StatusCode != http.StatusMisdirectedRequest {
+		t.Fatalf("foreign Host: err %v, resp %v; want a 421", err, resp)
+	}
+	// Checked before the upgrade test: a plain request gets 421 too.
+	req, _ := http.NewRequest(http.MethodGet, "http://"+s.addr+"/stomp", nil)
+	req.Host = evil
+	if resp, err := (&http.Client{Timeout: 5 * time.Second}).Do(req); err != nil || resp.StatusCode != http.StatusMisdirectedRequest {
+		t.Fatalf("plain request with a foreign Host: %v %v; want a 421", resp, err)
+	} else {
+		resp.Body.Close()
+	}
+	// The server's own names connect.
+	for _, host := range []string{s.addr, "localhost:" + port, "[::1]:" + port} {
+		ws, _, err := dialer("v12.stomp").Dial(s.url("/stomp"), http.Header{"Host": {host}, "Origin": {"http://" + host}})
+		if err != nil {
+			t.Fatalf("Host %s: %v", host, err)
+		}
+		ws.WriteMessage(gws.TextMessage, []byte("hi"))
+		if _, p := readMessage(t, ws); string(p) != "hi" {
+			t.Fatalf("Host %s: echo %q", host, p)
+		}
+		ws.Close()
+	}
+	if n := served.Load(); n != 3 {
+		t.Errorf("%d sessions served, want the 3 allowed", n)
+	}
+	refusedMu.Lock()
+	if len(refused) != 2 || refused[0] != evil || refused[1] != evil {
+		t.Errorf("OnHostRefused saw %q, want %s twice", refused, evil)
+	}
+	refusedMu.Unlock()
+
+	// With a Fallback, plain requests go to it (it has its own policy);
+	// upgrades are still checked here.
+	cfg.Fallback = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fellBack.Add(1) })
+	s = serve(t, cfg)
+	if _, resp, err := dialer("v12.stomp").Dial(s.url("/stomp"), http.Header{"Host": {evil}}); err == nil || resp == nil ||
+		resp.StatusCode != http.StatusMisdirectedRequest {
+		t.Fatalf("foreign Host with a Fallback: err %v, resp %v; want a 421", err, resp)
+	}
+	req, _ = http.NewRequest(http.MethodGet, "http://"+s.addr+"/", nil)
+	req.Host = evil
+	if resp, err := (&http.Client{Timeout: 5 * time.Second}).Do(req); err != nil || fellBack.Load() != 1 {
+		t.Fatalf("plain request with a Fallback: %v %v, fallback called %d times", resp, err, fellBack.Load())
+	} else {
+		resp.Body.Close()
+	}
+	if n := served.Load(); n != 3 {
+		t.Errorf("%d sessions served, want still 3", n)
+	}
 }
 
 func TestNotAnUpgrade(t *testing.T) {
