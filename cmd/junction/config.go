@@ -15,6 +15,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/junctionmq/junction/core"
+	"github.com/junctionmq/junction/internal/hostlist"
 	"github.com/junctionmq/junction/security"
 )
 
@@ -146,8 +147,12 @@ type AMQPConfig struct {
 // AMQP over WebSockets, chosen by subprotocol or path).
 type WebSocketConfig struct {
 	Listen string `yaml:"listen"`
-	// AllowedOrigins, comma-separated; empty allows the request's own
-	// host and localhost, "*" allows any.
+	// AllowedHosts, comma-separated, are Host names (host or host:port)
+	// WebSocket upgrades may be addressed to besides the broker's own
+	// (see hostGuard); "*" allows any.
+	AllowedHosts string `yaml:"allowed-hosts"`
+	// AllowedOrigins, comma-separated; empty allows pages from the
+	// allowed hosts, "*" allows any.
 	AllowedOrigins string   `yaml:"allowed-origins"`
 	MaxMessageSize ByteSize `yaml:"max-message-size"`
 }
@@ -163,6 +168,10 @@ type AllConfig struct {
 // REST API (/api/v1/), /metrics, /healthz and /readyz.
 type ConsoleConfig struct {
 	Listen string `yaml:"listen"`
+	// AllowedHosts, comma-separated, are Host names (host or host:port)
+	// the console, API and /metrics answer to besides the broker's own,
+	// on whichever port they are served; "*" allows any.
+	AllowedHosts string `yaml:"allowed-hosts"`
 }
 
 // TLSConfig holds the certificate every TLS listener uses and those
@@ -353,11 +362,13 @@ var options = []option{
 	intOpt("amqp-link-credit", "amqp.link-credit", "credit granted to each AMQP sender link: its messages in flight", func(c *Config) *int { return &c.AMQP.LinkCredit }),
 	boolOpt("amqp-require-sasl", "amqp.require-sasl", "refuse AMQP clients that skip SASL", func(c *Config) *bool { return &c.AMQP.RequireSASL }),
 	stringOpt("ws", "websocket.listen", "WebSocket listen address for STOMP, MQTT and AMQP (empty disables)", func(c *Config) *string { return &c.WebSocket.Listen }),
-	stringOpt("ws-allowed-origins", "websocket.allowed-origins", "comma-separated origins allowed to open WebSockets (empty: the request's host and localhost; * any)", func(c *Config) *string { return &c.WebSocket.AllowedOrigins }),
+	stringOpt("ws-allowed-hosts", "websocket.allowed-hosts", "comma-separated Host names (host or host:port) WebSocket upgrades may be addressed to besides the listeners' addresses, localhost and the machine's names; others get 421 (* any)", func(c *Config) *string { return &c.WebSocket.AllowedHosts }),
+	stringOpt("ws-allowed-origins", "websocket.allowed-origins", "comma-separated origins allowed to open WebSockets (empty: pages from the allowed hosts; * any)", func(c *Config) *string { return &c.WebSocket.AllowedOrigins }),
 	sizeOpt("ws-max-message-size", "websocket.max-message-size", "largest WebSocket message accepted", func(c *Config) *ByteSize { return &c.WebSocket.MaxMessageSize }),
 	stringOpt("all", "all.listen", "one listen address for every protocol, detected from the first bytes (empty disables)", func(c *Config) *string { return &c.All.Listen }),
 	durationOpt("detect-timeout", "all.detect-timeout", "how long the one port waits for a connection's first bytes", func(c *Config) *time.Duration { return &c.All.DetectTimeout }),
 	stringOpt("console", "console.listen", "web console, REST API and /metrics listen address (empty disables)", func(c *Config) *string { return &c.Console.Listen }),
+	stringOpt("console-allowed-hosts", "console.allowed-hosts", "comma-separated Host names (host or host:port) the console, REST API and /metrics answer to besides the listeners' addresses, localhost and the machine's names; others get 421 (* any)", func(c *Config) *string { return &c.Console.AllowedHosts }),
 	stringOpt("tls-cert", "tls.cert", "PEM certificate (chain) for the TLS listeners; reloaded on SIGHUP", func(c *Config) *string { return &c.TLS.Cert }),
 	stringOpt("tls-key", "tls.key", "PEM private key of --tls-cert", func(c *Config) *string { return &c.TLS.Key }),
 	stringOpt("tls-client-ca", "tls.client-ca", "PEM CA certificates that client certificates are verified against", func(c *Config) *string { return &c.TLS.ClientCA }),
@@ -552,6 +563,11 @@ func (c *Config) validate() []fieldError {
 	}
 	if c.All.DetectTimeout <= 0 {
 		bad("all.detect-timeout", "must be > 0")
+	}
+	for path, hosts := range map[string]string{"console.allowed-hosts": c.Console.AllowedHosts, "websocket.allowed-hosts": c.WebSocket.AllowedHosts} {
+		if _, err := hostlist.New(commaList(hosts)...); err != nil {
+			bad(path, "%v (want comma-separated host names, IP addresses or host:port, or *)", err)
+		}
 	}
 	if c.WebSocket.MaxMessageSize < 1024 {
 		bad("websocket.max-message-size", "must be at least 1KiB")

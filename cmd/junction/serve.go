@@ -12,7 +12,6 @@ import (
 	"os/signal"
 	"path/filepath"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -238,21 +237,26 @@ func (in *instance) startListeners(cfg Config) error {
 		HandshakeTimeout: cfg.Limits.HandshakeTimeout,
 		MaxLinks:         unlimitedIfZero(cfg.Limits.MaxSubscriptions),
 	}, b)
-	var origins []string
-	for _, o := range strings.Split(cfg.WebSocket.AllowedOrigins, ",") {
-		if o = strings.TrimSpace(o); o != "" {
-			origins = append(origins, o)
-		}
+	// With users, the console and its API need a user who may manage.
+	requireLogin := in.sec != nil && in.sec.store.HasUsers()
+	anonymous, _, _ := cfg.anonymousPolicy() // validated: no error
+	hosts, err := newHostGuard(cfg, log.With().Str("component", "http").Logger(), requireLogin, anonymous)
+	if err != nil {
+		return fmt.Errorf("allowed hosts: %w", err)
 	}
 	mgmt := management.New(management.Config{
-		Version:    version,
-		Listeners:  in.listenerAddrs,
-		Rejections: in.rejections,
-		Journal:    journalStats(in.msgs),
-		Ready:      in.ready.Load,
-		Logger:     log.With().Str("component", "management").Logger(),
-		// With users, the console and its API need a user who may manage.
-		RequireLogin: in.sec != nil && in.sec.store.HasUsers(),
+		Version:      version,
+		Listeners:    in.listenerAddrs,
+		Rejections:   in.rejections,
+		Journal:      journalStats(in.msgs),
+		Ready:        in.ready.Load,
+		Logger:       log.With().Str("component", "management").Logger(),
+		RequireLogin: requireLogin,
+		// The console's list, wherever it is served: on its own port and
+		// as the fallback of the WebSocket ports.
+		AllowHost:         hosts.console.Allows,
+		OnHostRefused:     hosts.refused,
+		RequestRejections: hosts.rejections,
 	}, b)
 	wsh, err := websocket.New(websocket.Config{
 		// The console answers the plain HTTP requests of a shared port.
@@ -260,7 +264,9 @@ func (in *instance) startListeners(cfg Config) error {
 		Handlers: map[string]func(context.Context, net.Conn){
 			"stomp": ss.ServeConn, "mqtt": ms.ServeConn, "amqp": as.ServeConn,
 		},
-		AllowedOrigins: origins,
+		AllowHost:      hosts.ws.Allows,
+		OnHostRefused:  hosts.refused,
+		AllowedOrigins: commaList(cfg.WebSocket.AllowedOrigins),
 		MaxMessageSize: int64(cfg.WebSocket.MaxMessageSize),
 		Logger:         log.With().Str("component", "websocket").Logger(),
 	})
@@ -278,7 +284,7 @@ func (in *instance) startListeners(cfg Config) error {
 	}
 	mux := &transports.Mux{
 		Protocols: []transports.Protocol{
-			{Name: "http", Detect: transports.DetectHTTP, Handler: wsh.ServeConn},
+			{Name: "http", Detect: transports.DetectHTTP, Handler: withListener("all", wsh.ServeConn)},
 			{Name: "amqp", Detect: amqp.Detect, Handler: as.ServeConn, Reject: as.Reject},
 			{Name: "mqtt", Detect: mqtt.Detect, Handler: ms.ServeConn},
 			{Name: "stomp", Detect: stomp.Detect, Handler: ss.ServeConn, Reject: ss.Reject},
@@ -295,7 +301,7 @@ func (in *instance) startListeners(cfg Config) error {
 		{"mqtt", cfg.MQTT.Listen, ms.ServeConn, nil},
 		{"amqp", cfg.AMQP.Listen, as.ServeConn, as.Reject},
 		{"stomp", cfg.Stomp.Listen, ss.ServeConn, ss.Reject},
-		{"websocket", cfg.WebSocket.Listen, wsh.ServeConn, nil},
+		{"websocket", cfg.WebSocket.Listen, withListener("websocket", wsh.ServeConn), nil},
 	}
 	all := mux
 	if cfg.TLS.enabled() {
@@ -319,7 +325,7 @@ func (in *instance) startListeners(cfg Config) error {
 			{"mqtt+tls", cfg.TLS.MQTT, ms.ServeConn, nil},
 			{"amqp+tls", cfg.TLS.AMQP, as.ServeConn, as.Reject},
 			{"stomp+tls", cfg.TLS.Stomp, ss.ServeConn, ss.Reject},
-			{"websocket+tls", cfg.TLS.WebSocket, wsh.ServeConn, nil},
+			{"websocket+tls", cfg.TLS.WebSocket, withListener("websocket+tls", wsh.ServeConn), nil},
 		} {
 			th := wrap(l.h, l.reject)
 			ls = append(ls, listener{l.name, l.addr, th.ServeConn, th.Reject})
@@ -392,6 +398,10 @@ func (in *instance) serveHTTP(name, addr string, h http.Handler) error {
 	hs := &http.Server{
 		Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
 		ErrorLog: stdlog.New(io.Discard, "", 0),
+		// Requests know their listener, for the count of refusals.
+		BaseContext: func(net.Listener) context.Context {
+			return context.WithValue(context.Background(), listenerKey{}, name)
+		},
 	}
 	in.httpServers = append(in.httpServers, hs)
 	in.lmu.Lock()
