@@ -15,6 +15,7 @@ const module = "github.com/junctionmq/junction"
 // docs/architecture.md; change both together.
 var allowed = map[string][]string{
 	"persistence":        {},
+	"cluster/transport":  {},
 	"core":               {},
 	"transports":         {},
 	"websocket":          {},
@@ -33,12 +34,23 @@ var allowed = map[string][]string{
 	"internal/tlstest":   {},
 }
 
+// subtrees are trees one level down, with rows of their own: the
+// cluster's transport imports nothing of ours, whatever the rest of
+// cluster may.
+var subtrees = []string{"cluster/transport"}
+
 // tree returns the top-level tree of one of our import paths
-// ("stomp/internal/wire" → "stomp"), or "" for another module's package.
+// ("stomp/internal/wire" → "stomp"; a subtree for paths under one), or
+// "" for another module's package.
 func tree(path string) string {
 	rel, ok := strings.CutPrefix(path, module+"/")
 	if !ok {
 		return ""
+	}
+	for _, s := range subtrees {
+		if rel == s || strings.HasPrefix(rel, s+"/") {
+			return s
+		}
 	}
 	if strings.HasPrefix(rel, "cmd/") {
 		parts := strings.SplitN(rel, "/", 3)
