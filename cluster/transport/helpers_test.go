@@ -199,6 +199,9 @@ func waitConnected(t testing.TB, n *testNode, peer *testNode) {
 
 // ourGoroutines lists the goroutines running code of this package other
 // than tests.
+//
+// A goroutine that has called its WaitGroup's Done is still listed until
+// it returns, so, like goleak, callers retry for a moment (leftovers).
 func ourGoroutines() []string {
 	buf := make([]byte, 1<<20)
 	buf = buf[:runtime.Stack(buf, true)]
@@ -209,4 +212,17 @@ func ourGoroutines() []string {
 		}
 	}
 	return ours
+}
+
+// leftovers returns ourGoroutines once it is empty or after a second,
+// for goroutines between their last deferred call and their exit.
+func leftovers() []string {
+	deadline := time.Now().Add(time.Second)
+	for {
+		g := ourGoroutines()
+		if len(g) == 0 || time.Now().After(deadline) {
+			return g
+		}
+		time.Sleep(time.Millisecond)
+	}
 }

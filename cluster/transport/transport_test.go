@@ -386,7 +386,7 @@ func TestRemoveAndAddPeer(t *testing.T) {
 }
 
 func TestCloseIsIdempotentAndJoinsEverything(t *testing.T) {
-	if g := ourGoroutines(); len(g) > 0 {
+	if g := leftovers(); len(g) > 0 {
 		t.Fatalf("goroutines of the package before the test:\n%s", g)
 	}
 	nodes := mesh(t, 3, nil)
@@ -424,7 +424,7 @@ func TestCloseIsIdempotentAndJoinsEverything(t *testing.T) {
 			t.Errorf("third Close: %v", err)
 		}
 	}
-	if g := ourGoroutines(); len(g) > 0 {
+	if g := leftovers(); len(g) > 0 {
 		t.Fatalf("%d goroutines left after Close:\n%s", len(g), g)
 	}
 	if nodes[0].Send(2, LaneRaft, []byte("x")) {
