@@ -137,8 +137,7 @@ func (l *link) setError(err error) bool {
 // the connection to write on and the TCP connection beneath it.
 func (l *link) connect(ctx context.Context, addr string) (net.Conn, net.Conn, error) {
 	t := l.p.t
-	d := net.Dialer{Timeout: t.cfg.DialTimeout}
-	raw, err := d.DialContext(ctx, "tcp", addr)
+	raw, err := l.dial(ctx, addr)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -154,6 +153,17 @@ func (l *link) connect(ctx context.Context, addr string) (net.Conn, net.Conn, er
 		return nil, nil, err
 	}
 	return conn, raw, nil
+}
+
+func (l *link) dial(ctx context.Context, addr string) (net.Conn, error) {
+	t := l.p.t
+	if t.cfg.Dial == nil {
+		d := net.Dialer{Timeout: t.cfg.DialTimeout}
+		return d.DialContext(ctx, "tcp", addr)
+	}
+	ctx, cancel := context.WithTimeout(ctx, t.cfg.DialTimeout)
+	defer cancel()
+	return t.cfg.Dial(ctx, addr)
 }
 
 // handshake runs TLS, when configured, and the dialer's handshake on raw.

@@ -109,6 +109,10 @@ type Config struct {
 	Lanes [NumLanes]LaneConfig
 	// DialTimeout bounds a TCP connect (default DefaultDialTimeout).
 	DialTimeout time.Duration
+	// Dial, when set, opens the TCP connections to peers (addr is a
+	// peer's address) instead of a net.Dialer; tests use it to dial from
+	// inside a network namespace. ctx carries DialTimeout.
+	Dial func(ctx context.Context, addr string) (net.Conn, error)
 	// HandshakeTimeout bounds TLS plus the cluster handshake on both
 	// sides (default DefaultHandshakeTimeout).
 	HandshakeTimeout time.Duration

@@ -30,6 +30,7 @@ var allowed = map[string][]string{
 	"internal/faultproxy": {},
 	"internal/hostlist":   {},
 	"internal/lint":       {},
+	"internal/netns":      {},
 	"internal/stomptest":  {},
 	"internal/testserve":  {},
 	"internal/tlstest":    {},
