@@ -68,9 +68,10 @@
 // A length above the lane's MaxFrame closes the connection (logged); the
 // length 0xFFFFFFFF is a keepalive, written when a connection has been
 // idle for a third of IdleTimeout. An acceptor closes a connection that
-// has been silent for IdleTimeout, and a dialer one whose write has made
-// no progress for IdleTimeout (a peer that stopped reading). The writer
-// takes everything queued for its connection at once and writes it in
-// one call; the reader reuses its buffer, and hands the handler a view of
+// has been silent (no frame, no keepalive) for IdleTimeout, and a dialer
+// one where a megabyte could not be written within IdleTimeout (a peer
+// that stopped reading). The writer takes everything queued for its
+// connection at once and writes it with vectored writes of up to a
+// megabyte; the reader reuses its buffer, and hands the handler a view of
 // it.
 package transport

@@ -82,7 +82,7 @@ func FuzzFrames(f *testing.F) {
 func checkFrames(t *testing.T, r io.Reader) {
 	fr := newFrameReader(r, fuzzMaxFrame)
 	for {
-		frame, err := fr.next()
+		frame, _, err := fr.next()
 		if err != nil {
 			if err != io.EOF && err != io.ErrUnexpectedEOF && !errors.Is(err, ErrFrameTooLarge) {
 				t.Fatalf("unexpected error %v", err)

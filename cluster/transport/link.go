@@ -322,9 +322,12 @@ func (l *link) readLoop(raw, conn net.Conn) error {
 			deadline = now.Add(idle)
 			_ = raw.SetReadDeadline(deadline)
 		}
-		frame, err := fr.next()
+		frame, keepalive, err := fr.next()
 		if err != nil {
 			return err
+		}
+		if keepalive {
+			continue
 		}
 		l.framesIn.Add(1)
 		l.bytesIn.Add(uint64(len(frame)))

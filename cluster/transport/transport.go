@@ -117,8 +117,8 @@ type Config struct {
 	// sides (default DefaultHandshakeTimeout).
 	HandshakeTimeout time.Duration
 	// IdleTimeout: an accepted connection silent for this long, or a
-	// write making no progress for this long, closes the connection.
-	// Idle dialers send a keepalive every IdleTimeout/3 (default
+	// megabyte not written within it, closes the connection. Idle
+	// dialers send a keepalive every IdleTimeout/3 (default
 	// DefaultIdleTimeout).
 	IdleTimeout time.Duration
 	// Logger receives connection events; the zero value logs nothing.

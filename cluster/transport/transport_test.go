@@ -457,3 +457,41 @@ func TestConfigChecked(t *testing.T) {
 		}
 	}
 }
+
+func TestIdleConnectionsKeptAliveSilentOnesClosed(t *testing.T) {
+	const idle = 400 * time.Millisecond
+	mod := func(c *Config) { c.IdleTimeout = idle }
+	la, lb := listen(t), listen(t)
+	a := startNode(t, 1, la, map[uint64]string{2: lb.Addr().String()}, mod)
+	b := startNode(t, 2, lb, map[uint64]string{1: la.Addr().String(), 3: "127.0.0.1:1"}, mod)
+	waitConnected(t, a, b)
+
+	// Idle for many times the timeout: keepalives hold every lane open.
+	deadline := time.Now().Add(6 * idle)
+	for time.Now().Before(deadline) {
+		for l := range NumLanes {
+			if s := a.lane(2, l); !s.Connected || s.Reconnects != 0 {
+				t.Fatalf("lane %s dropped while idle: %+v", l, s)
+			}
+		}
+		time.Sleep(idle / 4)
+	}
+	if s := a.lane(2, LaneBulk); s.BytesOut == 0 || s.FramesOut != 0 {
+		t.Errorf("bulk lane %+v: want keepalive bytes and no frames", s)
+	}
+
+	// A peer that completes the handshake and then says nothing is
+	// closed after the idle timeout.
+	c, err := net.Dial("tcp", lb.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	if err := newHandshaker(3, testSecret, rand.Reader, nil).dial(c, 2, LaneRPC, nil); err != nil {
+		t.Fatal(err)
+	}
+	if took := expectClosed(t, c, 10*time.Second); took < idle/2 {
+		t.Errorf("a silent peer was closed after %v, before the idle timeout of %v", took, idle)
+	}
+}
