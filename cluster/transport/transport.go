@@ -306,9 +306,10 @@ func (t *Transport) isPeer(id uint64) bool { return t.peer(id) != nil }
 
 // Send queues frame (copied) for peer to on lane and returns at once. It
 // returns false, and counts a drop, when the frame cannot be queued: the
-// peer is unknown (not counted), its link is down, the lane's queue is
-// full, or the frame is larger than the lane's MaxFrame. Except for an
-// unknown peer or a frame too large, a drop also schedules OnUnreachable.
+// peer or lane is unknown (not counted), the link is down, the lane's
+// queue is full, or the frame is larger than the lane's MaxFrame. Except
+// for an unknown peer or a frame too large, a drop also schedules
+// OnUnreachable.
 func (t *Transport) Send(to uint64, lane Lane, frame []byte) bool {
 	if lane >= NumLanes {
 		return false
