@@ -34,7 +34,11 @@ var Permissions = []Permission{
 // Authorizer decides whether a user may do something on an address. The
 // user is the name an Authenticator returned ("" for anonymous clients).
 // Authorize must be safe for concurrent use and fast: core calls it on
-// every send to a new address and every subscribe.
+// every send to a new address, every subscribe, and for each new address
+// a wildcard subscription's consumer is to be handed (readauthz.go),
+// which it may do with a queue's lock held, so Authorize must not call
+// into the broker nor wait for anything that does. When its answers
+// change (a reload), tell the broker with [Broker.PermissionsChanged].
 type Authorizer interface {
 	Authorize(user string, perm Permission, address string) bool
 }
@@ -83,6 +87,11 @@ func (b *Broker) Authorize(user string, perm Permission, address string) error {
 //	Subscribe                                    consume on the address or
 //	                                             pattern (a queue read by
 //	                                             name: on its address)
+//	  each message to a wildcard subscription    consume on the message's
+//	                                             address, for the
+//	                                             subscription's readers and
+//	                                             for each consumer
+//	                                             (readauthz.go)
 //	  auto-creating the address                  createAddress (and
 //	                                             createDurableQueue for an
 //	                                             anycast queue)
@@ -100,17 +109,25 @@ func (b *Broker) Authorize(user string, perm Permission, address string) error {
 // Browse...) take no user: their caller (management) checks manage.
 // A refusal returns a *AuthzError (errors.Is ErrUnauthorized), is
 // counted per protocol ([Broker.AuthzDenials]) and logged at warn level
-// once per connection for each (permission, address).
+// once per connection for each (permission, address); a message withheld
+// from a wildcard subscription is counted each time and logged once per
+// subscription and address.
 
 // authzCacheTTL is how long a session trusts a send permission once
 // granted: sends to the same address then cost a map lookup, and a
 // revoked permission takes effect within this time (Artemis' security
-// cache invalidates after 10 s too).
+// cache invalidates after 10 s too), or at once when the broker is told
+// that permissions changed (Broker.PermissionsChanged).
 const authzCacheTTL = 10 * time.Second
 
 // authzCacheMax bounds a session's cache of granted sends; a session
 // sending to more addresses starts the cache over.
 const authzCacheMax = 256
+
+// readOKMax bounds a session's cache of consume decisions
+// (Session.Authorize for PermConsume, which a front-end asks for each
+// delivery it checks itself).
+const readOKMax = 4096
 
 // authzLogMax bounds the refusals a session remembers having logged;
 // beyond it further refusals are counted but not logged.
@@ -120,9 +137,21 @@ const authzLogMax = 1024
 // held with another lock.
 type sessionAuthz struct {
 	mu     sync.Mutex
+	gen    uint64                // guarded by mu: Broker.permGen of sendOK and readOK
 	sendOK map[string]time.Time  // guarded by mu: address → granted until
+	readOK map[string]bool       // guarded by mu: address → consume granted
 	logged map[authzKey]struct{} // guarded by mu: refusals logged
 	capped bool                  // guarded by mu: logged reached authzLogMax
+}
+
+// syncGenLocked drops the session's cached decisions if permissions
+// changed since they were made (z.mu held).
+func (z *sessionAuthz) syncGenLocked(gen uint64) {
+	if z.gen < gen {
+		clear(z.sendOK)
+		clear(z.readOK)
+		z.gen = gen
+	}
 }
 
 type authzKey struct {
@@ -166,13 +195,48 @@ func (s *Session) trusted() bool { return s.b.authz == nil || s.opts.Protocol ==
 // Authorize checks that the session's user may do perm on address,
 // counting and logging a refusal as core's own checks do. Front-ends
 // call it for what they must decide before core is involved: an AMQP
-// sending link's attach (send), an MQTT ACL check. It returns nil for
-// sessions core does not check (see trusted).
+// sending link's attach (send), an MQTT ACL check, a delivery to a
+// subscriber the front-end serves itself (consume on the message's
+// address: decisions are cached per session until the permissions
+// change, see [Broker.PermissionsChanged]). It returns nil for sessions
+// core does not check (see trusted).
 func (s *Session) Authorize(perm Permission, address string) error {
-	if perm == PermSend {
+	switch perm {
+	case PermSend:
 		return s.authorizeSend(address, time.Now())
+	case PermConsume:
+		return s.authorizeConsume(address)
 	}
 	return s.authorize(perm, address)
+}
+
+// authorizeConsume checks consume on address, from the session's cache
+// of decisions when it has one.
+func (s *Session) authorizeConsume(address string) error {
+	if s.trusted() {
+		return nil
+	}
+	z := &s.az
+	gen := s.b.permGen.Load()
+	z.mu.Lock()
+	z.syncGenLocked(gen)
+	ok, hit := z.readOK[address]
+	z.mu.Unlock()
+	if !hit {
+		ok = s.b.authz.Authorize(s.opts.User, PermConsume, address)
+		z.mu.Lock()
+		if z.gen == gen {
+			if z.readOK == nil || len(z.readOK) >= readOKMax {
+				z.readOK = make(map[string]bool)
+			}
+			z.readOK[address] = ok
+		}
+		z.mu.Unlock()
+	}
+	if !ok {
+		return s.denied(PermConsume, address)
+	}
+	return nil
 }
 
 func (s *Session) authorize(perm Permission, address string) error {
@@ -183,13 +247,15 @@ func (s *Session) authorize(perm Permission, address string) error {
 }
 
 // authorizeSend checks send on address, trusting a grant for
-// authzCacheTTL.
+// authzCacheTTL or until the permissions change.
 func (s *Session) authorizeSend(address string, now time.Time) error {
 	if s.trusted() {
 		return nil
 	}
 	z := &s.az
+	gen := s.b.permGen.Load()
 	z.mu.Lock()
+	z.syncGenLocked(gen)
 	until, ok := z.sendOK[address]
 	z.mu.Unlock()
 	if ok && now.Before(until) {
@@ -199,10 +265,12 @@ func (s *Session) authorizeSend(address string, now time.Time) error {
 		return s.denied(PermSend, address)
 	}
 	z.mu.Lock()
-	if z.sendOK == nil || len(z.sendOK) >= authzCacheMax {
-		z.sendOK = make(map[string]time.Time)
+	if z.gen == gen {
+		if z.sendOK == nil || len(z.sendOK) >= authzCacheMax {
+			z.sendOK = make(map[string]time.Time)
+		}
+		z.sendOK[address] = now.Add(authzCacheTTL)
 	}
-	z.sendOK[address] = now.Add(authzCacheTTL)
 	z.mu.Unlock()
 	return nil
 }

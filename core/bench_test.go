@@ -132,3 +132,45 @@ func (allowAllAuthz) Authorize(string, Permission, string) bool { return true }
 func BenchmarkSendDispatchAckAuthz(b *testing.B) {
 	benchSendDispatchAck(b, Config{ExpiryScanInterval: -1, Authorizer: allowAllAuthz{}}, SessionOptions{User: "bench", Protocol: "bench"})
 }
+
+// BenchmarkWildcardSendDispatchAck is BenchmarkSendDispatchAck through a
+// subscription bound to a wildcard pattern: one message sent to a
+// multicast address, routed to the subscription on bench.#, dispatched,
+// acked and the credit returned.
+func BenchmarkWildcardSendDispatchAck(b *testing.B) {
+	benchWildcard(b, Config{ExpiryScanInterval: -1}, SessionOptions{})
+}
+
+// BenchmarkWildcardSendDispatchAckAuthz is BenchmarkWildcardSendDispatchAck
+// with an Authorizer and a client session: each message is checked for
+// the subscriber at routing and for the consumer at dispatch, both from
+// the subscription's cache after the first message.
+func BenchmarkWildcardSendDispatchAckAuthz(b *testing.B) {
+	benchWildcard(b, Config{ExpiryScanInterval: -1, Authorizer: allowAllAuthz{}}, SessionOptions{User: "bench", Protocol: "bench"})
+}
+
+func benchWildcard(b *testing.B, cfg Config, opts SessionOptions) {
+	br, _ := New(cfg)
+	defer br.Close()
+	s, _ := br.NewSession(opts)
+	var last uint64
+	c, err := s.Subscribe(ConsumerOptions{Address: "bench.#", RoutingType: Multicast, Credit: 1000,
+		Handler: func(d Delivery) { last = d.ID }})
+	if err != nil {
+		b.Fatal(err)
+	}
+	payload := make([]byte, 1024)
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		if err := s.Send(ctx, &Message{Address: "bench.x", RoutingType: Multicast, Body: payload}); err != nil {
+			b.Fatal(err)
+		}
+		if err := c.Ack(last); err != nil {
+			b.Fatal(err)
+		}
+		c.Flow(1)
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
+}

@@ -99,6 +99,7 @@ type Broker struct {
 	queueID   atomic.Uint64
 	txID      atomic.Uint64
 	routeGen  atomic.Uint64 // mirrors gen for lock-free cache checks
+	permGen   atomic.Uint64 // bumped by PermissionsChanged: cached authorization decisions are stale
 
 	done chan struct{}
 	wg   sync.WaitGroup
@@ -724,7 +725,7 @@ var ErrDiskFull = errors.New("core: disk limit reached: durable sends are refuse
 // confirmation waits for the sync.
 func (b *Broker) deliver(a *address, m *Message, now time.Time, o sendOpts) (pending bool, err error) {
 	var one [1]*Queue
-	qs := b.targetsOf(a, m, one[:0])
+	qs := b.targetsOf(a, m, one[:0], true)
 	if len(qs) == 0 {
 		a.unrouted.Add(1)
 		return false, nil
@@ -861,6 +862,9 @@ func (b *Broker) carryOut(moves []move) {
 		case counted:
 			b.persistCount(mv.r)
 			continue
+		case moveUnreadable:
+			b.withdrawUnreadable(mv.r)
+			continue
 		}
 		q := mv.r.q
 		target := q.settings.DeadLetterAddress
@@ -907,9 +911,11 @@ func (b *Broker) tempQueueName(addr string) string {
 // targetsOf returns the queues a message to a resolved address reaches;
 // an anycast queue is appended to buf (which the caller may keep on its
 // stack), multicast routes come from the shared cache and must not be
-// changed. Subscriptions whose selector or no-local refuse m are left
-// out (Queue.admits).
-func (b *Broker) targetsOf(a *address, m *Message, buf []*Queue) []*Queue {
+// changed. Subscriptions whose selector or no-local refuse m, and
+// wildcard subscriptions whose readers may not consume from its address,
+// are left out (Queue.admits); note counts and logs the latter refusals
+// (the send itself, not a transaction's look-ahead).
+func (b *Broker) targetsOf(a *address, m *Message, buf []*Queue, note bool) []*Queue {
 	if m.RoutingType == Anycast {
 		b.mu.RLock()
 		defer b.mu.RUnlock()
@@ -918,5 +924,5 @@ func (b *Broker) targetsOf(a *address, m *Message, buf []*Queue) []*Queue {
 		}
 		return append(buf, a.anycast)
 	}
-	return admitted(b.multicastRoutes(a), m)
+	return admitted(b.multicastRoutes(a), m, note)
 }

@@ -260,10 +260,15 @@ func decodeMessage(p []byte) (*Message, []uint64, error) {
 
 // Record layout of a queue binding (bindings journal, user type
 // recQueue): u8 version, u8 routing type, u8 flags (bit0 durable
-// subscription, bit1 has a selector), str name, str address, str client
-// id, then, with bit1, str selector. Records written before selectors
-// existed have bit1 clear and end after the client id; they decode as
-// before.
+// subscription, bit1 has a selector, bit2 has a subscriber), str name,
+// str address, str client id, then, with bit1, str selector, then, with
+// bit2, str user and str protocol of the session that created the
+// subscription ("" for a front-end's internal session): the identity a
+// subscription bound to a wildcard pattern reads with (readauthz.go).
+// Records written before selectors or subscribers were recorded have
+// those bits clear and end earlier; they decode as before (a
+// subscription without a subscriber reads for the first session that
+// attaches to it).
 func encodeQueue(q *Queue) []byte {
 	b := []byte{codecVersion, byte(q.routing), 0}
 	if q.clientID != "" {
@@ -272,21 +277,30 @@ func encodeQueue(q *Queue) []byte {
 	if q.filter != nil {
 		b[2] |= 2
 	}
+	if q.subKnown {
+		b[2] |= 4
+	}
 	b = appendStr(b, q.name)
 	b = appendStr(b, q.address)
 	b = appendStr(b, q.clientID)
 	if q.filter != nil {
 		b = appendStr(b, q.filter.String())
 	}
+	if q.subKnown {
+		b = appendStr(b, q.subscriber.user)
+		b = appendStr(b, q.subscriber.proto)
+	}
 	return b
 }
 
 type queueRecord struct {
-	routing  RoutingType
-	name     string
-	address  string
-	clientID string
-	selector string
+	routing    RoutingType
+	name       string
+	address    string
+	clientID   string
+	selector   string
+	subscriber subscriber
+	subKnown   bool
 }
 
 func decodeQueue(p []byte) (queueRecord, error) {
@@ -302,6 +316,11 @@ func decodeQueue(p []byte) (queueRecord, error) {
 	r.clientID = d.str()
 	if flags&2 != 0 {
 		r.selector = d.str()
+	}
+	if flags&4 != 0 {
+		r.subscriber.user = d.str()
+		r.subscriber.proto = d.str()
+		r.subKnown = true
 	}
 	if d.err != nil || len(d.b) != 0 || (r.routing != Anycast && r.routing != Multicast) || r.name == "" {
 		return r, fmt.Errorf("%w: queue record", errCorruptRecord)

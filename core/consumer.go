@@ -51,6 +51,7 @@ type Consumer struct {
 	exclusive bool
 	sel       *selector.Selector // consumer-side selector (anycast queues); nil = everything
 	noLocal   bool               // set q.noLocal while attached
+	rd        *readAuthz         // q.rd when the session is checked: its user may consume each message's address
 
 	// Guarded by q.mu:
 	credit   int
@@ -287,6 +288,7 @@ func (c *Consumer) close(countFailure bool) {
 	if c.noLocal {
 		q.noLocal.CompareAndSwap(c.s.id, 0)
 	}
+	q.setReadersLocked()
 	// Groups and exclusivity may have moved: what waited may be taken
 	// now, by anyone.
 	q.dirtyLocked()

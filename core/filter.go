@@ -69,8 +69,13 @@ func nonEmpty(s string) (any, bool) {
 	return s, true
 }
 
-// accepts reports whether c's selector selects r. Called under q.mu.
+// accepts reports whether c may take r: its user may read r (a
+// consumer of a wildcard subscription, readauthz.go) and its selector
+// selects r. Called under q.mu.
 func (c *Consumer) accepts(r *ref) bool {
+	if c.rd != nil && !c.rd.may(c.q.b, c.s.opts.User, r.msg.Address) {
+		return false
+	}
 	if c.sel == nil {
 		return true
 	}
@@ -78,30 +83,32 @@ func (c *Consumer) accepts(r *ref) bool {
 }
 
 // admits reports whether a message routed to subscription q belongs on
-// it: not refused by its no-local session nor by its selector. It reads
-// only fields fixed at creation and an atomic, so routing calls it
-// without q.mu.
-func (q *Queue) admits(m *Message) bool {
+// it: not refused by its no-local session nor by its selector, and, for
+// a subscription bound to a wildcard pattern, readable by one of its
+// readers (readauthz.go; note counts a refusal). It reads only fields
+// fixed at creation and atomics, so routing calls it without q.mu.
+func (q *Queue) admits(m *Message, note bool) bool {
 	if o := q.noLocal.Load(); o != 0 && o == m.origin {
 		return false
 	}
-	if q.filter == nil {
-		return true
+	if q.filter != nil && !q.filter.Matches(func(name string) (any, bool) { return selectorValue(m, 0, name) }) {
+		return false
 	}
-	return q.filter.Matches(func(name string) (any, bool) { return selectorValue(m, 0, name) })
+	return q.rd == nil || q.admitsReader(m, note)
 }
 
 // admitted returns the queues of qs that admit m: qs itself (shared, not
-// to be changed) when all do, which is the case without selectors or
-// no-local subscriptions, so the common path allocates nothing.
-func admitted(qs []*Queue, m *Message) []*Queue {
+// to be changed) when all do, which is the case without selectors,
+// no-local subscriptions or refused readers, so the common path
+// allocates nothing.
+func admitted(qs []*Queue, m *Message, note bool) []*Queue {
 	for i, q := range qs {
-		if q.admits(m) {
+		if q.admits(m, note) {
 			continue
 		}
 		out := append(make([]*Queue, 0, len(qs)-1), qs[:i]...)
 		for _, q := range qs[i+1:] {
-			if q.admits(m) {
+			if q.admits(m, note) {
 				out = append(out, q)
 			}
 		}

@@ -370,6 +370,8 @@ func (b *Broker) restoreQueue(rec queueRecord) (*Queue, error) {
 	}
 	q := b.newQueueLocked(rec.name, rec.address, Multicast, true, false, rec.clientID)
 	q.filter = sel
+	q.subscriber, q.subKnown = rec.subscriber, rec.subKnown
+	b.watchReadsLocked(q)
 	b.bindSubscriptionLocked(q)
 	return q, nil
 }

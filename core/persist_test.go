@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/junctionmq/junction/core/selector"
 )
 
 // memJournal is an in-memory Journal for core's tests: it applies
@@ -491,4 +493,72 @@ func TestRetainedMessagesSurviveRestart(t *testing.T) {
 		t.Fatalf("retained after restart: %+v", got)
 	}
 	waitLive(t, msgs, 1)
+}
+
+// A durable wildcard subscription recovered from a binding written
+// before subscribers were recorded reads for the first session that
+// attaches to it: what that user may not read is removed as it is
+// reached, and what is sent afterwards is checked as it is routed.
+func TestLegacyWildcardBindingReadsForItsFirstSubscriber(t *testing.T) {
+	msgs, bindings := newMemJournal(), newMemJournal()
+	// The binding and messages as an older broker wrote them.
+	old := &Queue{name: "app.feed", address: "devices.#", routing: Multicast, clientID: "app"}
+	rec := encodeQueue(old)
+	if rec[2]&4 != 0 {
+		t.Fatal("a binding without a subscriber records one")
+	}
+	bindings.Append(1, recQueue, rec, true, nil)
+	for i, addr := range []string{"devices.secret.a", "devices.x.a"} {
+		m := &Message{ID: uint64(i + 1), Address: addr, RoutingType: Multicast, Durable: true, Priority: DefaultPriority, Body: []byte(addr)}
+		msgs.Append(m.ID, recMessage, encodeMessage(m, []uint64{1}), true, nil)
+	}
+	g := &grantTable{grants: map[string]map[Permission][]string{
+		"bob": {PermConsume: {"devices.x.#", "devices.*"}},
+	}}
+	b, err := New(Config{Authorizer: g, Messages: msgs, Bindings: bindings, ExpiryScanInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	bob := clientSession(t, b, "bob", "app")
+	c, col := subscribe(t, bob, ConsumerOptions{Address: "devices.#", RoutingType: Multicast, SubscriptionName: "feed", Credit: 10})
+	d := col.next(t)
+	if body(d) != "devices.x.a" {
+		t.Fatalf("bob received %q", body(d))
+	}
+	col.none(t, 20*time.Millisecond)
+	c.Ack(d.ID)
+	q := b.Queue("app.feed")
+	if n := q.Stats().Depth; n != 0 {
+		t.Fatalf("subscription holds %d messages, want 0", n)
+	}
+	waitLive(t, msgs, 0)
+	// Now bob's: a send he may not read is not taken.
+	s := newSession(t, b, "")
+	before := q.Stats().Enqueued
+	send(t, s, "devices.secret.b", Multicast, "secret")
+	if n := q.Stats().Enqueued - before; n != 0 {
+		t.Fatalf("%d messages enqueued after bob attached, want 0", n)
+	}
+}
+
+// A binding records its subscriber after the selector (flag bit 2);
+// one written before, with or without a selector, decodes without one.
+func TestQueueRecordSubscriber(t *testing.T) {
+	sel, _ := selector.Parse("a = 'x'")
+	q := &Queue{name: "app.sub", address: "devices.#", routing: Multicast, clientID: "app", filter: sel,
+		subscriber: subscriber{user: "bob", proto: "stomp"}, subKnown: true}
+	p := encodeQueue(q)
+	rec, err := decodeQueue(p)
+	if err != nil || !rec.subKnown || rec.subscriber != q.subscriber || rec.selector != "a = 'x'" {
+		t.Fatalf("record: %+v %v", rec, err)
+	}
+	q.subKnown = false
+	old := encodeQueue(q) // the layout before subscribers were recorded
+	if rec, err := decodeQueue(old); err != nil || rec.subKnown || rec.selector != "a = 'x'" {
+		t.Fatalf("older record: %+v %v", rec, err)
+	}
+	if _, err := decodeQueue(p[:len(p)-1]); err == nil {
+		t.Fatal("a truncated subscriber decoded")
+	}
 }

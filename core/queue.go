@@ -35,6 +35,7 @@ const (
 	moveMaxAttempts                       // to the dead-letter address
 	settled                               // acked: journal it
 	counted                               // failed attempt: journal the count
+	moveUnreadable                        // no reader of a wildcard subscription may read it: remove it
 )
 
 func (k effectKind) String() string {
@@ -71,6 +72,17 @@ type Queue struct {
 	settings  Settings
 	owner     *Session           // a temporary queue's session, which deletes it on close; nil otherwise
 	filter    *selector.Selector // a subscription's selector, applied as messages are routed to it
+
+	// subscriber is the identity of the session that created a
+	// subscription, recorded in a durable one's binding; subKnown is
+	// false for one recovered from a binding written before subscribers
+	// were recorded, until a session attaches (guarded by Broker.mu
+	// after creation). rd, set before the queue is bound, holds the read
+	// checks of a subscription bound to a wildcard pattern; nil without
+	// an Authorizer and for every other queue (readauthz.go).
+	subscriber subscriber
+	subKnown   bool
+	rd         *readAuthz
 
 	// noLocal is the id of the session whose own messages this
 	// subscription refuses (its consumer asked for no-local); 0 = none.
@@ -336,6 +348,12 @@ func (q *Queue) dispatchLocked(now time.Time, moves []move) []move {
 				return moves
 			}
 			if c == nil {
+				if q.unreadableLocked(r) {
+					d.removeAt(i)
+					q.nready--
+					moves = append(moves, move{r, moveUnreadable})
+					continue
+				}
 				i++
 				continue
 			}
@@ -401,6 +419,11 @@ func (q *Queue) offerLocked(r *ref, now time.Time, moves []move) []move {
 	}
 	c, _ := q.pickLocked(r)
 	if c == nil {
+		if q.unreadableLocked(r) {
+			d.removeAt(i)
+			q.nready--
+			moves = append(moves, move{r, moveUnreadable})
+		}
 		return moves
 	}
 	d.removeAt(i)
@@ -443,6 +466,12 @@ func (q *Queue) scanForLocked(c *Consumer, now time.Time, moves []move) []move {
 				continue
 			}
 			if !q.takesLocked(c, r) {
+				if q.unreadableLocked(r) {
+					d.removeAt(i)
+					q.nready--
+					moves = append(moves, move{r, moveUnreadable})
+					continue
+				}
 				c.seen[p] = r.seq
 				i++
 				continue

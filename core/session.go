@@ -301,6 +301,9 @@ func (s *Session) Subscribe(o ConsumerOptions) (*Consumer, error) {
 		return nil, err
 	}
 	c := &Consumer{q: q, s: s, handler: o.Handler, exclusive: o.Exclusive}
+	if q.rd != nil && !s.trusted() {
+		c.rd = q.rd // a wildcard subscription: each message is checked for c's user
+	}
 	// A subscription reached by address filters as messages are routed
 	// (queueFor gave it sel); a queue filters as it dispatches.
 	subscription := o.Queue == "" && q.routing == Multicast
@@ -329,6 +332,7 @@ func (s *Session) Subscribe(o ConsumerOptions) (*Consumer, error) {
 	}
 	q.consumers = append(q.consumers, c)
 	q.stats.consumers.Add(1)
+	q.setReadersLocked()
 	if o.Exclusive && q.exclusive == nil {
 		q.exclusive = c
 	}
@@ -466,7 +470,7 @@ func (s *Session) queueForPass(o ConsumerOptions, sel *selector.Selector, g *gra
 		q.shared = true
 		q.filter = sel
 		q.limit(o.MaxBytes)
-		b.bindSubscriptionLocked(q)
+		s.subscribeLocked(q)
 		return q, nil, nil
 	}
 	if o.SubscriptionName == "" {
@@ -482,7 +486,7 @@ func (s *Session) queueForPass(o ConsumerOptions, sel *selector.Selector, g *gra
 			q.noLocal.Store(s.id)
 		}
 		q.limit(o.MaxBytes)
-		b.bindSubscriptionLocked(q)
+		s.subscribeLocked(q)
 		return q, nil, nil
 	}
 	if s.opts.ClientID == "" {
@@ -490,15 +494,25 @@ func (s *Session) queueForPass(o ConsumerOptions, sel *selector.Selector, g *gra
 	}
 	name := durableName(s.opts.ClientID, o.SubscriptionName)
 	if q := b.queues[name]; q != nil {
-		if q.address == o.Address && q.filter.String() == sel.String() {
+		if q.address == o.Address && q.filter.String() == sel.String() && !s.otherReaderLocked(q) {
 			if dry {
 				return nil, nil, nil
 			}
 			q.limit(o.MaxBytes) // a restored subscription gets its budget back
+			if q.rd != nil && !q.subKnown {
+				// Recovered from a binding without its subscriber: it
+				// reads for whoever attaches first (not journaled; the
+				// next restart asks again).
+				q.subscriber, q.subKnown = s.identity(), true
+				q.rd.readers.Store(readersOf(q.subscriber, true))
+			}
 			return q, nil, nil
 		}
 		// Subscribing again under the same name to another topic, or with
-		// another selector, replaces the subscription, as JMS specifies.
+		// another selector, or, to a wildcard pattern, as a user with
+		// other rights than the subscriber's (whose rights decided what
+		// the subscription holds), replaces the subscription, as JMS
+		// specifies for the first two.
 		if q.stats.consumers.Load() > 0 {
 			return nil, nil, fmt.Errorf("%w: %q", ErrSubscriptionInUse, name)
 		}
@@ -528,12 +542,29 @@ func (s *Session) queueForPass(o ConsumerOptions, sel *selector.Selector, g *gra
 		q.noLocal.Store(s.id)
 	}
 	q.limit(o.MaxBytes)
+	q.subscriber, q.subKnown = s.identity(), true // before persistQueue: the binding records it
 	if err := b.persistQueue(q); err != nil {
 		delete(b.queues, name)
 		return nil, nil, err
 	}
-	b.bindSubscriptionLocked(q)
+	s.subscribeLocked(q)
 	return q, nil, nil
+}
+
+// subscribeLocked records s as subscriber of a subscription it creates,
+// gives a wildcard one its read checks, and binds it (b.mu held).
+func (s *Session) subscribeLocked(q *Queue) {
+	q.subscriber, q.subKnown = s.identity(), true
+	s.b.watchReadsLocked(q)
+	s.b.bindSubscriptionLocked(q)
+}
+
+// otherReaderLocked reports whether s would read durable subscription q
+// with other rights than its subscriber: q is bound to a wildcard
+// pattern on a broker that checks s, and was made by another user
+// (b.mu held).
+func (s *Session) otherReaderLocked(q *Queue) bool {
+	return q.rd != nil && q.subKnown && !s.trusted() && !q.subscriber.same(s.identity())
 }
 
 func durableName(clientID, sub string) string { return clientID + "." + sub }
@@ -773,7 +804,7 @@ func (t *Tx) Commit(ctx context.Context) error {
 		}
 	}
 	for i, m := range t.sends {
-		for _, q := range b.targetsOf(addrs[i], m, nil) {
+		for _, q := range b.targetsOf(addrs[i], m, nil, false) {
 			if q.full(m) && q.settings.FullPolicy == FullFail {
 				t.rollback()
 				return fmt.Errorf("core: transaction rolled back: %w: %q", ErrAddressFull, q.name)
@@ -819,7 +850,7 @@ func (t *Tx) journal(addrs []*address) error {
 			continue
 		}
 		var ids []uint64
-		for _, q := range b.targetsOf(addrs[i], m, nil) {
+		for _, q := range b.targetsOf(addrs[i], m, nil, false) {
 			if q.durable {
 				ids = append(ids, q.id)
 			}
