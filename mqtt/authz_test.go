@@ -2,7 +2,9 @@ package mqtt_test
 
 import (
 	"context"
+	"fmt"
 	"net"
+	"slices"
 	"testing"
 	"time"
 
@@ -246,5 +248,133 @@ func TestMQTT5Authorization(t *testing.T) {
 	waitDenials(t, tb, 8)
 	if subs := tb.broker.DurableClientIDs(); len(subs) != 0 {
 		t.Fatalf("durable subscriptions created: %v", subs)
+	}
+}
+
+// devicesGrants: alice may do everything; bob may use devices/#, except
+// devices/secret/#, which only alice may (as security settings where
+// devices.secret.# is narrower than devices.#).
+func devicesGrants() authztest.Grants {
+	all := func(patterns ...string) map[core.Permission][]string {
+		m := map[core.Permission][]string{}
+		for _, p := range []core.Permission{core.PermSend, core.PermConsume, core.PermCreateAddress,
+			core.PermCreateNonDurableQueue, core.PermCreateDurableQueue, core.PermDeleteDurableQueue} {
+			m[p] = patterns
+		}
+		return m
+	}
+	return authztest.Grants{"alice": all("#"), "bob": all("!devices.secret.#", "devices.#")}
+}
+
+func startGrantsBroker(t *testing.T, g core.Authorizer) *testBroker {
+	t.Helper()
+	b, err := core.New(core.Config{Authorizer: g})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := mqtt.New(mqtt.Config{}, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	addr, stop := testserve.Serve(t, srv.ServeConn)
+	t.Cleanup(func() {
+		srv.Close()
+		stop()
+	})
+	return &testBroker{addr: addr, broker: b, srv: srv}
+}
+
+// A wildcard filter does not read what a narrower permission refuses:
+// bob's devices/# and devices/+/a do not receive devices/secret/a, in a
+// clean session (served by the MQTT engine), a persistent one, a shared
+// subscription, nor as a retained message; alice's do.
+func TestMQTTWildcardFiltersReadOnlyPermittedTopics(t *testing.T) {
+	tb := startGrantsBroker(t, devicesGrants())
+	as := func(user string, clean bool) func(*paho.ClientOptions) {
+		return func(o *paho.ClientOptions) { o.SetUsername(user).SetCleanSession(clean) }
+	}
+	alice := tb.client(t, "alice", as("alice", true))
+	wait(t, alice.Publish("devices/secret/a", 1, true, "retained secret"))
+	wait(t, alice.Publish("devices/x/a", 1, true, "retained x"))
+	// mochi acknowledges a publish before it hands it to subscribers, and
+	// reads a client's next packet after: once this one is acknowledged,
+	// the retained ones cannot reach the subscribers below live as well.
+	wait(t, alice.Publish("sync", 1, false, "sync"))
+	type sub struct {
+		name string
+		ch   chan paho.Message
+	}
+	var bobs, alices []sub
+	for _, f := range []string{"devices/#", "devices/+/a"} {
+		for _, clean := range []bool{true, false} {
+			name := fmt.Sprintf("%s clean=%v", f, clean)
+			id := fmt.Sprintf("w%d", len(bobs))
+			bobs = append(bobs, sub{"bob " + name, inbox(t, tb.client(t, "bob-"+id, as("bob", clean)), f, 1)})
+			alices = append(alices, sub{"alice " + name, inbox(t, tb.client(t, "alice-"+id, as("alice", clean)), f, 1)})
+		}
+	}
+	// Retained messages, sent as the filters subscribe.
+	for _, s := range bobs {
+		if m := next(t, s.ch); string(m.Payload()) != "retained x" {
+			t.Fatalf("%s: first retained message %q, want the one bob may read", s.name, m.Payload())
+		}
+	}
+	for _, s := range alices {
+		got := []string{string(next(t, s.ch).Payload()), string(next(t, s.ch).Payload())}
+		slices.Sort(got)
+		if !slices.Equal(got, []string{"retained secret", "retained x"}) {
+			t.Fatalf("%s: retained %q", s.name, got)
+		}
+	}
+	b5 := tb.connect5As(t, "bob5", "bob", 0)
+	a5 := tb.connect5As(t, "alice5", "alice", 0)
+	for _, c := range []*client5{b5, a5} {
+		if code := c.subscribe(t, "$share/g/devices/#", 1); code != 1 {
+			t.Fatalf("shared SUBACK %#x", code)
+		}
+	}
+
+	wait(t, alice.Publish("devices/secret/a", 1, false, "secret"))
+	wait(t, alice.Publish("devices/x/a", 1, false, "x"))
+	for _, s := range bobs {
+		if m := next(t, s.ch); string(m.Payload()) != "x" {
+			t.Fatalf("%s received %q on %s first, want x", s.name, m.Payload(), m.Topic())
+		}
+	}
+	for _, s := range alices {
+		if m := next(t, s.ch); string(m.Payload()) != "secret" {
+			t.Fatalf("%s received %q, want secret then x", s.name, m.Payload())
+		}
+		if m := next(t, s.ch); string(m.Payload()) != "x" {
+			t.Fatalf("%s received %q, want x", s.name, m.Payload())
+		}
+	}
+	// The shared group: the secret to alice whatever the turn, x to one.
+	for range 4 {
+		wait(t, alice.Publish("devices/secret/a", 1, false, "secret"))
+	}
+	wait(t, alice.Publish("devices/x/a", 1, false, "x"))
+	secrets, xs := 0, 0
+	for secrets < 5 || xs < 2 {
+		select {
+		case p := <-a5.inbox:
+			switch string(p.Payload) {
+			case "secret":
+				secrets++
+			case "x":
+				xs++
+			}
+		case p := <-b5.inbox:
+			if string(p.Payload) != "x" {
+				t.Fatalf("bob's shared subscription received %q", p.Payload)
+			}
+			xs++
+		case <-time.After(5 * time.Second):
+			t.Fatalf("shared group: %d secrets and %d x received, want 5 and 2", secrets, xs)
+		}
+	}
+	if n := mqttDenials(tb); n == 0 {
+		t.Fatal("no denial counted for the withheld messages")
 	}
 }

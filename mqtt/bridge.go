@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -229,25 +230,37 @@ func (br *bridge) OnConnectAuthenticate(cl *mochi.Client, pk packets.Packet) boo
 // connection on MQTT 3.1.1 [MQTT-3.3.5-2]. A SUBSCRIBE filter is refused
 // when OnSubscribe found that core would refuse its subscription (0x87,
 // or 0x80 on 3.1.1). mochi also asks before each delivery to a
-// subscriber (not write, the message's topic): consume was checked when
-// the client subscribed, as for core's own subscriptions, so a delivery
-// is allowed.
+// subscriber it serves (not write, the message's topic; retained
+// messages too): the client's user must be allowed to consume from the
+// message's address, as core checks each message to its own wildcard
+// subscriptions (a filter's consume was checked on its pattern, which a
+// narrower setting may refuse), and mochi drops a refused message for
+// this subscriber. Core caches the decision per session and address.
 func (br *bridge) OnACLCheck(cl *mochi.Client, topic string, write bool) bool {
 	if !br.b.Authorizing() {
 		return true
 	}
 	if !write {
-		if br.checking.Load() == 0 {
-			return true
+		var cs *clientState
+		if br.checking.Load() != 0 {
+			if cs = br.state(cl); cs != nil {
+				cs.mu.Lock()
+				denied := cs.subDenied[topic]
+				cs.mu.Unlock()
+				if denied {
+					return false
+				}
+			}
 		}
-		cs := br.state(cl)
+		if strings.ContainsAny(topic, "+#") || strings.HasPrefix(topic, "$") {
+			return true // a filter being subscribed (checked by OnSubscribe), or $SYS
+		}
 		if cs == nil {
-			return true
+			if cs = br.state(cl); cs == nil {
+				return false // no core session to authorize with: it is closing
+			}
 		}
-		cs.mu.Lock()
-		denied := cs.subDenied[topic]
-		cs.mu.Unlock()
-		return !denied
+		return cs.sess.Authorize(core.PermConsume, TopicToAddress(topic)) == nil
 	}
 	cs := br.state(cl)
 	if cs == nil {
