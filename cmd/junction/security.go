@@ -151,6 +151,7 @@ type brokerSecurity struct {
 	authorize bool // install the store as core's Authorizer
 	log       zerolog.Logger
 	reloader  *security.Reloader
+	broker    *core.Broker // told of each reload (set by start, before the watcher runs)
 	cancel    context.CancelFunc
 	done      chan struct{}
 }
@@ -193,6 +194,9 @@ func newBrokerSecurity(cfg Config, log zerolog.Logger) (*brokerSecurity, error) 
 		s.reloader = &security.Reloader{
 			Path: cfg.Users, Store: store, Interval: usersReloadInterval,
 			OnReload: func(u *security.Users) {
+				// Roles changed: core drops the permission decisions it
+				// cached (sessions', wildcard subscriptions').
+				s.broker.PermissionsChanged()
 				log.Info().Str("users_file", cfg.Users).Int("users", len(u.Users)).Msg("users file reloaded")
 			},
 			OnError: func(err error) {
@@ -211,11 +215,13 @@ func (s *brokerSecurity) configure(bcfg *core.Config) {
 	}
 }
 
-// start starts watching the users file, if there is one.
-func (s *brokerSecurity) start() {
+// start starts watching the users file, if there is one; each reload
+// is applied to b's cached permission decisions.
+func (s *brokerSecurity) start(b *core.Broker) {
 	if s.reloader == nil || s.done != nil {
 		return
 	}
+	s.broker = b
 	ctx, cancel := context.WithCancel(context.Background())
 	s.cancel, s.done = cancel, make(chan struct{})
 	go func() {

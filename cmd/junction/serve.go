@@ -178,7 +178,7 @@ func start(cfg Config, logw io.Writer) (*instance, error) {
 		return nil, err
 	}
 	in := &instance{log: log, broker: b, msgs: msgs, bindings: bindings, addrs: make(map[string]net.Addr), errc: make(chan error, 8), sec: sec}
-	sec.start()
+	sec.start(b)
 	if err := in.startListeners(cfg); err != nil {
 		in.stop(context.Background())
 		return nil, err
