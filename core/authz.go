@@ -347,6 +347,15 @@ func (s *Session) AuthorizeSubscribe(o ConsumerOptions) error {
 	if err != nil {
 		return err
 	}
+	if s.remote != nil {
+		// The group broker checks what creating the subscription needs
+		// when it is attached; here only what needs no state.
+		addr := o.Address
+		if o.Queue != "" {
+			addr = o.Queue
+		}
+		return s.authorize(PermConsume, addr)
+	}
 	_, err = s.queueFor(o, sel, true)
 	return err
 }
@@ -382,6 +391,9 @@ func (s *Session) AuthorizeSend(address string, rt RoutingType) error {
 		return err
 	}
 	b := s.b
+	if b.cluster != nil {
+		return nil // creation is the group broker's to check
+	}
 	b.mu.RLock()
 	a := b.addresses[address]
 	b.mu.RUnlock()

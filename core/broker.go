@@ -55,6 +55,11 @@ type Config struct {
 	// sends and consumers auto-create (limits.go); past it they fail with
 	// ErrQuotaExceeded. 0 means no limit.
 	MaxAutoCreatedQueuesPerUser int
+	// Cluster makes this an access broker (cluster.go): every address
+	// lives in a replicated group reached through it, and the broker
+	// keeps no queues or journals of its own (Messages, Bindings, Large
+	// and Pager must be nil).
+	Cluster Cluster
 }
 
 // Broker routes messages from producers to queues and from queues to
@@ -85,6 +90,7 @@ type Broker struct {
 	large          LargeStore
 	largeThreshold int
 	pager          Pager
+	cluster        Cluster // nil unless this is an access broker
 	pageGen        atomic.Uint64
 	mem            memory
 	drops          dropCounters
@@ -153,6 +159,7 @@ func New(cfg Config) (*Broker, error) {
 		bindings:  cfg.Bindings,
 		large:     cfg.Large,
 		pager:     cfg.Pager,
+		cluster:   cfg.Cluster,
 		mem:       memory{max: cfg.MaxMemory},
 	}
 	b.largeThreshold = cfg.LargeMessageThreshold
@@ -164,6 +171,9 @@ func New(cfg Config) (*Broker, error) {
 	}
 	if b.msgs != nil && b.bindings == nil {
 		return nil, errors.New("core: a message journal needs a bindings journal")
+	}
+	if b.cluster != nil && (b.msgs != nil || b.bindings != nil || b.large != nil || b.pager != nil) {
+		return nil, errors.New("core: an access broker (Config.Cluster) keeps no journals or page stores: its groups do")
 	}
 	rs, err := b.recover()
 	if err != nil {
@@ -386,6 +396,9 @@ func (b *Broker) QueueStats() []QueueStats {
 // already has, and anycast when it has none or does not exist. A
 // wildcard pattern is never an address.
 func (b *Broker) AddressRoutingTypes(name string) (anycast, multicast, exists bool) {
+	if b.cluster != nil {
+		return b.cluster.AddressRoutingTypes(name)
+	}
 	b.mu.RLock()
 	defer b.mu.RUnlock()
 	a := b.addresses[name]
@@ -855,6 +868,9 @@ func joinDone(n int, done func(error)) func(error) {
 // expiry or dead-letter address of their queue.
 func (b *Broker) carryOut(moves []move) {
 	for _, mv := range moves {
+		if mv.r.q.up != nil && b.settleUpstream(mv) {
+			continue
+		}
 		switch mv.reason {
 		case settled:
 			b.persistSettled(mv.r)

@@ -74,6 +74,8 @@ func (c *Consumer) Flow(n int) {
 	}
 	q := c.q
 	var moves []move
+	var flow int
+	var drain bool
 	q.mu.Lock()
 	if !c.closed {
 		if c.credit == 0 {
@@ -81,9 +83,15 @@ func (c *Consumer) Flow(n int) {
 		}
 		c.credit += n
 		moves = q.creditedLocked(c, time.Now(), moves)
+		if q.up != nil {
+			flow, drain = q.upCreditLocked()
+		}
 	}
 	q.mu.Unlock()
 	q.b.carryOut(moves)
+	if q.up != nil {
+		q.tellUpstream(flow, drain)
+	}
 }
 
 // SetCredit sets the consumer's credit to n (n >= 0) and dispatches, for
@@ -297,7 +305,16 @@ func (c *Consumer) close(countFailure bool) {
 	}
 	// Return in reverse so that each insert lands in front of the later ones.
 	for i := len(c.inflight) - 1; i >= 0; i-- {
-		if r := c.inflight[i].r; r != nil {
+		r := c.inflight[i].r
+		switch {
+		case r == nil:
+		case q.up != nil:
+			// A mirror's consumer: closing the upstream below returns
+			// these there, counted once.
+			r.consumer = nil
+			q.stats.inflight.Add(-1)
+			q.gone(r)
+		default:
 			moves = q.returnLocked(r, countFailure, now, moves)
 		}
 	}
@@ -310,5 +327,8 @@ func (c *Consumer) close(countFailure bool) {
 	q.b.carryOut(moves)
 	if drop {
 		q.b.deleteQueue(q)
+	}
+	if q.up != nil {
+		q.up.Close()
 	}
 }

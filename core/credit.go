@@ -12,6 +12,8 @@ import "time"
 func (c *Consumer) UpdateCredit(f func(delivered uint64) int) {
 	q := c.q
 	var moves []move
+	var flow int
+	var drain bool
 	q.mu.Lock()
 	if !c.closed {
 		n := max(f(c.nextID), 0)
@@ -22,9 +24,15 @@ func (c *Consumer) UpdateCredit(f func(delivered uint64) int) {
 		}
 		c.credit = n
 		moves = q.creditedLocked(c, time.Now(), moves)
+		if q.up != nil {
+			flow, drain = q.upCreditLocked()
+		}
 	}
 	q.mu.Unlock()
 	q.b.carryOut(moves)
+	if q.up != nil {
+		q.tellUpstream(flow, drain)
+	}
 }
 
 // Drain hands the consumer whatever its credit allows now, then takes
@@ -34,6 +42,7 @@ func (c *Consumer) UpdateCredit(f func(delivered uint64) int) {
 func (c *Consumer) Drain() (unused int, delivered uint64) {
 	q := c.q
 	var moves []move
+	var drain bool
 	q.mu.Lock()
 	if !c.closed {
 		moves = q.creditedLocked(c, time.Now(), moves)
@@ -42,10 +51,19 @@ func (c *Consumer) Drain() (unused int, delivered uint64) {
 			q.withCred--
 			c.credit = 0
 		}
+		if q.up != nil {
+			_, drain = q.upCreditLocked()
+		}
 	}
 	delivered = c.nextID
 	q.mu.Unlock()
 	q.b.carryOut(moves)
+	if drain {
+		// A mirror drains what it holds; its upstream stops sending.
+		// What the upstream sends meanwhile waits in the mirror for
+		// the next credit.
+		q.up.Drain()
+	}
 	return unused, delivered
 }
 

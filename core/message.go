@@ -132,6 +132,18 @@ func (m *Message) Expired(now time.Time) bool {
 	return !m.Expiration.IsZero() && !now.Before(m.Expiration)
 }
 
+// shallowCopy returns a copy of m's fields sharing its body and
+// properties (which nobody changes), without its broker-internal state:
+// a copy another broker may hold.
+func (m *Message) shallowCopy() *Message {
+	return &Message{
+		ID: m.ID, Address: m.Address, RoutingType: m.RoutingType, Durable: m.Durable, Priority: m.Priority,
+		Timestamp: m.Timestamp, Expiration: m.Expiration, DeliveryTime: m.DeliveryTime,
+		Properties: m.Properties, Body: m.Body, ContentType: m.ContentType,
+		CorrelationID: m.CorrelationID, ReplyTo: m.ReplyTo, GroupID: m.GroupID, UserID: m.UserID,
+	}
+}
+
 // copyFor returns a shallow copy of m sent to address, for moving a
 // message to a dead-letter or expiry address. Properties are copied so
 // that the added ones do not touch the original; the body is shared.

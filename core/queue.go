@@ -24,6 +24,9 @@ type ref struct {
 	// While in flight:
 	consumer   *Consumer
 	deliveryID uint64
+
+	// tag is a mirror queue's upstream delivery tag (cluster.go).
+	tag uint64
 }
 
 // effectKind says what must follow a change made under a queue lock.
@@ -36,6 +39,9 @@ const (
 	settled                               // acked: journal it
 	counted                               // failed attempt: journal the count
 	moveUnreadable                        // no reader of a wildcard subscription may read it: remove it
+	upAccepted                            // a mirror's delivery acked: settle it upstream
+	upReleased                            // a mirror's delivery released: upstream
+	upFailed                              // a mirror's delivery failed: upstream
 )
 
 func (k effectKind) String() string {
@@ -72,6 +78,10 @@ type Queue struct {
 	settings  Settings
 	owner     *Session           // a temporary queue's session, which deletes it on close; nil otherwise
 	filter    *selector.Selector // a subscription's selector, applied as messages are routed to it
+	// up is a mirror queue's upstream (cluster mode, cluster.go); nil
+	// for every other queue. A mirror is fed only by its upstream, and
+	// settles its deliveries there.
+	up Upstream
 
 	// subscriber is the identity of the session that created a
 	// subscription, recorded in a durable one's binding; subKnown is
@@ -112,6 +122,9 @@ type Queue struct {
 	clean bool
 	fresh []*ref
 	slow  bool // guarded by mu: lagging past the slow-consumer threshold (reported)
+	// upWant (guarded by mu) is the credit a mirror's upstream has been
+	// asked for and not used yet.
+	upWant int
 
 	// pg is the page store while the queue pages (guarded by mu); paging
 	// mirrors pg != nil for the send path's lock-free look.
@@ -206,7 +219,9 @@ func (q *Queue) placeLocked(r *ref, now time.Time) bool {
 	r.seq = q.seq
 	q.hold(r)
 	m := r.msg
-	if !m.DeliveryTime.IsZero() && m.DeliveryTime.After(now) {
+	// A mirror's messages are due: its group broker, whose clock
+	// decides, has delivered them.
+	if q.up == nil && !m.DeliveryTime.IsZero() && m.DeliveryTime.After(now) {
 		q.scheduleLocked(r, m.DeliveryTime.UnixNano())
 		return false
 	}
@@ -337,7 +352,7 @@ func (q *Queue) dispatchLocked(now time.Time, moves []move) []move {
 		d := &q.ready[p]
 		for i := 0; i < d.len() && q.withCred > 0; {
 			r := d.at(i)
-			if r.msg.Expired(now) {
+			if q.expiredLocked(r, now) {
 				d.removeAt(i)
 				q.nready--
 				moves = append(moves, move{r, moveExpired})
@@ -412,7 +427,7 @@ func (q *Queue) offerLocked(r *ref, now time.Time, moves []move) []move {
 			return moves // no longer ready
 		}
 	}
-	if r.msg.Expired(now) {
+	if q.expiredLocked(r, now) {
 		d.removeAt(i)
 		q.nready--
 		return append(moves, move{r, moveExpired})
@@ -459,7 +474,7 @@ func (q *Queue) scanForLocked(c *Consumer, now time.Time, moves []move) []move {
 		}
 		for i := d.search(c.seen[p] + 1); i < d.len() && c.credit > 0; {
 			r := d.at(i)
-			if r.msg.Expired(now) {
+			if q.expiredLocked(r, now) {
 				d.removeAt(i)
 				q.nready--
 				moves = append(moves, move{r, moveExpired})
@@ -485,6 +500,13 @@ func (q *Queue) scanForLocked(c *Consumer, now time.Time, moves []move) []move {
 		}
 	}
 	return moves
+}
+
+// expiredLocked reports whether r must go to the expiry address rather
+// than to a consumer. A mirror queue never expires what it holds: its
+// group broker has just delivered it, and moves expired messages itself.
+func (q *Queue) expiredLocked(r *ref, now time.Time) bool {
+	return q.up == nil && r.msg.Expired(now)
 }
 
 // takesLocked reports whether c may be given r, credit aside: c selects
@@ -573,6 +595,15 @@ func (q *Queue) deliverLocked(c *Consumer, r *ref) {
 func (q *Queue) returnLocked(r *ref, failed bool, now time.Time, moves []move) []move {
 	r.consumer = nil
 	q.stats.inflight.Add(-1)
+	if q.up != nil {
+		// A mirror gives it back upstream, which redelivers it (maybe to
+		// another consumer) and counts the attempt.
+		q.gone(r)
+		if failed {
+			return append(moves, move{r, upFailed})
+		}
+		return append(moves, move{r, upReleased})
+	}
 	if q.deleted {
 		q.gone(r)
 		return moves
@@ -602,8 +633,11 @@ func (q *Queue) ackedLocked(r *ref, moves []move) []move {
 	q.gone(r)
 	q.stats.acked.Add(1)
 	q.kickDepageLocked()
-	if r.durable {
+	switch {
+	case r.durable:
 		moves = append(moves, move{r, settled})
+	case q.up != nil:
+		moves = append(moves, move{r, upAccepted})
 	}
 	return moves
 }

@@ -24,6 +24,9 @@ func (b *Broker) Retain(m *Message) error {
 	if err := validAddress(m.Address); err != nil {
 		return err
 	}
+	if b.cluster != nil {
+		return b.cluster.Retain(m)
+	}
 	var id uint64
 	if b.msgs != nil && len(m.Body) > 0 {
 		id = b.msgID.Add(1)
@@ -51,6 +54,9 @@ func (b *Broker) Retain(m *Message) error {
 
 // Retained returns the retained messages, ordered by address.
 func (b *Broker) Retained() []*Message {
+	if b.cluster != nil {
+		return b.cluster.Retained()
+	}
 	b.mu.RLock()
 	out := make([]*Message, 0, len(b.retained.byAddr))
 	for _, m := range b.retained.byAddr {

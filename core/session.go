@@ -75,6 +75,10 @@ type Session struct {
 	closing   chan struct{}          // closed by Close: ends waits for room
 
 	az sessionAuthz // authorization cache and logged refusals (authz.go)
+
+	// remote carries the session's operations to the cluster's groups
+	// when the broker is an access broker (cluster.go); nil otherwise.
+	remote RemoteSession
 }
 
 // NewSession opens a session. One with a Protocol is registered as a
@@ -99,8 +103,14 @@ func (b *Broker) NewSession(opts SessionOptions) (*Session, error) {
 		s.proto.opened.Add(1)
 		b.sessions[s.id] = s
 	}
+	if b.cluster != nil {
+		s.remote = b.cluster.Open(s)
+	}
 	return s, nil
 }
+
+// Options returns what the session was opened with.
+func (s *Session) Options() SessionOptions { return s.opts }
 
 // ID returns the session's number, unique in the broker's run (the
 // connection id of [Broker.Connections]).
@@ -125,7 +135,7 @@ func (s *Session) ClientID() string { return s.opts.ClientID }
 // If ctx ends first, Send returns its error; the message may still be
 // confirmed later.
 func (s *Session) Send(ctx context.Context, m *Message) error {
-	if !m.Durable || s.b.msgs == nil {
+	if !m.Durable || (s.b.msgs == nil && s.b.cluster == nil) {
 		// Nothing to wait for: no allocation on this path.
 		return s.send(ctx, m, nil)
 	}
@@ -161,6 +171,9 @@ func (s *Session) SendAsync(m *Message, done func(error)) {
 func (s *Session) send(ctx context.Context, m *Message, done func(error)) error {
 	if err := s.check(); err != nil {
 		return err
+	}
+	if s.remote != nil {
+		return s.clusterSend(m, done)
 	}
 	now := time.Now()
 	m.origin = s.id
@@ -296,7 +309,14 @@ func (s *Session) Subscribe(o ConsumerOptions) (*Consumer, error) {
 	if err := s.check(); err != nil {
 		return nil, err
 	}
-	q, err := s.queueFor(o, sel, false)
+	var q *Queue
+	if s.remote != nil {
+		// The group broker applies everything the options say;
+		// the mirror only passes messages on.
+		q, err = s.mirrorOf(o)
+	} else {
+		q, err = s.queueFor(o, sel, false)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -307,7 +327,7 @@ func (s *Session) Subscribe(o ConsumerOptions) (*Consumer, error) {
 	// A subscription reached by address filters as messages are routed
 	// (queueFor gave it sel); a queue filters as it dispatches.
 	subscription := o.Queue == "" && q.routing == Multicast
-	if !subscription {
+	if !subscription && q.up == nil {
 		c.sel = sel
 	}
 	q.mu.Lock()
@@ -322,7 +342,7 @@ func (s *Session) Subscribe(o ConsumerOptions) (*Consumer, error) {
 			return nil, fmt.Errorf("%w: %q", ErrSubscriptionInUse, q.name)
 		}
 	}
-	if subscription && !q.shared {
+	if subscription && !q.shared && q.up == nil {
 		c.noLocal = o.NoLocal
 		if o.NoLocal {
 			q.noLocal.Store(s.id)
@@ -579,6 +599,9 @@ func (s *Session) Unsubscribe(name string) error {
 	if s.opts.ClientID == "" {
 		return ErrClientIDRequired
 	}
+	if s.remote != nil {
+		return s.remote.Unsubscribe(name)
+	}
 	qname := durableName(s.opts.ClientID, name)
 	if !s.trusted() {
 		if q := s.b.Queue(qname); q != nil {
@@ -614,6 +637,9 @@ func isTemporaryName(addr string) bool { return strings.HasPrefix(addr, Temporar
 func (s *Session) CreateTemporaryQueue() (string, error) {
 	if err := s.check(); err != nil {
 		return "", err
+	}
+	if s.remote != nil {
+		return s.remote.CreateTemporaryQueue()
 	}
 	b := s.b
 	next := func() string {
@@ -687,6 +713,9 @@ func (s *Session) Close() {
 		// Consumers of other sessions may still be attached: JMS deletes
 		// a temporary queue with its connection regardless.
 		s.b.deleteQueue(q)
+	}
+	if s.remote != nil {
+		s.remote.Close()
 	}
 	if s.opts.ClientID != "" || s.proto != nil {
 		s.b.mu.Lock()
@@ -789,6 +818,9 @@ func (t *Tx) Commit(ctx context.Context) error {
 		return ErrTxClosed
 	}
 	t.end()
+	if t.s.remote != nil {
+		return t.clusterCommit(ctx)
+	}
 	b := t.s.b
 	now := time.Now()
 	addrs := make([]*address, len(t.sends))
@@ -949,6 +981,9 @@ func (s *Session) DurableSubscriptions() []SubscriptionInfo {
 	if s.opts.ClientID == "" {
 		return nil
 	}
+	if s.b.cluster != nil {
+		return s.b.cluster.DurableSubscriptions(s.opts.ClientID)
+	}
 	prefix := s.opts.ClientID + "."
 	s.b.mu.RLock()
 	defer s.b.mu.RUnlock()
@@ -964,6 +999,9 @@ func (s *Session) DurableSubscriptions() []SubscriptionInfo {
 // DurableClientIDs lists the client ids that hold durable subscriptions,
 // so that a front-end can expire sessions it restored after a restart.
 func (b *Broker) DurableClientIDs() []string {
+	if b.cluster != nil {
+		return b.cluster.DurableClientIDs()
+	}
 	b.mu.RLock()
 	defer b.mu.RUnlock()
 	seen := make(map[string]bool)

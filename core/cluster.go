@@ -1,0 +1,358 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// Cluster mode
+//
+// In a cluster the state of every address (its queues, subscriptions,
+// messages and retained message) lives in a replicated group, served by
+// a broker on the node that leads the group: a group broker, a plain
+// Broker whose journal is the group's replicated log. The broker that
+// the protocol front-ends of a node use is then an access broker
+// (Config.Cluster set): it keeps no queues of its own. It authenticates
+// clients, checks their permissions, forwards every send to the group of
+// its address through the Cluster port, and feeds each consumer from a
+// mirror queue: a private, in-memory queue that the cluster fills with
+// what the group broker delivers to an upstream consumer with the same
+// options. The client's acks, releases and rejects of a mirror's
+// deliveries are forwarded upstream (Upstream.Settle), where the real
+// queue applies them, and the consumer's credit is passed on
+// (Upstream.Flow), so a slow client holds back its group broker exactly
+// as it holds back a local queue.
+//
+// Front-ends do not see the difference: they get a Session and
+// Consumers as on a single broker. What differs: messages are moved to
+// dead-letter and expiry addresses by the group broker; a consumer whose
+// upstream is lost (its group's leader changed) keeps its connection,
+// its unsettled deliveries come again flagged redelivered from the new
+// leader; and transactions are forwarded whole to one group (a
+// transaction that spans groups fails, see RemoteSession.Commit).
+//
+// Locks: the cluster may call Feed.Deliver from a group broker's
+// delivery handler, so a group broker's Queue.mu may be held when a
+// mirror's Queue.mu is taken (never the reverse: a mirror calls its
+// Upstream with no lock held, and Feed.Deliver calls no Upstream).
+
+// Cluster is the port through which an access broker reaches the groups
+// that hold its addresses. Package cluster implements it.
+type Cluster interface {
+	// Open returns the remote side of a client session, which carries
+	// its sends, consumers and transactions to the groups. It is called
+	// once per Session, from NewSession, and must not block.
+	Open(s *Session) RemoteSession
+	// Retain keeps m as the retained message of its address (an empty
+	// body clears it), durably in the address's group.
+	Retain(m *Message) error
+	// Catalog answers questions about what the groups hold.
+	Catalog
+}
+
+// Catalog is what an access broker asks the cluster about the state it
+// does not keep.
+type Catalog interface {
+	// AddressRoutingTypes is Broker.AddressRoutingTypes for the address's group.
+	AddressRoutingTypes(name string) (anycast, multicast, exists bool)
+	// DurableSubscriptions lists the durable subscriptions of a client id.
+	DurableSubscriptions(clientID string) []SubscriptionInfo
+	// DurableClientIDs lists the client ids holding durable subscriptions.
+	DurableClientIDs() []string
+	// Retained returns every retained message, ordered by address.
+	Retained() []*Message
+}
+
+// RemoteSession carries one client session's operations to the groups.
+// Its methods may be called from any goroutine; Send and Attach keep the
+// order in which one goroutine calls them.
+type RemoteSession interface {
+	// Send forwards m (stamped and authorized by the access broker) to
+	// its address's group. done, if not nil, gets the group broker's
+	// confirmation (for a durable message: committed on a majority of
+	// the group's nodes). done must not block.
+	Send(m *Message, done func(error))
+	// Attach opens the upstream consumer that feeds a mirror queue with
+	// what o names (o.Handler is ignored: deliveries go to sink, which
+	// is the mirror's *Feed). It returns once the consumer exists in
+	// every group it reads.
+	Attach(o ConsumerOptions, sink Sink) (Upstream, error)
+	// Commit applies a transaction: sends routed and acks consumed
+	// together, or nothing. Every message and ack must belong to one
+	// group; otherwise Commit fails with ErrCrossGroupTx and does
+	// nothing.
+	Commit(ctx context.Context, sends []*Message, acks []TxAck) error
+	// Unsubscribe deletes the session's durable subscription name.
+	Unsubscribe(name string) error
+	// CreateTemporaryQueue is Session.CreateTemporaryQueue in the group
+	// of the new queue's name.
+	CreateTemporaryQueue() (string, error)
+	// Close ends the session upstream: its upstream consumers close
+	// (what they held is redelivered) and its temporary queues go.
+	Close()
+}
+
+// Upstream is the consumer that feeds a mirror queue. Its methods may be
+// called from any goroutine, never with a core lock held.
+type Upstream interface {
+	// Flow asks for n more messages (n > 0).
+	Flow(n int)
+	// Drain asks for no more messages until the next Flow.
+	Drain()
+	// Settle settles the delivery tagged tag (see Feed.Deliver). A tag
+	// from before the upstream was re-attached is ignored: that message
+	// is redelivered by the new upstream.
+	Settle(tag uint64, o Outcome)
+	// Close detaches the upstream consumer; what it delivered and was
+	// not settled goes back to its queue, counted as a failed attempt.
+	Close()
+}
+
+// Outcome is how a mirror's delivery was settled.
+type Outcome uint8
+
+// Outcomes of a mirror's deliveries, as Consumer's methods name them.
+const (
+	OutcomeAccepted Outcome = iota + 1 // Ack
+	OutcomeReleased                    // Release(failed=false): back to the queue, not counted
+	OutcomeFailed                      // Release(failed=true): back to the queue, counted
+	OutcomeRejected                    // Reject: to the dead-letter address
+)
+
+func (o Outcome) String() string {
+	switch o {
+	case OutcomeAccepted:
+		return "accepted"
+	case OutcomeReleased:
+		return "released"
+	case OutcomeFailed:
+		return "failed"
+	case OutcomeRejected:
+		return "rejected"
+	}
+	return "outcome(" + strconv.Itoa(int(o)) + ")"
+}
+
+// TxAck is a mirror delivery acked in a transaction.
+type TxAck struct {
+	Upstream Upstream
+	Tag      uint64
+}
+
+// ErrCrossGroupTx fails a cluster transaction whose messages and acks
+// belong to more than one group: each group commits alone, so such a
+// transaction could not be atomic.
+var ErrCrossGroupTx = errors.New("core: a transaction in a cluster may touch the addresses of one group only")
+
+// ErrUnavailable is returned when a cluster group cannot be reached: it
+// has no leader (an election is under way, or the group has lost its
+// majority) or its leader did not answer in time. A send that fails with
+// it may or may not have been stored.
+var ErrUnavailable = errors.New("core: cluster group unavailable")
+
+// Sink receives what an upstream consumer delivers: deliveryCount and
+// redelivered are the upstream delivery's, tag identifies it for
+// Upstream.Settle. Deliver must not block; it is called with the group
+// broker's queue lock held.
+type Sink interface {
+	Deliver(tag uint64, m *Message, deliveryCount uint32, redelivered bool)
+}
+
+// Feed is how the cluster hands a mirror queue what its upstream
+// delivers.
+type Feed struct{ q *Queue }
+
+// Deliver adds m, delivered upstream with delivery tag tag, to the
+// mirror queue. deliveryCount and redelivered are the upstream
+// delivery's. The mirror keeps its own shallow copy of m (body and
+// properties shared, read-only), so m may be the group broker's own.
+// Deliver never blocks and calls no Upstream method, so the cluster may
+// call it from a group broker's delivery handler.
+func (f *Feed) Deliver(tag uint64, m *Message, deliveryCount uint32, redelivered bool) {
+	q := f.q
+	now := time.Now()
+	r := &ref{msg: m.shallowCopy(), q: q, failures: deliveryCount, recovered: redelivered, tag: tag}
+	var moves []move
+	q.mu.Lock()
+	if q.upWant > 0 {
+		q.upWant--
+	}
+	if q.addLocked(r, now) {
+		moves = q.dispatchFreshLocked(now, moves)
+	}
+	q.mu.Unlock()
+	if len(moves) > 0 {
+		// Only effects of dispatch, which a mirror never has (it does
+		// not expire messages: its group broker does).
+		panic("core: mirror dispatch produced effects")
+	}
+}
+
+// Lost tells the mirror that its upstream was lost and is being
+// re-attached: the messages it holds that were not delivered yet go
+// (the new upstream delivers them again), and it returns the credit to
+// grant the new upstream. Deliveries in flight stay; their settlements
+// are ignored upstream (see Upstream.Settle).
+func (f *Feed) Lost() (credit int) {
+	q := f.q
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for p := range q.ready {
+		d := &q.ready[p]
+		for i := 0; i < d.len(); i++ {
+			q.gone(d.at(i))
+		}
+		q.ready[p] = deque{}
+	}
+	q.nready = 0
+	q.dirtyLocked()
+	q.upWant = 0
+	for _, c := range q.consumers {
+		q.upWant += c.credit
+	}
+	return q.upWant
+}
+
+// mirrorOf creates the mirror queue that feeds a consumer of an access
+// broker, and attaches its upstream.
+func (s *Session) mirrorOf(o ConsumerOptions) (*Queue, error) {
+	b := s.b
+	name := "mirror/" + strconv.FormatUint(s.id, 10) + "/" + strconv.FormatUint(b.tmpID.Add(1), 10)
+	addr := o.Address
+	if o.Queue != "" {
+		addr = o.Queue
+	}
+	q := &Queue{b: b, name: name, address: addr, routing: o.RoutingType, temporary: true,
+		settings: b.settings.resolve(addr)}
+	up, err := s.remote.Attach(o, &Feed{q: q})
+	if err != nil {
+		return nil, err
+	}
+	q.up = up
+	return q, nil
+}
+
+// upCreditLocked says what the mirror's upstream must be told after its
+// consumer's credit changed: to send flow more, or to drain. The
+// upstream is asked for the consumer's credit less what the mirror
+// already holds for it.
+func (q *Queue) upCreditLocked() (flow int, drain bool) {
+	want := -q.nready
+	for _, c := range q.consumers {
+		want += c.credit
+	}
+	want = max(want, 0)
+	switch {
+	case want > q.upWant:
+		flow = want - q.upWant
+		q.upWant = want
+	case want == 0 && q.upWant > 0:
+		drain = true
+		q.upWant = 0
+	}
+	return flow, drain
+}
+
+// tellUpstream passes on what upCreditLocked decided; no lock held.
+func (q *Queue) tellUpstream(flow int, drain bool) {
+	switch {
+	case flow > 0:
+		q.up.Flow(flow)
+	case drain:
+		q.up.Drain()
+	}
+}
+
+// settleUpstream carries a mirror's settlement upstream (see carryOut).
+func (b *Broker) settleUpstream(mv move) bool {
+	var o Outcome
+	switch mv.reason {
+	case upAccepted:
+		o = OutcomeAccepted
+	case upReleased:
+		o = OutcomeReleased
+	case upFailed:
+		o = OutcomeFailed
+	case moveRejected:
+		o = OutcomeRejected
+		mv.r.q.gone(mv.r)
+	default:
+		return false
+	}
+	mv.r.q.up.Settle(mv.r.tag, o)
+	return true
+}
+
+// clusterSend forwards a client's message in cluster mode. done follows
+// Session.send's contract; a message nobody waits for is forwarded
+// without a confirmation.
+func (s *Session) clusterSend(m *Message, done func(error)) error {
+	now := time.Now()
+	if err := validAddress(m.Address); err != nil {
+		return err
+	}
+	if m.Priority > MaxPriority {
+		return fmt.Errorf("%w: priority %d above %d", ErrInvalidMessage, m.Priority, MaxPriority)
+	}
+	if err := ValidateProperties(m.Properties); err != nil {
+		return err
+	}
+	if m.Timestamp.IsZero() {
+		m.Timestamp = now
+	}
+	m.UserID = s.opts.User
+	if err := s.authorizeSend(m.Address, now); err != nil {
+		return err
+	}
+	s.countIn(1, len(m.Body))
+	if !m.Durable && done != nil {
+		// As on a single broker, a message nothing journals is confirmed
+		// at once; it follows the session's earlier sends upstream.
+		s.remote.Send(m, nil)
+		done(nil)
+		return nil
+	}
+	s.remote.Send(m, done)
+	return nil
+}
+
+// clusterCommit commits a transaction through the cluster. The acked
+// mirror deliveries leave their mirrors once the group has committed;
+// on failure they go back upstream as failed deliveries.
+func (t *Tx) clusterCommit(ctx context.Context) error {
+	acks := make([]TxAck, 0, len(t.acks))
+	for _, r := range t.acks {
+		acks = append(acks, TxAck{Upstream: r.q.up, Tag: r.tag})
+	}
+	now := time.Now()
+	for _, m := range t.sends {
+		if m.Timestamp.IsZero() {
+			m.Timestamp = now
+		}
+		m.UserID = t.s.opts.User
+	}
+	err := t.s.remote.Commit(ctx, t.sends, acks)
+	if err != nil {
+		t.rollback()
+		return fmt.Errorf("core: transaction rolled back: %w", err)
+	}
+	for _, r := range t.acks {
+		q := r.q
+		q.mu.Lock()
+		r.consumer = nil
+		q.stats.inflight.Add(-1)
+		q.gone(r)
+		q.stats.acked.Add(1)
+		q.mu.Unlock()
+	}
+	n, nbytes := len(t.sends), 0
+	for _, m := range t.sends {
+		nbytes += len(m.Body)
+	}
+	t.s.countIn(n, nbytes)
+	t.sends, t.acks = nil, nil
+	return nil
+}

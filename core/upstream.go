@@ -1,0 +1,112 @@
+package core
+
+import (
+	"context"
+	"fmt"
+)
+
+// GroupSession is a group broker's side of an access broker's session
+// (cluster mode, cluster.go): the cluster opens one on the group broker
+// for each client session that uses the group, and it implements
+// RemoteSession over the group broker's own Session and Consumers. Its
+// sends never wait for room (a BLOCK address takes them over its limit):
+// waiting would stall every other session the cluster carries for the
+// same node.
+type GroupSession struct {
+	s *Session
+}
+
+// OpenGroupSession opens a GroupSession for a client session of an
+// access broker: opts are the client's (user, client id, protocol), so
+// that the group broker checks the client's permissions.
+func (b *Broker) OpenGroupSession(opts SessionOptions) (*GroupSession, error) {
+	opts.NoWait = true
+	s, err := b.NewSession(opts)
+	if err != nil {
+		return nil, err
+	}
+	return &GroupSession{s: s}, nil
+}
+
+// Session returns the group broker's session.
+func (g *GroupSession) Session() *Session { return g.s }
+
+// Send routes m like Session.SendAsync; done may be nil.
+func (g *GroupSession) Send(m *Message, done func(error)) {
+	if done == nil {
+		done = func(error) {}
+	}
+	g.s.SendAsync(m, done)
+}
+
+// Attach subscribes a consumer with o whose deliveries go to sink,
+// tagged with their delivery ids.
+func (g *GroupSession) Attach(o ConsumerOptions, sink Sink) (Upstream, error) {
+	o.Credit = 0
+	o.Handler = func(d Delivery) {
+		sink.Deliver(d.ID, d.Message, d.DeliveryCount, d.Redelivered())
+	}
+	c, err := g.s.Subscribe(o)
+	if err != nil {
+		return nil, err
+	}
+	return groupUpstream{c}, nil
+}
+
+// Commit runs a transaction of sends and acks of this session's
+// upstream consumers.
+func (g *GroupSession) Commit(ctx context.Context, sends []*Message, acks []TxAck) error {
+	tx, err := g.s.Begin()
+	if err != nil {
+		return err
+	}
+	for _, m := range sends {
+		if err := tx.Send(m); err != nil {
+			tx.Rollback()
+			return err
+		}
+	}
+	for _, a := range acks {
+		up, ok := a.Upstream.(groupUpstream)
+		if !ok || up.c.s != g.s {
+			tx.Rollback()
+			return fmt.Errorf("%w: ack of another session's delivery", ErrUnknownDelivery)
+		}
+		if err := tx.Ack(up.c, a.Tag); err != nil {
+			tx.Rollback()
+			return err
+		}
+	}
+	return tx.Commit(ctx)
+}
+
+// Unsubscribe is Session.Unsubscribe.
+func (g *GroupSession) Unsubscribe(name string) error { return g.s.Unsubscribe(name) }
+
+// CreateTemporaryQueue is Session.CreateTemporaryQueue.
+func (g *GroupSession) CreateTemporaryQueue() (string, error) { return g.s.CreateTemporaryQueue() }
+
+// Close is Session.Close.
+func (g *GroupSession) Close() { g.s.Close() }
+
+// groupUpstream is an upstream consumer on its group broker.
+type groupUpstream struct{ c *Consumer }
+
+func (u groupUpstream) Flow(n int) { u.c.Flow(n) }
+func (u groupUpstream) Drain()     { u.c.Drain() }
+func (u groupUpstream) Close()     { u.c.Close() }
+
+// Settle applies a mirror's outcome; an unknown tag (settled already,
+// or delivered before a release) is ignored.
+func (u groupUpstream) Settle(tag uint64, o Outcome) {
+	switch o {
+	case OutcomeAccepted:
+		u.c.Ack(tag)
+	case OutcomeReleased:
+		u.c.Release(tag, false)
+	case OutcomeFailed:
+		u.c.Release(tag, true)
+	case OutcomeRejected:
+		u.c.Reject(tag)
+	}
+}
