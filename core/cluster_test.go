@@ -85,7 +85,7 @@ func (c *oneGroup) DurableSubscriptions(id string) []SubscriptionInfo {
 	return s.DurableSubscriptions()
 }
 func (c *oneGroup) DurableClientIDs() []string { return c.group().DurableClientIDs() }
-func (c *oneGroup) Retained() []*Message      { return c.group().Retained() }
+func (c *oneGroup) Retained() []*Message       { return c.group().Retained() }
 
 // testRemote opens its group session lazily and again after a failover.
 type testRemote struct {
@@ -132,8 +132,10 @@ func (r *testRemote) Commit(ctx context.Context, sends []*Message, acks []TxAck)
 	}
 	return r.session().Commit(ctx, sends, acks)
 }
-func (r *testRemote) Unsubscribe(name string) error         { return r.session().Unsubscribe(name) }
-func (r *testRemote) CreateTemporaryQueue() (string, error) { return r.session().CreateTemporaryQueue() }
+func (r *testRemote) Unsubscribe(name string) error { return r.session().Unsubscribe(name) }
+func (r *testRemote) CreateTemporaryQueue() (string, error) {
+	return r.session().CreateTemporaryQueue()
+}
 func (r *testRemote) Close() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
