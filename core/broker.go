@@ -55,6 +55,11 @@ type Config struct {
 	// sends and consumers auto-create (limits.go); past it they fail with
 	// ErrQuotaExceeded. 0 means no limit.
 	MaxAutoCreatedQueuesPerUser int
+	// TemporaryQueueTag is put in the names of the temporary queues the
+	// broker creates, after TemporaryQueuePrefix: a cluster's group
+	// broker names its group there, so that any node can tell where a
+	// temporary queue lives from its name.
+	TemporaryQueueTag string
 	// Cluster makes this an access broker (cluster.go): every address
 	// lives in a replicated group reached through it, and the broker
 	// keeps no queues or journals of its own (Messages, Bindings, Large

@@ -191,29 +191,34 @@ func (f *Feed) Deliver(tag uint64, m *Message, deliveryCount uint32, redelivered
 	}
 }
 
-// Lost tells the mirror that its upstream was lost and is being
-// re-attached: the messages it holds that were not delivered yet go
-// (the new upstream delivers them again), and it returns the credit to
-// grant the new upstream. Deliveries in flight stay; their settlements
-// are ignored upstream (see Upstream.Settle).
-func (f *Feed) Lost() (credit int) {
+// Lost tells the mirror that part of its upstream was lost and is being
+// re-attached: the messages it holds that were not delivered yet and
+// whose tags stale selects go (the new upstream delivers them again).
+// It returns the credit the consumer wants from the new upstream: its
+// credit less what the mirror still holds. Deliveries in flight stay;
+// their settlements are ignored upstream (see Upstream.Settle).
+func (f *Feed) Lost(stale func(tag uint64) bool) (credit int) {
 	q := f.q
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	for p := range q.ready {
 		d := &q.ready[p]
-		for i := 0; i < d.len(); i++ {
-			q.gone(d.at(i))
+		for i := 0; i < d.len(); {
+			if r := d.at(i); stale(r.tag) {
+				d.removeAt(i)
+				q.nready--
+				q.gone(r)
+				continue
+			}
+			i++
 		}
-		q.ready[p] = deque{}
 	}
-	q.nready = 0
 	q.dirtyLocked()
-	q.upWant = 0
+	credit = -q.nready
 	for _, c := range q.consumers {
-		q.upWant += c.credit
+		credit += c.credit
 	}
-	return q.upWant
+	return max(credit, 0)
 }
 
 // mirrorOf creates the mirror queue that feeds a consumer of an access
@@ -355,4 +360,25 @@ func (t *Tx) clusterCommit(ctx context.Context) error {
 	t.s.countIn(n, nbytes)
 	t.sends, t.acks = nil, nil
 	return nil
+}
+
+// EncodeMessage encodes m for another node of a cluster (the journal's
+// record format, without queues). The body of a large message must be in
+// m.Body.
+func EncodeMessage(m *Message) []byte {
+	if m.large {
+		c := m.shallowCopy()
+		return encodeMessage(c, nil)
+	}
+	return encodeMessage(m, nil)
+}
+
+// DecodeMessage decodes what EncodeMessage wrote; the message owns its
+// memory.
+func DecodeMessage(p []byte) (*Message, error) {
+	m, qs, err := decodeMessage(p)
+	if err == nil && (len(qs) != 0 || m.large) {
+		err = fmt.Errorf("%w: not an encoded message", ErrInvalidMessage)
+	}
+	return m, err
 }

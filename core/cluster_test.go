@@ -76,13 +76,7 @@ func (c *oneGroup) AddressRoutingTypes(n string) (bool, bool, bool) {
 	return c.group().AddressRoutingTypes(n)
 }
 func (c *oneGroup) DurableSubscriptions(id string) []SubscriptionInfo {
-	s, err := c.group().NewSession(SessionOptions{ClientID: id + "/probe"})
-	if err != nil {
-		return nil
-	}
-	defer s.Close()
-	s.opts.ClientID = id
-	return s.DurableSubscriptions()
+	return c.group().DurableSubscriptionsOf(id)
 }
 func (c *oneGroup) DurableClientIDs() []string { return c.group().DurableClientIDs() }
 func (c *oneGroup) Retained() []*Message       { return c.group().Retained() }
@@ -170,7 +164,7 @@ func (u *testUpstream) detach() {
 }
 
 func (u *testUpstream) reattach(t *testing.T) {
-	credit := u.feed.Lost()
+	credit := u.feed.Lost(func(uint64) bool { return true })
 	up, err := u.r.session().Attach(u.o, u.feed)
 	if err != nil {
 		t.Errorf("re-attach: %v", err)

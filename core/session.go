@@ -626,8 +626,9 @@ func isTemporaryName(addr string) bool { return strings.HasPrefix(addr, Temporar
 // queue for replies (JMS TemporaryQueue, AMQP dynamic nodes) and returns
 // its name,
 //
-//	temp-queue.<broker run>-<session>.<n>
+//	temp-queue.<tag><broker run>-<session>.<n>
 //
+// (<tag> is Config.TemporaryQueueTag, usually empty)
 // where <broker run> is random per broker start, <session> the session's
 // number in this run and <n> counts the session's temporary queues: no
 // name is ever reused, even after a restart, so a stale reply-to cannot
@@ -643,7 +644,7 @@ func (s *Session) CreateTemporaryQueue() (string, error) {
 	}
 	b := s.b
 	next := func() string {
-		return TemporaryQueuePrefix + b.run + "-" + strconv.FormatUint(s.id, 10) + "." + strconv.FormatUint(s.tempSeq.Add(1), 10)
+		return TemporaryQueuePrefix + b.cfg.TemporaryQueueTag + b.run + "-" + strconv.FormatUint(s.id, 10) + "." + strconv.FormatUint(s.tempSeq.Add(1), 10)
 	}
 	name := next()
 	if err := s.authorize(PermCreateNonDurableQueue, name); err != nil {
@@ -984,12 +985,17 @@ func (s *Session) DurableSubscriptions() []SubscriptionInfo {
 	if s.b.cluster != nil {
 		return s.b.cluster.DurableSubscriptions(s.opts.ClientID)
 	}
-	prefix := s.opts.ClientID + "."
-	s.b.mu.RLock()
-	defer s.b.mu.RUnlock()
+	return s.b.DurableSubscriptionsOf(s.opts.ClientID)
+}
+
+// DurableSubscriptionsOf lists the durable subscriptions of a client id.
+func (b *Broker) DurableSubscriptionsOf(clientID string) []SubscriptionInfo {
+	prefix := clientID + "."
+	b.mu.RLock()
+	defer b.mu.RUnlock()
 	var out []SubscriptionInfo
-	for name, q := range s.b.queues {
-		if q.clientID == s.opts.ClientID && strings.HasPrefix(name, prefix) {
+	for name, q := range b.queues {
+		if q.clientID == clientID && strings.HasPrefix(name, prefix) {
 			out = append(out, SubscriptionInfo{Name: name[len(prefix):], Address: q.address, Selector: q.filter.String()})
 		}
 	}

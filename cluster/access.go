@@ -1,0 +1,787 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/junctionmq/junction/core"
+)
+
+// access is the access side of forwarding: the core.Cluster port of this
+// node's access broker. A client session's operations on an address go
+// to the node leading the address's group: here (a local link: direct
+// calls into server) or another node (frames).
+type access struct {
+	n       *Node
+	nextID  atomic.Uint64 // session, consumer and request ids
+	mu      sync.Mutex
+	pending map[uint64]*call         // rid → waiting request
+	parts   map[uint64]*part         // cid → upstream part
+	links   map[linkKey]*sessionLink // (sid, group) → where the session is open
+}
+
+type linkKey struct{ sid, group uint64 }
+
+// call is a request waiting for its kResult.
+type call struct {
+	leader uint64
+	key    linkKey // the session link it went through (zero: none)
+	done   func(err error, str string, payload []byte)
+}
+
+// sessionLink is a client session's presence on a group's leader.
+type sessionLink struct {
+	s      *remoteSession
+	group  uint64
+	leader uint64
+	lost   bool
+	parts  map[*part]struct{}
+}
+
+func newAccess(n *Node) *access {
+	a := &access{n: n, pending: make(map[uint64]*call), parts: make(map[uint64]*part), links: make(map[linkKey]*sessionLink)}
+	a.nextID.Store(uint64(time.Now().UnixNano()))
+	return a
+}
+
+// Open implements core.Cluster.
+func (a *access) Open(s *core.Session) core.RemoteSession {
+	return &remoteSession{a: a, sid: a.nextID.Add(1), opts: s.Options()}
+}
+
+// remoteSession is one client session's side of the cluster.
+type remoteSession struct {
+	a      *access
+	sid    uint64
+	opts   core.SessionOptions
+	mu     sync.Mutex
+	closed bool
+	order  sync.Mutex // keeps one session's requests in call order across link set-up
+}
+
+// link returns the session's link to group's leader, opening the session
+// there first. It waits up to the node's leader wait for a leader.
+func (s *remoteSession) link(ctx context.Context, group uint64) (*sessionLink, error) {
+	a := s.a
+	leader, err := a.n.waitLeader(ctx, group)
+	if err != nil {
+		return nil, err
+	}
+	k := linkKey{s.sid, group}
+	a.mu.Lock()
+	if s.isClosed() {
+		a.mu.Unlock()
+		return nil, core.ErrSessionClosed
+	}
+	l := a.links[k]
+	if l != nil && !l.lost && l.leader == leader {
+		a.mu.Unlock()
+		return l, nil
+	}
+	if l != nil {
+		a.loseLinkLocked(l, "leader changed")
+	}
+	l = &sessionLink{s: s, group: group, leader: leader, parts: make(map[*part]struct{})}
+	a.links[k] = l
+	a.mu.Unlock()
+	a.to(leader, &rpcMsg{kind: kOpen, group: group, sid: s.sid, open: s.opts})
+	return l, nil
+}
+
+func (s *remoteSession) isClosed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed
+}
+
+// to sends a request to node leader: a direct call when it is this node.
+func (a *access) to(leader uint64, m *rpcMsg) {
+	if leader == a.n.cfg.NodeID {
+		a.n.handleLocal(m)
+		return
+	}
+	a.n.links.send(leader, m)
+}
+
+// request sends m expecting a kResult, and waits for it (bounded by the
+// node's request timeout).
+func (a *access) request(ctx context.Context, l *sessionLink, leader uint64, m *rpcMsg) (string, []byte, error) {
+	type res struct {
+		err     error
+		str     string
+		payload []byte
+	}
+	ch := make(chan res, 1)
+	a.async(l, leader, m, func(err error, str string, p []byte) { ch <- res{err, str, p} })
+	t := time.NewTimer(a.n.cfg.RequestTimeout)
+	defer t.Stop()
+	select {
+	case r := <-ch:
+		return r.str, r.payload, r.err
+	case <-ctx.Done():
+		a.forget(m.rid, ctx.Err())
+		return "", nil, ctx.Err()
+	case <-t.C:
+		a.forget(m.rid, nil)
+		return "", nil, fmt.Errorf("%w: no answer from node %d within %v", core.ErrUnavailable, leader, a.n.cfg.RequestTimeout)
+	}
+}
+
+// async sends m with a fresh request id; done gets the result (or the
+// loss of the link) once.
+func (a *access) async(l *sessionLink, leader uint64, m *rpcMsg, done func(error, string, []byte)) {
+	m.rid = a.nextID.Add(1)
+	c := &call{leader: leader, done: done}
+	if l != nil {
+		c.key = linkKey{l.s.sid, l.group}
+	}
+	a.mu.Lock()
+	if l != nil && l.lost {
+		a.mu.Unlock()
+		done(fmt.Errorf("%w: group %d's leader changed", core.ErrUnavailable, l.group), "", nil)
+		return
+	}
+	a.pending[m.rid] = c
+	a.mu.Unlock()
+	a.to(leader, m)
+}
+
+func (a *access) forget(rid uint64, err error) {
+	a.mu.Lock()
+	delete(a.pending, rid)
+	a.mu.Unlock()
+}
+
+// result completes a request (from a kResult).
+func (a *access) result(rid uint64, err error, str string, payload []byte) {
+	a.mu.Lock()
+	c := a.pending[rid]
+	delete(a.pending, rid)
+	a.mu.Unlock()
+	if c != nil {
+		c.done(err, str, payload)
+	}
+}
+
+// Send implements core.RemoteSession.
+func (s *remoteSession) Send(m *core.Message, done func(error)) {
+	s.order.Lock()
+	defer s.order.Unlock()
+	g := s.a.n.groupOf(m.Address)
+	l, err := s.link(context.Background(), g)
+	if err != nil {
+		if done != nil {
+			done(err)
+		}
+		return
+	}
+	req := &rpcMsg{kind: kSend, group: g, sid: s.sid, msg: m}
+	if done == nil {
+		s.a.to(l.leader, req)
+		return
+	}
+	s.a.async(l, l.leader, req, func(err error, _ string, _ []byte) { done(err) })
+}
+
+// Attach implements core.RemoteSession: one upstream part per group the
+// consumer reads.
+func (s *remoteSession) Attach(o core.ConsumerOptions, sink core.Sink) (core.Upstream, error) {
+	feed, ok := sink.(*core.Feed)
+	if !ok {
+		return nil, errors.New("cluster: attach needs the mirror's feed")
+	}
+	o.Handler = nil
+	groups := s.a.n.groupsFor(o)
+	u := &upstream{s: s, o: o, feed: feed}
+	for i, g := range groups {
+		p := &part{u: u, idx: uint8(i), group: g}
+		u.parts = append(u.parts, p)
+	}
+	for _, p := range u.parts {
+		if err := p.attach(context.Background()); err != nil {
+			u.Close()
+			return nil, err
+		}
+	}
+	return u, nil
+}
+
+// txGroup is the one group a transaction's sends and acks belong to.
+func (s *remoteSession) txGroup(sends []*core.Message, acks []core.TxAck) (uint64, []ackRef, error) {
+	var group uint64
+	one := func(g uint64) error {
+		if group != 0 && g != group {
+			return core.ErrCrossGroupTx
+		}
+		group = g
+		return nil
+	}
+	for _, m := range sends {
+		if err := one(s.a.n.groupOf(m.Address)); err != nil {
+			return 0, nil, err
+		}
+	}
+	refs := make([]ackRef, 0, len(acks))
+	for _, ak := range acks {
+		u, ok := ak.Upstream.(*upstream)
+		if !ok {
+			return 0, nil, fmt.Errorf("%w: not a cluster delivery", core.ErrUnknownDelivery)
+		}
+		p, utag, ok := u.partOf(ak.Tag)
+		if !ok {
+			return 0, nil, fmt.Errorf("%w: the delivery's group changed leader; it will be redelivered", core.ErrUnknownDelivery)
+		}
+		if err := one(p.group); err != nil {
+			return 0, nil, err
+		}
+		refs = append(refs, ackRef{p.cidNow(), utag})
+	}
+	return group, refs, nil
+}
+
+// Commit implements core.RemoteSession.
+func (s *remoteSession) Commit(ctx context.Context, sends []*core.Message, acks []core.TxAck) error {
+	g, refs, err := s.txGroup(sends, acks)
+	if err != nil || g == 0 {
+		return err
+	}
+	l, err := s.link(ctx, g)
+	if err != nil {
+		return err
+	}
+	_, _, err = s.a.request(ctx, l, l.leader, &rpcMsg{kind: kCommit, group: g, sid: s.sid, sends: sends, acks: refs})
+	return err
+}
+
+// Unsubscribe implements core.RemoteSession: a durable subscription may
+// have a part in every group (a wildcard one does).
+func (s *remoteSession) Unsubscribe(name string) error {
+	found := false
+	var firstErr error
+	for g := uint64(1); g <= uint64(s.a.n.cfg.Groups); g++ {
+		l, err := s.link(context.Background(), g)
+		if err == nil {
+			_, _, err = s.a.request(context.Background(), l, l.leader, &rpcMsg{kind: kUnsubscribe, group: g, sid: s.sid, str: name})
+		}
+		switch {
+		case err == nil:
+			found = true
+		case errors.Is(err, core.ErrQueueNotFound):
+		case firstErr == nil:
+			firstErr = err
+		}
+	}
+	if firstErr != nil {
+		return firstErr
+	}
+	if !found {
+		return fmt.Errorf("%w: durable subscription %q", core.ErrQueueNotFound, name)
+	}
+	return nil
+}
+
+// CreateTemporaryQueue implements core.RemoteSession: the queue lives in
+// a group chosen by the session, and its name says which.
+func (s *remoteSession) CreateTemporaryQueue() (string, error) {
+	g := 1 + s.sid%uint64(s.a.n.cfg.Groups)
+	l, err := s.link(context.Background(), g)
+	if err != nil {
+		return "", err
+	}
+	name, _, err := s.a.request(context.Background(), l, l.leader, &rpcMsg{kind: kCreateTemp, group: g, sid: s.sid})
+	return name, err
+}
+
+// Close implements core.RemoteSession.
+func (s *remoteSession) Close() {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return
+	}
+	s.closed = true
+	s.mu.Unlock()
+	a := s.a
+	a.mu.Lock()
+	var ls []*sessionLink
+	for k, l := range a.links {
+		if k.sid == s.sid {
+			ls = append(ls, l)
+			delete(a.links, k)
+		}
+	}
+	a.mu.Unlock()
+	for _, l := range ls {
+		if !l.lost {
+			a.to(l.leader, &rpcMsg{kind: kCloseSession, group: l.group, sid: s.sid})
+		}
+	}
+}
+
+// loseLinkLocked marks a session link lost (its leader changed, the
+// session there ended, or the link to that node was reset): requests
+// through it fail, its upstream parts re-attach. a.mu held.
+func (a *access) loseLinkLocked(l *sessionLink, why string) {
+	if l.lost {
+		return
+	}
+	l.lost = true
+	if a.links[linkKey{l.s.sid, l.group}] == l {
+		delete(a.links, linkKey{l.s.sid, l.group})
+	}
+	var fail []*call
+	for rid, c := range a.pending {
+		if c.key == (linkKey{l.s.sid, l.group}) {
+			fail = append(fail, c)
+			delete(a.pending, rid)
+		}
+	}
+	parts := make([]*part, 0, len(l.parts))
+	for p := range l.parts {
+		parts = append(parts, p)
+	}
+	err := fmt.Errorf("%w: group %d (%s); the outcome of this operation is unknown", core.ErrUnavailable, l.group, why)
+	go func() {
+		for _, c := range fail {
+			c.done(err, "", nil)
+		}
+		for _, p := range parts {
+			p.lost(l)
+		}
+	}()
+}
+
+// sessionLost handles kSessionLost from a group's leader.
+func (a *access) sessionLost(group, sid uint64, why string) {
+	a.mu.Lock()
+	if l := a.links[linkKey{sid, group}]; l != nil {
+		a.loseLinkLocked(l, why)
+	}
+	a.mu.Unlock()
+}
+
+// peerGone loses every link through node id and fails the requests
+// waiting for it.
+func (a *access) peerGone(id uint64) {
+	a.mu.Lock()
+	for _, l := range a.links {
+		if l.leader == id {
+			a.loseLinkLocked(l, "link to its leader reset")
+		}
+	}
+	var fail []*call
+	for rid, c := range a.pending {
+		if c.leader == id {
+			fail = append(fail, c)
+			delete(a.pending, rid)
+		}
+	}
+	a.mu.Unlock()
+	err := fmt.Errorf("%w: link to node %d reset; the outcome of this operation is unknown", core.ErrUnavailable, id)
+	for _, c := range fail {
+		go c.done(err, "", nil)
+	}
+}
+
+// leaderChanged loses the links to a group's former leader.
+func (a *access) leaderChanged(group, leader uint64) {
+	a.mu.Lock()
+	for k, l := range a.links {
+		if k.group == group && l.leader != leader {
+			a.loseLinkLocked(l, "leader changed")
+		}
+	}
+	a.mu.Unlock()
+}
+
+// deliver hands a kDeliver to its part.
+func (a *access) deliver(cid, tag uint64, m *core.Message, count uint32, redelivered bool) {
+	a.mu.Lock()
+	p := a.parts[cid]
+	a.mu.Unlock()
+	if p != nil {
+		p.Deliver(tag, m, count, redelivered)
+	}
+}
+
+func (a *access) consumerLost(cid uint64) {
+	a.mu.Lock()
+	p := a.parts[cid]
+	var l *sessionLink
+	if p != nil {
+		l = p.link
+	}
+	a.mu.Unlock()
+	if p != nil {
+		p.lost(l)
+	}
+}
+
+// upstream is a consumer's upstream in the cluster: a part per group it
+// reads. Tags it gives the mirror are (part index, part epoch, upstream
+// delivery id), so a settlement reaches the right part, and one from
+// before a part was re-attached is recognised and dropped.
+type upstream struct {
+	s      *remoteSession
+	o      core.ConsumerOptions
+	feed   *core.Feed
+	parts  []*part
+	window atomic.Int64 // the most credit the consumer has asked for: each part's cap
+	closed atomic.Bool
+}
+
+const (
+	tagIDBits    = 40
+	tagEpochBits = 16
+	tagIDMask    = 1<<tagIDBits - 1
+	tagEpochMask = 1<<tagEpochBits - 1
+)
+
+func makeTag(idx uint8, epoch uint64, id uint64) uint64 {
+	return uint64(idx)<<(tagIDBits+tagEpochBits) | (epoch&tagEpochMask)<<tagIDBits | id&tagIDMask
+}
+
+// partOf returns the part a tag belongs to and its upstream delivery id,
+// unless the part was re-attached since.
+func (u *upstream) partOf(tag uint64) (*part, uint64, bool) {
+	idx := int(tag >> (tagIDBits + tagEpochBits))
+	if idx >= len(u.parts) {
+		return nil, 0, false
+	}
+	p := u.parts[idx]
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if (tag>>tagIDBits)&tagEpochMask != p.epoch&tagEpochMask || p.cid == 0 {
+		return nil, 0, false
+	}
+	return p, tag & tagIDMask, true
+}
+
+func (u *upstream) Flow(n int) {
+	if n <= 0 || u.closed.Load() {
+		return
+	}
+	w := u.window.Add(int64(n))
+	for _, p := range u.parts {
+		p.flow(n, int(w))
+	}
+}
+
+func (u *upstream) Drain() {
+	u.window.Store(0)
+	for _, p := range u.parts {
+		p.drain()
+	}
+}
+
+func (u *upstream) Settle(tag uint64, o core.Outcome) {
+	if p, id, ok := u.partOf(tag); ok {
+		p.settle(id, o)
+	}
+}
+
+func (u *upstream) Close() {
+	if u.closed.Swap(true) {
+		return
+	}
+	for _, p := range u.parts {
+		p.detach()
+	}
+}
+
+// part is an upstream's consumer in one group.
+type part struct {
+	u     *upstream
+	idx   uint8
+	group uint64
+
+	mu    sync.Mutex
+	cid   uint64 // the upstream consumer's id (0 while not attached)
+	epoch uint64
+	link  *sessionLink
+	// outstanding is the credit granted to the upstream consumer and not
+	// used yet; while the part is not attached, the credit to grant it
+	// once it is.
+	outstanding int
+	attached    bool // outstanding has been granted upstream
+	reattaching bool
+}
+
+func (p *part) cidNow() uint64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.cid
+}
+
+// attach opens the part's upstream consumer on its group's leader.
+func (p *part) attach(ctx context.Context) error {
+	s := p.u.s
+	a := s.a
+	l, err := s.link(ctx, p.group)
+	if err != nil {
+		return err
+	}
+	cid := a.nextID.Add(1)
+	p.mu.Lock()
+	p.cid, p.link, p.attached = cid, l, false
+	p.mu.Unlock()
+	a.mu.Lock()
+	a.parts[cid] = p
+	l.parts[p] = struct{}{}
+	a.mu.Unlock()
+	_, _, err = a.request(ctx, l, l.leader, &rpcMsg{kind: kAttach, group: p.group, sid: s.sid, cid: cid, opts: p.u.o})
+	if err != nil {
+		a.mu.Lock()
+		delete(a.parts, cid)
+		delete(l.parts, p)
+		a.mu.Unlock()
+		p.mu.Lock()
+		if p.cid == cid {
+			p.cid, p.link = 0, nil
+		}
+		p.mu.Unlock()
+		return err
+	}
+	// Grant what the consumer asked for while the part was not attached;
+	// from now on flow grants as it goes.
+	p.mu.Lock()
+	grant := 0
+	if p.cid == cid {
+		p.attached = true
+		grant = p.outstanding
+	}
+	p.mu.Unlock()
+	if grant > 0 {
+		a.to(l.leader, &rpcMsg{kind: kFlow, group: p.group, cid: cid, n: uint64(grant)})
+	}
+	return nil
+}
+
+// flow asks the part's consumer for n more, within the window (or keeps
+// it for when the part is attached).
+func (p *part) flow(n, window int) {
+	p.mu.Lock()
+	grant := min(n, window-p.outstanding)
+	if grant <= 0 {
+		p.mu.Unlock()
+		return
+	}
+	p.outstanding += grant
+	cid, l, attached := p.cid, p.link, p.attached
+	p.mu.Unlock()
+	if attached {
+		p.u.s.a.to(l.leader, &rpcMsg{kind: kFlow, group: p.group, cid: cid, n: uint64(grant)})
+	}
+}
+
+func (p *part) drain() {
+	p.mu.Lock()
+	p.outstanding = 0
+	cid, l, attached := p.cid, p.link, p.attached
+	p.mu.Unlock()
+	if attached {
+		p.u.s.a.to(l.leader, &rpcMsg{kind: kDrain, group: p.group, cid: cid})
+	}
+}
+
+func (p *part) settle(id uint64, o core.Outcome) {
+	p.mu.Lock()
+	cid, l := p.cid, p.link
+	p.mu.Unlock()
+	if cid != 0 {
+		p.u.s.a.to(l.leader, &rpcMsg{kind: kSettle, group: p.group, cid: cid, tag: id, n: uint64(o)})
+	}
+}
+
+func (p *part) detach() {
+	a := p.u.s.a
+	p.mu.Lock()
+	cid, l := p.cid, p.link
+	p.cid, p.link = 0, nil
+	p.mu.Unlock()
+	if cid == 0 {
+		return
+	}
+	a.mu.Lock()
+	delete(a.parts, cid)
+	delete(l.parts, p)
+	a.mu.Unlock()
+	if !l.lost {
+		a.to(l.leader, &rpcMsg{kind: kDetach, group: p.group, cid: cid})
+	}
+}
+
+// Deliver implements core.Sink for the part's upstream consumer.
+func (p *part) Deliver(id uint64, m *core.Message, count uint32, redelivered bool) {
+	p.mu.Lock()
+	if p.outstanding > 0 {
+		p.outstanding--
+	}
+	tag := makeTag(p.idx, p.epoch, id)
+	p.mu.Unlock()
+	p.u.feed.Deliver(tag, m, count, redelivered)
+}
+
+// lost re-attaches a part whose upstream consumer is gone (through link
+// l; nil when unknown).
+func (p *part) lost(l *sessionLink) {
+	p.mu.Lock()
+	if (l != nil && p.link != l) || p.reattaching || p.u.closed.Load() {
+		p.mu.Unlock()
+		return
+	}
+	old := p.epoch
+	p.epoch++
+	cid := p.cid
+	p.cid, p.link, p.outstanding, p.attached = 0, nil, 0, false
+	p.reattaching = true
+	p.mu.Unlock()
+	a := p.u.s.a
+	a.mu.Lock()
+	delete(a.parts, cid)
+	a.mu.Unlock()
+	idx := p.idx
+	credit := p.u.feed.Lost(func(tag uint64) bool {
+		return uint8(tag>>(tagIDBits+tagEpochBits)) == idx && (tag>>tagIDBits)&tagEpochMask == old&tagEpochMask
+	})
+	// The new upstream consumer is asked for what the consumer wants now
+	// (plus what it asks for meanwhile): granted once attached.
+	p.flow(credit, max(int(p.u.window.Load()), credit))
+	a.n.goWork(func(stop <-chan struct{}) { p.reattach(stop) })
+}
+
+// reattach attaches the part again on its group's (new) leader, backing
+// off while the group has none, until the upstream or the node closes.
+func (p *part) reattach(stop <-chan struct{}) {
+	delay := 50 * time.Millisecond
+	for {
+		if p.u.closed.Load() || p.u.s.isClosed() {
+			p.mu.Lock()
+			p.reattaching = false
+			p.mu.Unlock()
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), p.u.s.a.n.cfg.RequestTimeout)
+		err := p.attach(ctx)
+		cancel()
+		if err == nil {
+			p.mu.Lock()
+			p.reattaching = false
+			p.mu.Unlock()
+			if p.u.closed.Load() {
+				p.detach()
+			}
+			return
+		}
+		if !errors.Is(err, core.ErrUnavailable) && !errors.Is(err, context.DeadlineExceeded) {
+			p.u.s.a.n.log.Warn().Err(err).Uint64("group", p.group).Msg("a consumer could not be re-attached after its group's leader changed")
+		}
+		select {
+		case <-stop:
+			return
+		case <-time.After(delay):
+		}
+		delay = min(delay*2, time.Second)
+	}
+}
+
+// Retain implements core.Cluster.
+func (a *access) Retain(m *core.Message) error {
+	g := a.n.groupOf(m.Address)
+	leader, err := a.n.waitLeader(context.Background(), g)
+	if err != nil {
+		return err
+	}
+	_, _, err = a.request(context.Background(), nil, leader, &rpcMsg{kind: kRetain, group: g, msg: m})
+	return err
+}
+
+// ask asks group's leader a catalog question.
+func (a *access) ask(g uint64, what uint8, arg string) ([]byte, error) {
+	leader, err := a.n.waitLeader(context.Background(), g)
+	if err != nil {
+		return nil, err
+	}
+	_, p, err := a.request(context.Background(), nil, leader, &rpcMsg{kind: kCatalog, group: g, n: uint64(what), str: arg})
+	return p, err
+}
+
+// AddressRoutingTypes implements core.Catalog.
+func (a *access) AddressRoutingTypes(name string) (anycast, multicast, exists bool) {
+	p, err := a.ask(a.n.groupOf(name), catRoutingTypes, name)
+	if err != nil || len(p) != 3 {
+		return false, false, false
+	}
+	return p[0] == 1, p[1] == 1, p[2] == 1
+}
+
+// DurableSubscriptions implements core.Catalog, from every group.
+func (a *access) DurableSubscriptions(clientID string) []core.SubscriptionInfo {
+	seen := map[string]bool{}
+	var out []core.SubscriptionInfo
+	for g := uint64(1); g <= uint64(a.n.cfg.Groups); g++ {
+		p, err := a.ask(g, catDurableSubs, clientID)
+		if err != nil {
+			a.n.log.Warn().Err(err).Uint64("group", g).Msg("durable subscriptions of a group unknown")
+			continue
+		}
+		d := reader{b: p}
+		n := d.uvarint()
+		for i := uint64(0); i < n && d.err == nil; i++ {
+			x := core.SubscriptionInfo{Name: d.str(), Address: d.str(), Selector: d.str()}
+			if d.err == nil && !seen[x.Name] {
+				seen[x.Name] = true
+				out = append(out, x)
+			}
+		}
+	}
+	return out
+}
+
+// DurableClientIDs implements core.Catalog.
+func (a *access) DurableClientIDs() []string {
+	seen := map[string]bool{}
+	var out []string
+	for g := uint64(1); g <= uint64(a.n.cfg.Groups); g++ {
+		p, err := a.ask(g, catDurableClientIDs, "")
+		if err != nil {
+			continue
+		}
+		d := reader{b: p}
+		n := d.uvarint()
+		for i := uint64(0); i < n && d.err == nil; i++ {
+			if id := d.str(); d.err == nil && !seen[id] {
+				seen[id] = true
+				out = append(out, id)
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Retained implements core.Catalog.
+func (a *access) Retained() []*core.Message {
+	var out []*core.Message
+	for g := uint64(1); g <= uint64(a.n.cfg.Groups); g++ {
+		p, err := a.ask(g, catRetained, "")
+		if err != nil {
+			continue
+		}
+		d := reader{b: p}
+		n := d.uvarint()
+		for i := uint64(0); i < n && d.err == nil; i++ {
+			if m, err := core.DecodeMessage(d.bytes()); err == nil {
+				out = append(out, m)
+			}
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Address < out[j].Address })
+	return out
+}

@@ -1,0 +1,313 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/junctionmq/junction/core"
+)
+
+// testCluster is n nodes in one process, on loopback, each with an
+// access broker.
+type testCluster struct {
+	t      *testing.T
+	nodes  []*Node
+	access []*core.Broker
+	cfgs   []Config
+}
+
+var testSecret = []byte("0123456789abcdef0123456789abcdef")
+
+func startCluster(t *testing.T, size, groups int) *testCluster {
+	t.Helper()
+	c := &testCluster{t: t}
+	lns := make([]net.Listener, size)
+	addrs := map[uint64]string{}
+	for i := range size {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lns[i] = ln
+		addrs[uint64(i+1)] = ln.Addr().String()
+	}
+	for i := range size {
+		id := uint64(i + 1)
+		peers := map[uint64]string{}
+		for p, a := range addrs {
+			if p != id {
+				peers[p] = a
+			}
+		}
+		cfg := Config{
+			NodeID: id, Listen: addrs[id], Listener: lns[i], Peers: peers, Groups: groups,
+			Secret: testSecret, Dir: t.TempDir(), Tick: 20 * time.Millisecond, ElectionTicks: 10,
+			Logger: testLogger(t, id),
+		}
+		c.cfgs = append(c.cfgs, cfg)
+		n, err := New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := core.New(core.Config{Cluster: n.Cluster()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.nodes = append(c.nodes, n)
+		c.access = append(c.access, b)
+	}
+	t.Cleanup(c.close)
+	c.waitLeaders()
+	return c
+}
+
+func testLogger(t *testing.T, id uint64) zerolog.Logger {
+	if testing.Verbose() {
+		return zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.InfoLevel).With().Uint64("n", id).Logger()
+	}
+	return zerolog.Nop()
+}
+
+func (c *testCluster) close() {
+	for i, n := range c.nodes {
+		if n != nil {
+			c.access[i].Close()
+			n.Close()
+		}
+	}
+}
+
+// waitLeaders waits until every group has an active leader that every
+// live node knows.
+func (c *testCluster) waitLeaders() {
+	c.t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		ok := true
+		for _, n := range c.nodes {
+			if n == nil {
+				continue
+			}
+			for _, g := range n.groups {
+				lead := g.lead.Load()
+				if lead == 0 || c.nodes[lead-1] == nil || !c.nodes[lead-1].groups[g.id-1].isActive.Load() {
+					ok = false
+				}
+			}
+		}
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatal("groups without an active leader after 15s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+type col struct{ ch chan core.Delivery }
+
+func (c *col) next(t *testing.T) core.Delivery {
+	t.Helper()
+	select {
+	case d := <-c.ch:
+		return d
+	case <-time.After(10 * time.Second):
+		t.Fatal("no delivery within 10s")
+	}
+	return core.Delivery{}
+}
+
+func subscribe(t *testing.T, s *core.Session, o core.ConsumerOptions) (*core.Consumer, *col) {
+	t.Helper()
+	c := &col{ch: make(chan core.Delivery, 10000)}
+	o.Handler = func(d core.Delivery) { c.ch <- d }
+	cons, err := s.Subscribe(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cons, c
+}
+
+func session(t *testing.T, b *core.Broker, clientID string) *core.Session {
+	t.Helper()
+	s, err := b.NewSession(core.SessionOptions{ClientID: clientID, Protocol: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	return s
+}
+
+func TestClusterSendConsumeAcrossNodes(t *testing.T) {
+	c := startCluster(t, 3, 4)
+	prod := session(t, c.access[0], "")
+	// Queues spread over the groups: every node forwards some sends.
+	const queues, per = 6, 20
+	for q := range queues {
+		for i := range per {
+			m := &core.Message{Address: fmt.Sprintf("q%d", q), RoutingType: core.Anycast, Durable: true, Body: []byte(fmt.Sprint(i)), Priority: core.DefaultPriority}
+			if err := prod.Send(context.Background(), m); err != nil {
+				t.Fatalf("send %d to q%d: %v", i, q, err)
+			}
+		}
+	}
+	cons := session(t, c.access[1], "")
+	for q := range queues {
+		cn, col := subscribe(t, cons, core.ConsumerOptions{Address: fmt.Sprintf("q%d", q), RoutingType: core.Anycast, Credit: 5})
+		for i := range per {
+			d := col.next(t)
+			if got := string(d.Message.Body); got != fmt.Sprint(i) {
+				t.Fatalf("q%d: got %q, want %d (order)", q, got, i)
+			}
+			if err := cn.Ack(d.ID); err != nil {
+				t.Fatal(err)
+			}
+			cn.Flow(1)
+		}
+		cn.Close()
+	}
+	// Every node's copy of every group empties.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		left := 0
+		for _, n := range c.nodes {
+			for _, g := range n.groups {
+				msgs, _, _ := g.state.stats()
+				left += msgs
+			}
+		}
+		if left == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d message records left in the groups' states", left)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// crash stops node i the way a killed process stops: no goodbye to
+// anyone, group brokers dropped where they stand.
+func (c *testCluster) crash(i int) {
+	n := c.nodes[i]
+	c.nodes[i] = nil
+	n.once.Do(func() {
+		close(n.stop)
+		n.tr.Close()
+		n.wg.Wait()
+		for _, g := range n.groups {
+			g.stopAccepting()
+			g.failInflight()
+		}
+		n.rlog.Close()
+	})
+	c.access[i].Close()
+}
+
+func (c *testCluster) leaderOf(address string) int {
+	for _, n := range c.nodes {
+		if n != nil {
+			return int(n.group(n.groupOf(address)).lead.Load()) - 1
+		}
+	}
+	return -1
+}
+
+func TestClusterFailoverRedeliversFlagged(t *testing.T) {
+	c := startCluster(t, 3, 2)
+	const addr = "work"
+	l := c.leaderOf(addr)
+	other := func(not ...int) int {
+		for i := range c.nodes {
+			if !slicesContains(not, i) {
+				return i
+			}
+		}
+		return -1
+	}
+	pi := other(l)
+	ci := other(l, pi)
+	prod := session(t, c.access[pi], "")
+	for i := range 10 {
+		m := &core.Message{Address: addr, RoutingType: core.Anycast, Durable: true, Body: []byte(fmt.Sprint(i)), Priority: core.DefaultPriority}
+		if err := prod.Send(context.Background(), m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cons := session(t, c.access[ci], "")
+	cn, col := subscribe(t, cons, core.ConsumerOptions{Address: addr, RoutingType: core.Anycast, Credit: 4})
+	acked := map[string]bool{}
+	for range 4 {
+		d := col.next(t)
+		if d.Redelivered() {
+			t.Fatalf("first delivery of %q flagged", d.Message.Body)
+		}
+		if b := string(d.Message.Body); b == "0" || b == "1" {
+			if err := cn.Ack(d.ID); err != nil {
+				t.Fatal(err)
+			}
+			acked[b] = true
+		}
+	}
+	// Let the acks commit before the crash (nobody waits for an ack's
+	// commit): every node has applied the same entries, and holds 8.
+	g := c.nodes[pi].groupOf(addr)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		settled := true
+		applied := c.nodes[l].group(g).applied.Load()
+		for _, n := range c.nodes {
+			msgs, _, _ := n.group(g).state.stats()
+			settled = settled && msgs == 8 && n.group(g).applied.Load() == applied
+		}
+		if settled {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the acks did not settle on every node")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	c.crash(l)
+	c.waitLeaders()
+	// The consumer kept its session; it gets everything not acked, and
+	// what it had been delivered is flagged.
+	cn.Flow(10)
+	got := map[string]int{}
+	for len(got) < 8 {
+		d := col.next(t)
+		b := string(d.Message.Body)
+		if acked[b] {
+			t.Fatalf("%s was acked before the crash and came again (count %d, redelivered %v; got so far %v)", b, d.DeliveryCount, d.Redelivered(), got)
+		}
+		if (b == "2" || b == "3") && !d.Redelivered() {
+			t.Fatalf("%s was delivered before the crash and came again unflagged", b)
+		}
+		got[b]++
+		cn.Ack(d.ID)
+	}
+	// And the producer's session goes on too.
+	m := &core.Message{Address: addr, RoutingType: core.Anycast, Durable: true, Body: []byte("after"), Priority: core.DefaultPriority}
+	if err := prod.Send(context.Background(), m); err != nil {
+		t.Fatalf("send after failover: %v", err)
+	}
+	cn.Flow(1)
+	if d := col.next(t); string(d.Message.Body) != "after" {
+		t.Fatalf("got %q, want after", d.Message.Body)
+	}
+}
+
+func slicesContains(s []int, v int) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}

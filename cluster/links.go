@@ -1,0 +1,165 @@
+package cluster
+
+import (
+	"sync"
+	"time"
+
+	"github.com/junctionmq/junction/cluster/transport"
+)
+
+// Links keep the forwarding protocol's state with each peer honest.
+// Frames to a peer are numbered within an epoch; a receiver that sees a
+// gap (frames lost when a connection broke and the transport
+// reconnected), a new epoch, or nothing at all for linkTimeout, forgets
+// everything it had with that peer: the sessions it served for it (their
+// consumers' messages go back to their queues) and the sessions it had
+// open there (their consumers re-attach, their pending requests fail).
+// Both sides reach the same view: a sender whose frame was dropped (the
+// transport's queue was full or the peer unreachable) starts a new
+// epoch, and a receiver that saw a gap asks the sender to (kLinkReset).
+const (
+	pingInterval = 500 * time.Millisecond
+	linkTimeout  = 3 * time.Second
+)
+
+type peerLink struct {
+	mu        sync.Mutex
+	outEpoch  uint64
+	outSeq    uint64
+	inEpoch   uint64
+	inSeq     uint64
+	lastHeard time.Time
+	buf       []byte
+}
+
+type links struct {
+	n     *Node
+	mu    sync.Mutex
+	peers map[uint64]*peerLink
+	epoch uint64 // next outbound epoch (unique per node run: starts at the run's clock)
+}
+
+func newLinks(n *Node) *links {
+	return &links{n: n, peers: make(map[uint64]*peerLink), epoch: uint64(time.Now().UnixNano())}
+}
+
+func (l *links) peer(id uint64) *peerLink {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	p := l.peers[id]
+	if p == nil {
+		l.epoch++
+		p = &peerLink{outEpoch: l.epoch, lastHeard: time.Now()}
+		l.peers[id] = p
+	}
+	return p
+}
+
+// send frames m to peer to. A frame the transport cannot take breaks
+// the link: everything with the peer is reset, here and, when it sees
+// the new epoch, there.
+func (l *links) send(to uint64, m *rpcMsg) {
+	p := l.peer(to)
+	p.mu.Lock()
+	p.outSeq++
+	m.linkEpoch, m.linkSeq = p.outEpoch, p.outSeq
+	p.buf = m.encode(p.buf[:0])
+	ok := l.n.tr.Send(to, transport.LaneRPC, p.buf)
+	if len(p.buf) > 64<<10 {
+		p.buf = nil // do not keep a big message's buffer
+	}
+	if !ok {
+		l.breakOutLocked(p)
+	}
+	p.mu.Unlock()
+	if !ok {
+		l.n.log.Debug().Uint64("peer", to).Msg("forwarding frame dropped: resetting the link")
+		l.n.resetPeer(to)
+	}
+}
+
+func (l *links) breakOutLocked(p *peerLink) {
+	l.mu.Lock()
+	l.epoch++
+	p.outEpoch = l.epoch
+	l.mu.Unlock()
+	p.outSeq = 0
+}
+
+// receive checks a frame's place in the link and reports whether to
+// handle it.
+func (l *links) receive(from uint64, m *rpcMsg) bool {
+	p := l.peer(from)
+	p.mu.Lock()
+	p.lastHeard = time.Now()
+	reset, gap := false, false
+	switch {
+	case m.linkEpoch != p.inEpoch:
+		// A new epoch: the peer restarted or reset the link. What we had
+		// with it is gone; this frame starts afresh (seq 1), or we ask
+		// for another reset if it does not.
+		reset = p.inEpoch != 0
+		p.inEpoch, p.inSeq = m.linkEpoch, 0
+		if m.linkSeq != 1 {
+			gap = true
+		}
+	case m.linkSeq != p.inSeq+1:
+		gap = true
+	}
+	if gap {
+		p.inEpoch, p.inSeq = 0, 0
+		l.breakOutLocked(p)
+	} else {
+		p.inSeq = m.linkSeq
+	}
+	p.mu.Unlock()
+	if m.kind == kLinkReset {
+		// The peer saw a gap in our frames: our epoch is already new
+		// when gap; otherwise start one now.
+		if !gap {
+			p.mu.Lock()
+			l.breakOutLocked(p)
+			p.mu.Unlock()
+		}
+		l.n.resetPeer(from)
+		return false
+	}
+	if reset || gap {
+		l.n.resetPeer(from)
+	}
+	if gap {
+		l.send(from, &rpcMsg{kind: kLinkReset})
+		return false
+	}
+	return true
+}
+
+// run pings every peer and resets the links of peers not heard from.
+func (l *links) run(done <-chan struct{}) {
+	t := time.NewTicker(pingInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case now := <-t.C:
+			l.n.rpc.activated(nil) // requests parked too long
+			for _, id := range l.n.peerIDs() {
+				l.send(id, &rpcMsg{kind: kPing})
+				p := l.peer(id)
+				p.mu.Lock()
+				silent := now.Sub(p.lastHeard) > linkTimeout
+				if silent {
+					p.lastHeard = now
+					p.inEpoch, p.inSeq = 0, 0
+					l.breakOutLocked(p)
+				}
+				p.mu.Unlock()
+				if silent {
+					l.n.log.Debug().Uint64("peer", id).Msg("forwarding link silent: resetting it")
+					l.n.resetPeer(id)
+				}
+			}
+		}
+	}
+}

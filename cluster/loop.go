@@ -1,0 +1,279 @@
+package cluster
+
+import (
+	"encoding/binary"
+	"fmt"
+	"time"
+
+	"go.etcd.io/raft/v3"
+	pb "go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/junctionmq/junction/cluster/raftlog"
+	"github.com/junctionmq/junction/cluster/transport"
+)
+
+// The Raft loop. One goroutine drives every group's RawNode: it ticks
+// them, steps the messages other nodes sent, proposes what the group
+// brokers submitted, and then handles every group's Ready together: one
+// raftlog.Save (one fsync) for all their entries and hard states, then
+// the messages (only after the save, so that nothing is acknowledged or
+// voted that this node could forget), then the committed entries, then
+// Advance. A group's new leader activates its group broker once it has
+// applied every entry committed before its term.
+
+type raftMessage = pb.Message
+
+func (n *Node) run() {
+	defer n.wg.Done()
+	tick := time.NewTicker(n.cfg.Tick)
+	defer tick.Stop()
+	balance := time.NewTicker(5 * time.Second)
+	defer balance.Stop()
+	for {
+		select {
+		case <-n.stop:
+			return
+		case <-n.failed:
+			<-n.stop
+			return
+		case <-tick.C:
+			if time.Now().Before(n.noVoteUntil) {
+				break // see New: a node that lost its log waits
+			}
+			for _, g := range n.groups {
+				g.rn.Tick()
+			}
+		case <-balance.C:
+			n.balanceLeaders()
+		case <-n.inKick:
+			n.stepInbox()
+		case <-n.propKick:
+		case f := <-n.ctl:
+			f()
+		}
+		for _, g := range n.groups {
+			if g.leading {
+				g.propose()
+			}
+		}
+		if err := n.handleReadies(); err != nil {
+			n.fail(err)
+		}
+		for _, g := range n.groups {
+			g.maybeActivate()
+			g.maybeSnapshot()
+		}
+	}
+}
+
+// receiveRaft queues a raft message from a peer for the loop.
+func (n *Node) receiveRaft(from uint64, frame []byte) {
+	gid, k := binary.Uvarint(frame)
+	if k <= 0 || n.group(gid) == nil {
+		n.log.Warn().Uint64("peer", from).Msg("raft frame for no group")
+		return
+	}
+	m := &pb.Message{}
+	if err := proto.Unmarshal(frame[k:], m); err != nil {
+		n.log.Warn().Err(err).Uint64("peer", from).Msg("malformed raft frame")
+		return
+	}
+	if m.GetFrom() != from {
+		n.log.Warn().Uint64("peer", from).Uint64("claims", m.GetFrom()).Msg("raft message from another node than its link's: dropped")
+		return
+	}
+	n.queueInbound(gid, m)
+}
+
+func (n *Node) queueInbound(gid uint64, m *pb.Message) {
+	n.inMu.Lock()
+	n.inbox = append(n.inbox, inbound{gid, m})
+	n.inMu.Unlock()
+	select {
+	case n.inKick <- struct{}{}:
+	default:
+	}
+}
+
+func (n *Node) stepInbox() {
+	n.inMu.Lock()
+	in := n.inbox
+	n.inbox = nil
+	n.inMu.Unlock()
+	noVote := time.Now().Before(n.noVoteUntil)
+	for _, x := range in {
+		t := x.msg.GetType()
+		if noVote && (t == pb.MsgVote || t == pb.MsgPreVote) {
+			continue
+		}
+		if err := n.group(x.group).rn.Step(x.msg); err != nil && err != raft.ErrStepPeerNotFound {
+			n.log.Debug().Err(err).Uint64("group", x.group).Msg("raft step")
+		}
+	}
+}
+
+// handleReadies persists, sends and applies what every group has ready.
+func (n *Node) handleReadies() error {
+	type ready struct {
+		g  *group
+		rd raft.Ready
+	}
+	var rds []ready
+	var ups []raftlog.Update
+	for _, g := range n.groups {
+		if !g.rn.HasReady() {
+			continue
+		}
+		rd := g.rn.Ready()
+		rds = append(rds, ready{g, rd})
+		u := raftlog.Update{Group: g.id, Entries: rd.Entries}
+		if !raft.IsEmptyHardState(rd.HardState) {
+			u.HardState = rd.HardState
+		}
+		if !raft.IsEmptySnap(rd.Snapshot) {
+			u.Snapshot = rd.Snapshot
+		}
+		if u.HardState != nil || len(u.Entries) > 0 || u.Snapshot != nil {
+			ups = append(ups, u)
+		}
+	}
+	if len(rds) == 0 {
+		return nil
+	}
+	if len(ups) > 0 {
+		if err := n.rlog.Save(ups); err != nil {
+			return fmt.Errorf("cluster: saving the raft log: %w", err)
+		}
+	}
+	for _, r := range rds {
+		g, rd := r.g, r.rd
+		if rd.SoftState != nil {
+			term := g.term.Load()
+			if rd.HardState != nil {
+				term = rd.HardState.GetTerm()
+			}
+			g.onSoftState(rd.SoftState, term)
+			n.groupChanged(g)
+		} else if rd.HardState != nil {
+			g.term.Store(rd.HardState.GetTerm())
+		}
+		if rd.HardState != nil {
+			g.commit.Store(rd.HardState.GetCommit())
+		}
+		n.sendAll(g, rd.Messages)
+		if !raft.IsEmptySnap(rd.Snapshot) {
+			if err := g.installSnapshot(rd.Snapshot); err != nil {
+				return err
+			}
+		}
+		for _, e := range rd.CommittedEntries {
+			if err := g.applyEntry(e); err != nil {
+				return err
+			}
+		}
+		g.rn.Advance(rd)
+	}
+	return nil
+}
+
+// sendAll sends a group's messages; a snapshot goes in chunks on the
+// bulk lane.
+func (n *Node) sendAll(g *group, msgs []*pb.Message) {
+	for _, m := range msgs {
+		to := m.GetTo()
+		if m.GetType() == pb.MsgSnap {
+			n.sendSnapshot(g.id, m)
+			continue
+		}
+		b := binary.AppendUvarint(make([]byte, 0, 16+proto.Size(m)), g.id)
+		b, err := proto.MarshalOptions{}.MarshalAppend(b, m)
+		if err != nil {
+			n.log.Error().Err(err).Msg("marshalling a raft message")
+			continue
+		}
+		if !n.tr.Send(to, transport.LaneRaft, b) {
+			g.rn.ReportUnreachable(to)
+		}
+	}
+}
+
+// installSnapshot replaces a group's state with a snapshot its leader
+// sent (the log saved it already).
+func (g *group) installSnapshot(s *pb.Snapshot) error {
+	md := s.GetMetadata()
+	if err := g.state.restore(s.GetData()); err != nil {
+		return fmt.Errorf("cluster: group %d snapshot %d: %w", g.id, md.GetIndex(), err)
+	}
+	g.state.mu.Lock()
+	g.state.applied = md.GetIndex()
+	g.state.mu.Unlock()
+	g.applied.Store(md.GetIndex())
+	g.snapIndex = md.GetIndex()
+	g.confState = md.GetConfState()
+	for _, id := range append(md.GetConfState().GetVoters(), md.GetConfState().GetLearners()...) {
+		g.n.ensurePeer(id)
+	}
+	g.n.log.Info().Uint64("group", g.id).Uint64("index", md.GetIndex()).Msg("installed a snapshot from the leader")
+	return nil
+}
+
+// maybeSnapshot compacts a group's log once enough has been applied since
+// its last snapshot (loop).
+func (g *group) maybeSnapshot() {
+	applied := g.applied.Load()
+	if applied < g.snapIndex+g.n.cfg.SnapshotEntries || g.confState == nil {
+		return
+	}
+	start := time.Now()
+	data := g.state.snapshot()
+	if err := g.storage.CreateSnapshot(applied, g.confState, data); err != nil {
+		g.n.log.Error().Err(err).Uint64("group", g.id).Msg("snapshot failed")
+		g.snapIndex = applied // retry after another SnapshotEntries
+		return
+	}
+	g.snapIndex = applied
+	g.n.log.Debug().Uint64("group", g.id).Uint64("index", applied).Int("bytes", len(data)).Dur("took", time.Since(start)).Msg("snapshot")
+}
+
+// balanceLeaders hands a group this node leads to its preferred leader
+// when that member is caught up: group g prefers the (g-1 mod N)-th
+// voter, so leaders, and the writes they take, spread over the nodes.
+func (n *Node) balanceLeaders() {
+	for _, g := range n.groups {
+		if !g.leading || g.confState == nil {
+			continue
+		}
+		voters := g.confState.GetVoters()
+		if len(voters) < 2 {
+			continue
+		}
+		sorted := append([]uint64(nil), voters...)
+		slicesSort(sorted)
+		pref := sorted[(g.id-1)%uint64(len(sorted))]
+		if pref == n.cfg.NodeID {
+			continue
+		}
+		st := g.rn.Status()
+		last, _ := g.storage.LastIndex()
+		if pr, ok := st.Progress[pref]; ok && pr.RecentActive && pr.Match+8 >= last {
+			n.log.Info().Uint64("group", g.id).Uint64("to", pref).Msg("handing the group's leadership to its preferred node")
+			g.rn.TransferLeader(pref)
+			return // one at a time
+		}
+	}
+}
+
+func (n *Node) ensurePeer(id uint64) {
+	if id == n.cfg.NodeID {
+		return
+	}
+	n.peersMu.Lock()
+	_, ok := n.peers[id]
+	n.peersMu.Unlock()
+	if !ok {
+		n.log.Warn().Uint64("peer", id).Msg("a group names a member whose address this node does not know")
+	}
+}
+
+func unmarshal(b []byte, m proto.Message) error { return proto.Unmarshal(b, m) }
