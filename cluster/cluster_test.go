@@ -311,3 +311,97 @@ func slicesContains(s []int, v int) bool {
 	}
 	return false
 }
+
+func TestClusterAddAndRemoveMember(t *testing.T) {
+	c := startCluster(t, 3, 2)
+	prod := session(t, c.access[0], "")
+	for i := range 50 {
+		m := &core.Message{Address: fmt.Sprintf("m%d", i%4), RoutingType: core.Anycast, Durable: true, Body: []byte(fmt.Sprint(i)), Priority: core.DefaultPriority}
+		if err := prod.Send(context.Background(), m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A fourth node joins: it starts empty, waiting to be added.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	peers := map[uint64]string{}
+	for i, cfg := range c.cfgs {
+		peers[uint64(i+1)] = cfg.Listen
+	}
+	cfg := Config{NodeID: 4, Listen: ln.Addr().String(), Listener: ln, Peers: peers, Groups: 2, Join: true,
+		Secret: testSecret, Dir: t.TempDir(), Tick: 20 * time.Millisecond, ElectionTicks: 10, Logger: testLogger(t, 4)}
+	n4, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b4, err := core.New(core.Config{Cluster: n4.Cluster()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.nodes, c.access, c.cfgs = append(c.nodes, n4), append(c.access, b4), append(c.cfgs, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := c.nodes[1].AddMember(ctx, 4, cfg.Listen); err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range c.nodes[0].Status().Groups {
+		if !slicesContainsU(g.Voters, 4) {
+			t.Fatalf("group %d voters %v after adding node 4", g.ID, g.Voters)
+		}
+	}
+	// The new member holds every group's state.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		total := 0
+		for _, g := range n4.groups {
+			msgs, _, _ := g.state.stats()
+			total += msgs
+		}
+		if total == 50 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("node 4 holds %d messages, want 50", total)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// A client of the new node reads what was sent before it joined.
+	s4 := session(t, b4, "")
+	cn, col := subscribe(t, s4, core.ConsumerOptions{Address: "m1", RoutingType: core.Anycast, Credit: 100})
+	for range 13 { // i%4 == 1 for 13 of 0..49
+		d := col.next(t)
+		cn.Ack(d.ID)
+	}
+	// Node 1 leaves; the other three carry on.
+	if err := c.nodes[3].RemoveMember(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	c.access[0].Close()
+	c.nodes[0].Close()
+	c.nodes[0] = nil
+	c.waitLeaders()
+	for _, g := range c.nodes[1].Status().Groups {
+		if slicesContainsU(g.Voters, 1) {
+			t.Fatalf("group %d voters %v after removing node 1", g.ID, g.Voters)
+		}
+	}
+	p2 := session(t, c.access[1], "")
+	if err := p2.Send(context.Background(), &core.Message{Address: "m1", RoutingType: core.Anycast, Durable: true, Body: []byte("late"), Priority: core.DefaultPriority}); err != nil {
+		t.Fatal(err)
+	}
+	cn.Flow(1)
+	if d := col.next(t); string(d.Message.Body) != "late" {
+		t.Fatalf("got %q", d.Message.Body)
+	}
+}
+
+func slicesContainsU(s []uint64, v uint64) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/junctionmq/junction/cluster/transport"
@@ -37,6 +38,8 @@ type links struct {
 	mu    sync.Mutex
 	peers map[uint64]*peerLink
 	epoch uint64 // next outbound epoch (unique per node run: starts at the run's clock)
+
+	sent, received atomic.Uint64 // forwarding frames, pings aside
 }
 
 func newLinks(n *Node) *links {
@@ -65,6 +68,9 @@ func (l *links) send(to uint64, m *rpcMsg) {
 	m.linkEpoch, m.linkSeq = p.outEpoch, p.outSeq
 	p.buf = m.encode(p.buf[:0])
 	ok := l.n.tr.Send(to, transport.LaneRPC, p.buf)
+	if m.kind != kPing {
+		l.sent.Add(1)
+	}
 	if len(p.buf) > 64<<10 {
 		p.buf = nil // do not keep a big message's buffer
 	}
@@ -89,6 +95,9 @@ func (l *links) breakOutLocked(p *peerLink) {
 // receive checks a frame's place in the link and reports whether to
 // handle it.
 func (l *links) receive(from uint64, m *rpcMsg) bool {
+	if m.kind != kPing {
+		l.received.Add(1)
+	}
 	p := l.peer(from)
 	p.mu.Lock()
 	p.lastHeard = time.Now()

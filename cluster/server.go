@@ -350,6 +350,10 @@ func (s remoteSink) Deliver(tag uint64, m *core.Message, count uint32, redeliver
 // order (those that wait for a commit run on their own), except that
 // requests for a group this node is activating wait for it.
 func (sv *server) handleRemote(from uint64, m *rpcMsg) {
+	if m.kind == kMember {
+		go sv.n.handleMember(from, m)
+		return
+	}
 	k := parkKey{from, m.group}
 	sv.mu.Lock()
 	p := sv.parked[k]

@@ -45,6 +45,7 @@ const (
 	kConsumerLost                    // cid, reason
 	kPing                            // nothing: keeps an idle link's sequence checked
 	kLinkReset                       // the receiver saw a gap: reset everything with the sender
+	kMember                          // rid, change (n), node id (tag), address: a membership change for the group's leader
 )
 
 // Catalog questions (kCatalog's what).
@@ -169,6 +170,11 @@ func (m *rpcMsg) encode(b []byte) []byte {
 			b = append(b, 0)
 		}
 		b = appendBytes(b, core.EncodeMessage(m.msg))
+	case kMember:
+		b = binary.AppendUvarint(b, m.rid)
+		b = binary.AppendUvarint(b, m.n)
+		b = binary.AppendUvarint(b, m.tag)
+		b = appendStr(b, m.str)
 	case kSessionLost:
 		b = binary.AppendUvarint(b, m.sid)
 		b = appendStr(b, m.str)
@@ -283,6 +289,11 @@ func decodeRPC(p []byte) (*rpcMsg, error) {
 		m.count = uint32(d.uvarint())
 		m.redelivered = d.byte() != 0
 		m.msg = msg()
+	case kMember:
+		m.rid = d.uvarint()
+		m.n = d.uvarint()
+		m.tag = d.uvarint()
+		m.str = d.str()
 	case kSessionLost:
 		m.sid = d.uvarint()
 		m.str = d.str()
