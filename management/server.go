@@ -84,6 +84,9 @@ type Config struct {
 	// before they were served, by reason ("host"), for
 	// junction_http_requests_rejected_total; nil reports none.
 	RequestRejections func() map[string]map[string]uint64
+	// Cluster, for a cluster node, serves /api/v1/cluster and the
+	// junction_cluster_* metrics; nil for a single broker.
+	Cluster ClusterAdmin
 }
 
 // JournalStats are the message journal's counters, as the process's
@@ -123,6 +126,9 @@ func New(cfg Config, b *core.Broker) *Server {
 	s := &Server{cfg: cfg, b: b, log: cfg.Logger, mux: http.NewServeMux(), started: time.Now()}
 
 	reg := prometheus.NewRegistry()
+	if cfg.Cluster != nil {
+		reg.MustRegister(newClusterCollector(cfg.Cluster))
+	}
 	reg.MustRegister(
 		newCollector(cfg, b),
 		newLimitsCollector(b, cfg.Rejections),
@@ -144,6 +150,7 @@ func New(cfg Config, b *core.Broker) *Server {
 		}
 		w.Write([]byte("ok\n"))
 	})
+	s.clusterRoutes()
 	s.routes()
 	s.mux.Handle("/", consoleHandler())
 	return s

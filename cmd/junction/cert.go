@@ -8,17 +8,19 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/junctionmq/junction/internal/tlstest"
 )
 
-const certUsage = `usage: junction cert dev [-dir DIR] [-hosts NAMES] [-client NAME] [-force]
+const certUsage = `usage: junction cert dev [-dir DIR] [-hosts NAMES] [-client NAME] [-node ID] [-force]
 
 Writes a development CA and a server certificate for localhost, 127.0.0.1
 and ::1 (ECDSA P-256; the CA valid 10 years, certificates 1 year), and
-optionally a client certificate signed by the same CA. An existing CA in
-DIR is reused and existing files are kept, unless -force.
+optionally a client certificate signed by the same CA, or a cluster
+node's certificate (server and client use, for the same hosts). An
+existing CA in DIR is reused and existing files are kept, unless -force.
 `
 
 // runCert runs `junction cert ...`.
@@ -35,6 +37,7 @@ func runCert(args []string, stdout, stderr io.Writer) error {
 	dir := fset.String("dir", filepath.Join("data", "tls"), "directory for the certificates and keys")
 	hosts := fset.String("hosts", "", "more names or IP addresses for the server certificate, comma-separated")
 	client := fset.String("client", "", "also write a client certificate with this common name (client-NAME.pem)")
+	node := fset.Uint64("node", 0, "also write cluster node ID's certificate (node-ID.pem) for --cluster-tls-cert")
 	force := fset.Bool("force", false, "replace existing files, CA included")
 	if err := fset.Parse(args[1:]); err != nil {
 		return err
@@ -51,13 +54,14 @@ func runCert(args []string, stdout, stderr io.Writer) error {
 	if *client != "" && strings.ContainsAny(*client, `/\`) {
 		return fmt.Errorf("-client %q: a name without slashes, please", *client)
 	}
-	return certDev(certDevOptions{dir: *dir, hosts: names, client: *client, force: *force}, stdout)
+	return certDev(certDevOptions{dir: *dir, hosts: names, client: *client, node: *node, force: *force}, stdout)
 }
 
 type certDevOptions struct {
 	dir    string
 	hosts  []string // for the server certificate
 	client string   // common name of a client certificate; "" for none
+	node   uint64   // cluster node whose certificate to write; 0 for none
 	force  bool     // replace existing files
 }
 
@@ -136,6 +140,23 @@ func certDev(o certDevOptions, stdout io.Writer) error {
 		}
 		fmt.Fprintf(stdout, "wrote   %-40s client certificate for %q\n", cliCert, o.client)
 		fmt.Fprintf(stdout, "wrote   %-40s client key\n", cliKey)
+	}
+
+	var nodeCert, nodeKey string
+	if o.node != 0 {
+		id := strconv.FormatUint(o.node, 10)
+		nodeCert, nodeKey = path("node-"+id+".pem"), path("node-"+id+"-key.pem")
+		nc, err := ca.Node("junction-node-"+id, o.hosts...)
+		if err != nil {
+			return err
+		}
+		if err := writePair(nodeCert, nc.CertPEM, nodeKey, nc.KeyPEM, o.force); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "wrote   %-40s cluster node %s's certificate for %s\n", nodeCert, id, strings.Join(o.hosts, ", "))
+		fmt.Fprintf(stdout, "wrote   %-40s its key\n", nodeKey)
+		fmt.Fprintf(stdout, "\nLink cluster node %s with:\n  junction --cluster-node-id %s --cluster-tls-cert %s --cluster-tls-key %s --cluster-tls-ca %s ...\n",
+			id, id, nodeCert, nodeKey, caCert)
 	}
 
 	fmt.Fprintf(stdout, `

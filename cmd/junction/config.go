@@ -52,6 +52,8 @@ type Config struct {
 	// SecuritySettings grant permissions by address pattern, over
 	// security.DefaultSettings.
 	SecuritySettings []security.Setting `yaml:"security-settings"`
+	// Cluster makes the broker a node of a replicated cluster.
+	Cluster ClusterConfig `yaml:"cluster"`
 }
 
 // StompConfig configures the STOMP listener.
@@ -106,6 +108,7 @@ func defaultConfig() Config {
 			DetectTimeout: 5 * time.Second,
 		},
 		TLS:     TLSConfig{HandshakeTimeout: 10 * time.Second},
+		Cluster: ClusterConfig{Groups: 8, ElectionTimeout: time.Second},
 		Console: ConsoleConfig{Listen: "127.0.0.1:8161"},
 		Persistence: PersistenceConfig{
 			Enabled:         true,
@@ -333,7 +336,7 @@ func floatOpt(name, path, usage string, field func(*Config) *float64) option {
 		func(c *Config) string { return strconv.FormatFloat(*field(c), 'g', -1, 64) }}
 }
 
-var options = []option{
+var options = append([]option{
 	stringOpt("data-dir", "data-dir", "directory for the broker's data", func(c *Config) *string { return &c.DataDir }),
 	stringOpt("stomp", "stomp.listen", "STOMP listen address (empty disables)", func(c *Config) *string { return &c.Stomp.Listen }),
 	stringOpt("log-level", "log-level", "log level: debug, info, warn, error", func(c *Config) *string { return &c.LogLevel }),
@@ -390,7 +393,7 @@ var options = []option{
 	stringOpt("users", "users", "YAML users file (bcrypt hashes and roles; see junction user); reread when it changes", func(c *Config) *string { return &c.Users }),
 	triBoolOpt("allow-anonymous", "allow-anonymous", "accept clients without credentials (default: only while every listener is on loopback)", func(c *Config) **bool { return &c.AllowAnonymous }),
 	stringOpt("journal-recovery", "persistence.recovery", "on damage in the middle of the journal: strict (refuse to start) or salvage", func(c *Config) *string { return &c.Persistence.Recovery }),
-}
+}, clusterOptions...)
 
 func envName(flag string) string {
 	return "JUNCTION_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
@@ -615,6 +618,7 @@ func (c *Config) validate() []fieldError {
 		}
 	}
 	c.validateSecurity(bad)
+	c.Cluster.validate(bad)
 	return errs
 }
 

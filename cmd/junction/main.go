@@ -7,6 +7,7 @@
 //	junction version                print the version
 //	junction queue ls|stat|create|delete|purge|browse|move ...
 //	junction conn ls|close ...
+//	junction cluster status|add|remove ...
 //	junction send --to DEST, junction receive --from DEST
 //
 // With no flags and no configuration file the broker starts with
@@ -67,6 +68,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return runQueue(ctx, args, getenv, stdout, stderr)
 	case "conn":
 		return runConn(ctx, args, getenv, stdout, stderr)
+	case "cluster":
+		return runCluster(ctx, args, getenv, stdout, stderr)
 	case "send":
 		return runSend(args, getenv, os.Stdin, stdout, stderr)
 	case "receive":
@@ -91,6 +94,7 @@ const usage = `usage:
   junction user add|passwd|roles|rm|ls --file FILE ...   manage the users file of --users (junction user -h)
   junction version                print the version
   junction queue|conn ...         administer a running broker through its console's API (junction queue -h)
+  junction cluster status|add|remove ...   a cluster's members and groups, membership changes (junction cluster -h)
   junction send|receive ...       send or receive a message over STOMP, for quick tests
   junction bench [flags]          load-test any STOMP, MQTT or AMQP broker (junction bench -h)
 `

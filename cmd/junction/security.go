@@ -44,7 +44,7 @@ func triBoolOpt(name, path, usage string, field func(*Config) **bool) option {
 
 // bareFlags are the options whose flag may be given without a value,
 // meaning true.
-var bareFlags = map[string]bool{"allow-anonymous": true}
+var bareFlags = map[string]bool{"allow-anonymous": true, "cluster-join": true, "cluster-insecure": true}
 
 // optionFlag is the flag.Value of one option: its text, and whether the
 // flag may be given bare.

@@ -20,6 +20,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/junctionmq/junction/amqp"
+	"github.com/junctionmq/junction/cluster"
 	"github.com/junctionmq/junction/core"
 	"github.com/junctionmq/junction/management"
 	"github.com/junctionmq/junction/mqtt"
@@ -64,6 +65,10 @@ type instance struct {
 
 	// limits are applied by every listener's accept loop.
 	limits LimitsConfig
+
+	// cluster is this broker's cluster node (nil for a single broker):
+	// the broker is then its access broker; closed after the broker.
+	cluster *cluster.Node
 }
 
 func newLogger(cfg Config, w io.Writer) zerolog.Logger {
@@ -142,6 +147,9 @@ func start(cfg Config, logw io.Writer) (*instance, error) {
 	}
 	sec.configure(&bcfg)
 	var msgs, bindings *journal.Journal
+	if cfg.Cluster.enabled() {
+		return startClusterInstance(cfg, bcfg, sec, log)
+	}
 	if cfg.Persistence.Enabled {
 		var err error
 		if msgs, bindings, err = openJournals(cfg, log); err != nil {
@@ -257,6 +265,7 @@ func (in *instance) startListeners(cfg Config) error {
 		AllowHost:         hosts.console.Allows,
 		OnHostRefused:     hosts.refused,
 		RequestRejections: hosts.rejections,
+		Cluster:           in.clusterAdmin(),
 	}, b)
 	wsh, err := websocket.New(websocket.Config{
 		// The console answers the plain HTTP requests of a shared port.
@@ -497,6 +506,9 @@ func (in *instance) stop(ctx context.Context) error {
 	}
 	in.wg.Wait()
 	errs = append(errs, in.broker.Close())
+	if in.cluster != nil {
+		errs = append(errs, in.cluster.Close())
+	}
 	in.sec.stop()
 	if in.msgs != nil {
 		errs = append(errs, in.msgs.Close(), in.bindings.Close())
@@ -554,9 +566,15 @@ func serve(ctx context.Context, cfg Config, logw io.Writer, ready func(*instance
 		ready(in)
 	}
 	var runErr error
+	var clusterFailed <-chan struct{}
+	if in.cluster != nil {
+		clusterFailed = in.cluster.Failed()
+	}
 	select {
 	case <-ctx.Done():
 	case runErr = <-in.errc:
+	case <-clusterFailed:
+		runErr = fmt.Errorf("cluster node stopped: %w", in.cluster.Err())
 	}
 	in.log.Info().Dur("timeout", cfg.ShutdownTimeout).Msg("shutting down")
 	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)

@@ -147,6 +147,23 @@ func (ca *CA) Server(hosts ...string) (*Cert, error) {
 	return ca.Issue(tmpl)
 }
 
+// Node issues a certificate for a cluster node: server and client use
+// (a node both accepts and dials its peers), for hosts like Server.
+func (ca *CA) Node(commonName string, hosts ...string) (*Cert, error) {
+	tmpl := &x509.Certificate{
+		Subject:     pkix.Name{CommonName: commonName},
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+	}
+	for _, h := range hosts {
+		if ip := net.ParseIP(h); ip != nil {
+			tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
+		} else {
+			tmpl.DNSNames = append(tmpl.DNSNames, h)
+		}
+	}
+	return ca.Issue(tmpl)
+}
+
 // Client issues a client certificate whose common name is commonName,
 // valid for LeafValidity.
 func (ca *CA) Client(commonName string) (*Cert, error) {
