@@ -440,9 +440,12 @@ func (n *Node) peerIDs() []uint64 {
 	return slices.Sorted(maps.Keys(n.peers))
 }
 
-// learnPeer records a member's address from a membership change.
+// learnPeer records a member's address from a membership change. The
+// addresses this node was configured with win: a change is re-applied
+// at every restart (from the last snapshot on), and the operator may
+// have moved a node since.
 func (n *Node) learnPeer(id uint64, addr string) {
-	if id == n.cfg.NodeID {
+	if id == n.cfg.NodeID || n.cfg.Peers[id] != "" {
 		return
 	}
 	n.peersMu.Lock()
