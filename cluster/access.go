@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
+	"strconv"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -19,6 +21,7 @@ import (
 // calls into server) or another node (frames).
 type access struct {
 	n       *Node
+	run     uint64        // random per start, in forwarding ids
 	nextID  atomic.Uint64 // session, consumer and request ids
 	mu      sync.Mutex
 	pending map[uint64]*call         // rid → waiting request
@@ -45,7 +48,8 @@ type sessionLink struct {
 }
 
 func newAccess(n *Node) *access {
-	a := &access{n: n, pending: make(map[uint64]*call), parts: make(map[uint64]*part), links: make(map[linkKey]*sessionLink)}
+	a := &access{n: n, pending: make(map[uint64]*call), parts: make(map[uint64]*part), links: make(map[linkKey]*sessionLink),
+		run: rand.Uint64()}
 	a.nextID.Store(uint64(time.Now().UnixNano()))
 	return a
 }
@@ -62,7 +66,8 @@ type remoteSession struct {
 	opts   core.SessionOptions
 	mu     sync.Mutex
 	closed bool
-	order  sync.Mutex // keeps one session's requests in call order across link set-up
+	lanes  map[uint64]*sendLane // guarded by mu: unconfirmed sends per group
+	order  sync.Mutex           // keeps one session's requests in call order across link set-up
 }
 
 // link returns the session's link to group's leader, opening the session
@@ -169,24 +174,157 @@ func (a *access) result(rid uint64, err error, str string, payload []byte) {
 	}
 }
 
-// Send implements core.RemoteSession.
+// Send implements core.RemoteSession. A send nobody waits for goes
+// once. One that is waited for is kept until confirmed: if its group's
+// leader changes or its link is reset before the answer, it is sent
+// again to the new leader, in order with the session's other unconfirmed
+// sends to that group, carrying a forwarding id (core.PropForwardID)
+// with which the group broker drops it if the first try was stored
+// after all. So a client of a surviving node keeps its connection
+// through a failover, and its messages are stored once.
 func (s *remoteSession) Send(m *core.Message, done func(error)) {
-	s.order.Lock()
-	defer s.order.Unlock()
 	g := s.a.n.groupOf(m.Address)
-	l, err := s.link(context.Background(), g)
-	if err != nil {
-		if done != nil {
-			done(err)
+	if done == nil {
+		s.order.Lock()
+		defer s.order.Unlock()
+		l, err := s.link(context.Background(), g)
+		if err == nil {
+			s.a.to(l.leader, &rpcMsg{kind: kSend, group: g, sid: s.sid, msg: m})
 		}
 		return
 	}
-	req := &rpcMsg{kind: kSend, group: g, sid: s.sid, msg: m}
-	if done == nil {
-		s.a.to(l.leader, req)
+	props := make(map[string]any, len(m.Properties)+1)
+	for k, v := range m.Properties {
+		props[k] = v
+	}
+	props[core.PropForwardID] = s.a.forwardID(s.sid)
+	m.Properties = props
+	ps := &pendingSend{m: m, done: done, deadline: time.Now().Add(s.a.n.cfg.RequestTimeout + s.a.n.cfg.LeaderWait)}
+	ln := s.lane(g)
+	ln.mu.Lock()
+	ln.q = append(ln.q, ps)
+	retrying := ln.retrying
+	ln.mu.Unlock()
+	if retrying {
+		return // the retrier sends it after the older ones
+	}
+	s.order.Lock()
+	defer s.order.Unlock()
+	s.transmit(g, ln, ps)
+}
+
+// pendingSend is a send waiting for its group's confirmation.
+type pendingSend struct {
+	m        *core.Message
+	done     func(error)
+	deadline time.Time
+	finished bool // guarded by its lane's mu
+}
+
+// sendLane is a session's unconfirmed sends to one group, in order.
+type sendLane struct {
+	mu       sync.Mutex
+	q        []*pendingSend
+	retrying bool
+}
+
+func (s *remoteSession) lane(g uint64) *sendLane {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.lanes == nil {
+		s.lanes = make(map[uint64]*sendLane)
+	}
+	ln := s.lanes[g]
+	if ln == nil {
+		ln = &sendLane{}
+		s.lanes[g] = ln
+	}
+	return ln
+}
+
+// transmit sends ps on the session's current link to group g.
+func (s *remoteSession) transmit(g uint64, ln *sendLane, ps *pendingSend) {
+	l, err := s.link(context.Background(), g)
+	if err != nil {
+		s.sent(g, ln, ps, err)
 		return
 	}
-	s.a.async(l, l.leader, req, func(err error, _ string, _ []byte) { done(err) })
+	s.a.async(l, l.leader, &rpcMsg{kind: kSend, group: g, sid: s.sid, msg: ps.m}, func(err error, _ string, _ []byte) {
+		s.sent(g, ln, ps, err)
+	})
+}
+
+// sent takes the answer to one try of ps: a link lost before the answer
+// sends again (see Send), anything else is ps's outcome.
+func (s *remoteSession) sent(g uint64, ln *sendLane, ps *pendingSend, err error) {
+	retry := errors.Is(err, core.ErrUnavailable) && time.Now().Before(ps.deadline) && !s.isClosed()
+	ln.mu.Lock()
+	if ps.finished {
+		ln.mu.Unlock()
+		return
+	}
+	if retry {
+		start := !ln.retrying
+		ln.retrying = true
+		ln.mu.Unlock()
+		if start {
+			s.a.n.goWork(func(stop <-chan struct{}) { s.resend(stop, g, ln) })
+		}
+		return
+	}
+	ps.finished = true
+	for i, x := range ln.q {
+		if x == ps {
+			ln.q = append(ln.q[:i:i], ln.q[i+1:]...)
+			break
+		}
+	}
+	ln.mu.Unlock()
+	ps.done(err)
+}
+
+// resend sends a lane's unconfirmed sends again, in order, once its
+// group has a leader; sends made meanwhile follow them.
+func (s *remoteSession) resend(stop <-chan struct{}, g uint64, ln *sendLane) {
+	delay := 20 * time.Millisecond
+	for {
+		select {
+		case <-stop:
+			return
+		case <-time.After(delay):
+		}
+		delay = min(delay*2, 500*time.Millisecond)
+		ctx, cancel := context.WithTimeout(context.Background(), s.a.n.cfg.LeaderWait)
+		_, err := s.link(ctx, g)
+		cancel()
+		ln.mu.Lock()
+		q := slices.Clone(ln.q)
+		if err == nil || len(q) == 0 {
+			ln.retrying = false
+		}
+		ln.mu.Unlock()
+		if err != nil && len(q) > 0 && !s.isClosed() {
+			for _, ps := range q {
+				if time.Now().After(ps.deadline) {
+					s.sent(g, ln, ps, err)
+				}
+			}
+			continue
+		}
+		s.order.Lock()
+		for _, ps := range q {
+			s.transmit(g, ln, ps)
+		}
+		s.order.Unlock()
+		return
+	}
+}
+
+// forwardID names a send uniquely in the cluster and over time: this
+// node, its run, the session, a sequence number.
+func (a *access) forwardID(sid uint64) string {
+	return strconv.FormatUint(a.n.cfg.NodeID, 10) + "." + strconv.FormatUint(a.run, 36) + "." +
+		strconv.FormatUint(sid, 36) + "." + strconv.FormatUint(a.nextID.Add(1), 36)
 }
 
 // Attach implements core.RemoteSession: one upstream part per group the

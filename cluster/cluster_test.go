@@ -405,3 +405,54 @@ func slicesContainsU(s []uint64, v uint64) bool {
 	}
 	return false
 }
+
+// TestClusterSendsSurviveLeaderCrash: a producer on a surviving node
+// keeps sending through a failover of its group's leader; every send is
+// confirmed, none fails, and each message is stored once.
+func TestClusterSendsSurviveLeaderCrash(t *testing.T) {
+	c := startCluster(t, 3, 2)
+	const addr, total = "orders", 300
+	l := c.leaderOf(addr)
+	pi := (l + 1) % 3
+	ci := (l + 2) % 3
+	prod := session(t, c.access[pi], "")
+	errs := make(chan error, total)
+	for i := range total {
+		if i == total/3 {
+			c.crash(l)
+		}
+		m := &core.Message{Address: addr, RoutingType: core.Anycast, Durable: true, Body: []byte(fmt.Sprint(i)), Priority: core.DefaultPriority}
+		prod.SendAsync(m, func(err error) { errs <- err })
+		if i%20 == 0 {
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	for range total {
+		select {
+		case err := <-errs:
+			if err != nil {
+				t.Fatalf("a send failed during the failover: %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("sends not confirmed within 30s")
+		}
+	}
+	c.waitLeaders()
+	cons := session(t, c.access[ci], "")
+	cn, col := subscribe(t, cons, core.ConsumerOptions{Address: addr, RoutingType: core.Anycast, Credit: 1000})
+	seen := map[string]int{}
+	for len(seen) < total {
+		d := col.next(t)
+		b := string(d.Message.Body)
+		seen[b]++
+		if seen[b] > 1 && !d.Redelivered() {
+			t.Fatalf("%s delivered twice, unflagged", b)
+		}
+		cn.Ack(d.ID)
+	}
+	select {
+	case d := <-col.ch:
+		t.Fatalf("extra delivery %q (redelivered=%v): a retried send was stored twice", d.Message.Body, d.Redelivered())
+	case <-time.After(300 * time.Millisecond):
+	}
+}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+
+	"github.com/junctionmq/junction/core"
 )
 
 // A group's state is what its group broker's journals would hold on a
@@ -171,12 +173,18 @@ func (s *groupState) maxIDOf(ns uint8) uint64 {
 	return s.maxID[ns]
 }
 
-// stats returns the number of live records per namespace and the bytes
-// they hold.
+// stats returns the number of live message records and bindings, and
+// the bytes the state holds. It counts: activations and the API ask
+// rarely.
 func (s *groupState) stats() (messages, bindings int, bytes int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return len(s.recs[nsMessages]), len(s.recs[nsBindings]), s.bytes
+	for _, r := range s.recs[nsMessages] {
+		if r.utype == core.JournalMessageType {
+			messages++
+		}
+	}
+	return messages, len(s.recs[nsBindings]), s.bytes
 }
 
 // Snapshot layout (little-endian, uvarints as uv):

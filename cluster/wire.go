@@ -325,7 +325,7 @@ var wireErrors = []error{
 	core.ErrUnknownDelivery, core.ErrConsumerClosed, core.ErrTxClosed, core.ErrSubscriptionInUse,
 	core.ErrClientIDRequired, core.ErrAuthFailed, core.ErrAddressFull, core.ErrInvalidSelector,
 	core.ErrUnauthorized, core.ErrUnavailable, core.ErrCrossGroupTx, core.ErrPersistence,
-	core.ErrDiskFull, core.ErrClientIDInUse, core.ErrQuotaExceeded,
+	core.ErrDiskFull, core.ErrClientIDInUse, core.ErrQuotaExceeded, core.ErrDuplicateID,
 }
 
 // errCodeOther marks an error that wraps none of wireErrors.

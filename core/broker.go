@@ -102,6 +102,8 @@ type Broker struct {
 	diskFull       atomic.Pointer[string] // why durable sends are refused; nil = room
 	recovered      RecoveryStats
 	denials        denialCounts // authorization refusals (authz.go)
+	dup            dups         // duplicate ids per address (dedup.go)
+	dupCount       dupCounts
 
 	msgID     atomic.Uint64
 	tmpID     atomic.Uint64
@@ -742,10 +744,35 @@ var ErrDiskFull = errors.New("core: disk limit reached: durable sends are refuse
 // message becomes visible to consumers at once; only its producer's
 // confirmation waits for the sync.
 func (b *Broker) deliver(a *address, m *Message, now time.Time, o sendOpts) (pending bool, err error) {
+	// A duplicate id (dedup.go) is claimed first: a duplicate goes no
+	// further, and an id whose send fails is forgotten, so that the
+	// producer's next try is taken.
+	var de *dupEntry
+	if key := dupKey(m); key != "" && !o.journaled {
+		var dup bool
+		if de, dup = b.claimDup(a.name, key); dup {
+			b.countDup(a.name)
+			if o.done == nil {
+				return false, nil
+			}
+			b.waitDup(de, o.done)
+			return true, nil
+		}
+		if de != nil {
+			defer func() {
+				if err != nil {
+					b.settleDup(a.name, de, err)
+				}
+			}()
+		}
+	}
 	var one [1]*Queue
 	qs := b.targetsOf(a, m, one[:0], true)
 	if len(qs) == 0 {
 		a.unrouted.Add(1)
+		if de != nil {
+			b.settleDup(a.name, de, nil)
+		}
 		return false, nil
 	}
 	// First every queue's verdict: a refusal (FAIL, BLOCK) refuses the
@@ -803,6 +830,9 @@ func (b *Broker) deliver(a *address, m *Message, now time.Time, o sendOpts) (pen
 		return false, fmt.Errorf("%w (%s)", ErrDiskFull, *why)
 	}
 	if len(qs) == 0 && len(paged) == 0 {
+		if de != nil {
+			b.settleDup(a.name, de, nil)
+		}
 		return false, nil
 	}
 	a.routed.Add(1)
@@ -824,12 +854,26 @@ func (b *Broker) deliver(a *address, m *Message, now time.Time, o sendOpts) (pen
 		if done == nil {
 			done = b.logStoreErr
 		}
+		if de != nil {
+			stored := done
+			done = func(err error) {
+				b.settleDup(a.name, de, err)
+				stored(err)
+			}
+		}
 		if n > 1 {
 			done = joinDone(n, done)
 		}
+	} else if de != nil {
+		// Nothing to store: the id is kept in memory only.
+		b.settleDup(a.name, de, nil)
 	}
 	if persist {
-		b.journalMessage(m, qs, done)
+		if de != nil {
+			b.journalWithDup(m, qs, a.name, de, done)
+		} else {
+			b.journalMessage(m, qs, done)
+		}
 		pending = true
 	}
 	for _, st := range stores {

@@ -62,6 +62,10 @@ const (
 	recDeliveryCount uint16 = 3 // update: failed deliveries on one queue (queue id, count)
 )
 
+// JournalMessageType is the user type of a message record in the
+// message journal, for tools and replicas that count messages in it.
+const JournalMessageType = recMessage
+
 // ErrPersistence wraps a journal failure reported to a producer: its
 // message was not confirmed.
 var ErrPersistence = errors.New("core: journal write failed")
@@ -257,6 +261,9 @@ func (b *Broker) recover() (RecoveryStats, error) {
 		flush()
 		if ut == recRetained {
 			return b.restoreRetained(id, p)
+		}
+		if ut == recDuplicateID {
+			return b.restoreDup(id, p)
 		}
 		if ut == recPageCursor {
 			qid, c, err := decodeCursor(p)

@@ -22,6 +22,9 @@ type memJournal struct {
 	maxID   uint64
 	appends int
 	fail    error
+	// hold, when set, holds back every completion until it is closed (a
+	// sync that takes its time).
+	hold chan struct{}
 }
 
 type memRec struct {
@@ -41,7 +44,13 @@ func newMemJournal() *memJournal {
 
 func (j *memJournal) complete(done func(error), err error) {
 	if done != nil {
-		go done(err)
+		hold := j.hold
+		go func() {
+			if hold != nil {
+				<-hold
+			}
+			done(err)
+		}()
 	}
 }
 

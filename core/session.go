@@ -844,7 +844,20 @@ func (t *Tx) Commit(ctx context.Context) error {
 			}
 		}
 	}
-	if err := t.journal(addrs); err != nil {
+	// Duplicate ids: a transaction is all or nothing, so one duplicate
+	// fails it (dedup.go).
+	ids, err := t.claimDups(addrs)
+	if err != nil {
+		t.rollback()
+		return fmt.Errorf("core: transaction rolled back: %w", err)
+	}
+	err = t.journal(addrs, ids)
+	for i, e := range ids {
+		if e != nil {
+			b.settleDup(addrs[i].name, e, err)
+		}
+	}
+	if err != nil {
 		t.rollback()
 		return fmt.Errorf("core: transaction rolled back: %w", err)
 	}
@@ -870,8 +883,38 @@ func (t *Tx) Commit(ctx context.Context) error {
 	return nil
 }
 
-// journal writes the durable part of the transaction as one unit.
-func (t *Tx) journal(addrs []*address) error {
+// claimDups claims the duplicate ids of the transaction's messages
+// (ids[i] for t.sends[i], nil when it has none); on a duplicate it
+// forgets those it claimed and fails.
+func (t *Tx) claimDups(addrs []*address) ([]*dupEntry, error) {
+	b := t.s.b
+	var ids []*dupEntry
+	for i, m := range t.sends {
+		key := dupKey(m)
+		if key == "" {
+			continue
+		}
+		if ids == nil {
+			ids = make([]*dupEntry, len(t.sends))
+		}
+		e, dup := b.claimDup(addrs[i].name, key)
+		if dup {
+			b.countDup(addrs[i].name)
+			for j, x := range ids[:i] {
+				if x != nil {
+					b.settleDup(addrs[j].name, x, ErrDuplicateID)
+				}
+			}
+			return nil, fmt.Errorf("%w: %q on %q", ErrDuplicateID, m.Properties[PropDuplicateID], addrs[i].name)
+		}
+		ids[i] = e
+	}
+	return ids, nil
+}
+
+// journal writes the durable part of the transaction as one unit, with
+// the duplicate ids of its durable messages.
+func (t *Tx) journal(addrs []*address, dupIDs []*dupEntry) error {
 	b := t.s.b
 	if b.msgs == nil {
 		return nil
@@ -897,6 +940,14 @@ func (t *Tx) journal(addrs []*address) error {
 			return err
 		}
 		b.msgs.AppendTx(txID, m.ID, recMessage, rec)
+		if dupIDs != nil && dupIDs[i] != nil {
+			e := dupIDs[i]
+			record := b.msgID.Add(1)
+			b.dup.mu.Lock()
+			e.record = record
+			b.dup.mu.Unlock()
+			b.msgs.AppendTx(txID, record, recDuplicateID, dupRecord(addrs[i].name, e.key))
+		}
 		n++
 	}
 	var largeGone []uint64

@@ -40,6 +40,9 @@ type Settings struct {
 	// SlowConsumerPolicy says what then happens.
 	SlowConsumerThreshold int64
 	SlowConsumerPolicy    SlowConsumerPolicy
+	// IDCacheSize is the number of duplicate ids the address remembers
+	// (dedup.go); 0 turns duplicate detection off.
+	IDCacheSize int
 }
 
 // FullPolicy is what happens to a message sent to a full queue.
@@ -77,6 +80,7 @@ func (p FullPolicy) valid() bool {
 //	max-size-bytes         0 (unlimited; the broker's budget still applies)
 //	address-full-policy    PAGE
 //	slow-consumer-threshold 0 (off), slow-consumer-policy NOTIFY
+//	id-cache-size          20000
 func DefaultSettings() Settings {
 	return Settings{
 		DeadLetterAddress:    "DLQ",
@@ -87,6 +91,7 @@ func DefaultSettings() Settings {
 		DefaultRoutingType:   Anycast,
 		FullPolicy:           FullPage,
 		SlowConsumerPolicy:   SlowNotify,
+		IDCacheSize:          DefaultIDCacheSize,
 	}
 }
 
@@ -109,6 +114,7 @@ type AddressSettings struct {
 	FullPolicy            *string        `yaml:"address-full-policy"`
 	SlowConsumerThreshold *int64         `yaml:"slow-consumer-threshold"`
 	SlowConsumerPolicy    *string        `yaml:"slow-consumer-policy"`
+	IDCacheSize           *int           `yaml:"id-cache-size"`
 }
 
 // Validate checks the pattern and the values.
@@ -133,6 +139,9 @@ func (a *AddressSettings) Validate() error {
 	}
 	if a.SlowConsumerThreshold != nil && *a.SlowConsumerThreshold < 0 {
 		return fmt.Errorf("address settings %q: slow-consumer-threshold must be >= 0", a.Match)
+	}
+	if a.IDCacheSize != nil && (*a.IDCacheSize < 0 || *a.IDCacheSize > 10_000_000) {
+		return fmt.Errorf("address settings %q: id-cache-size must be between 0 and 10000000", a.Match)
 	}
 	if a.SlowConsumerPolicy != nil && !SlowConsumerPolicy(*a.SlowConsumerPolicy).valid() {
 		return fmt.Errorf("address settings %q: slow-consumer-policy must be NOTIFY or KILL", a.Match)
@@ -185,6 +194,9 @@ func (a *AddressSettings) applyTo(s *Settings) {
 	}
 	if a.SlowConsumerPolicy != nil {
 		s.SlowConsumerPolicy = SlowConsumerPolicy(*a.SlowConsumerPolicy)
+	}
+	if a.IDCacheSize != nil {
+		s.IDCacheSize = *a.IDCacheSize
 	}
 }
 

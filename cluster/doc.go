@@ -1,0 +1,80 @@
+// Package cluster makes Junction brokers a replicated cluster on
+// go.etcd.io/raft/v3: every durable change is committed on a majority of
+// nodes before a client is told it is durable, and a node that dies or
+// is cut off loses nothing confirmed.
+//
+// # Groups and placement
+//
+// Addresses are spread over a fixed number of Raft groups (Config.Groups)
+// by the FNV-1a hash of their name; a temporary queue lives in the group
+// its name says (temp-queue.g<N>.…). Every node is a member of every
+// group. The leader of a group runs its group broker: a plain
+// core.Broker whose journals are the group's replicated log
+// (groupJournal), so each group is a broker shard whose every write is a
+// Raft entry. Group leaders are spread over the nodes: group g prefers
+// the ((g-1) mod N)-th voter, and a leader hands the group to its
+// preferred node once that node is caught up (balanceLeaders).
+//
+// # State and activation
+//
+// Every node applies every committed entry of every group to the group's
+// state (groupState): the live records of the group broker's message and
+// bindings journals, as a single broker's journal would hold them after a
+// restart. A node elected leader applies everything committed before its
+// term, then builds the group broker from that state exactly as a broker
+// recovers at start (messages come back flagged redelivered), and only
+// then serves the group. A node that loses the leadership (a newer term,
+// or CheckQuorum: it cannot hear from a majority) closes its group broker
+// at once and fails every write in flight with core.ErrUnavailable ("the
+// outcome is unknown"): memory and the replicated log never disagree for
+// long.
+//
+// # The log
+//
+// One Raft loop drives every group (loop.go): it collects the Ready of
+// every group, saves them with one raftlog.Save (one journal batch, one
+// fdatasync), then sends their messages, then applies their committed
+// entries, then advances. A group broker's writes between two passes
+// become one entry (up to Config.MaxEntryBytes); a write completes when
+// its entry is applied on this node, which is after it is committed on a
+// majority and durable here. The log lives in Junction's journal
+// (cluster/raftlog); a group snapshots its state every
+// Config.SnapshotEntries applied entries, which compacts its log, and a
+// follower too far behind gets the snapshot (sent in chunks on the bulk
+// lane so that it never delays heartbeats).
+//
+// # Forwarding
+//
+// A client may connect to any node and use any address. The node's
+// broker is an access broker (core.Config.Cluster): its sessions forward
+// sends to the leader of each address's group, and feed each consumer
+// from a mirror queue whose upstream consumer lives on the group broker
+// (one per group it reads: every group for a wildcard subscription).
+// When the leader is this node the calls are direct (a local link);
+// otherwise they are frames on the transport's RPC lane (wire.go). The
+// links between nodes number their frames per epoch (links.go): a lost
+// frame, a restarted peer or a silent link resets everything the two
+// nodes had with each other, and the consumers re-attach to the groups'
+// current leaders, their unsettled messages redelivered flagged. Sends in
+// flight when a leader changes fail (the client may send again; the
+// message may then be there twice, never lost).
+//
+// # Membership
+//
+// A node is added (AddMember, `junction cluster add`) to every group as a
+// learner, then promoted to voter once its log has caught up; removed
+// from every group by RemoveMember. A node started with an empty log
+// founds the cluster with Config.Peers unless Config.Join, with which it
+// waits to be added. A node whose data was lost must restart with Join:
+// it then does not vote for four election timeouts, so that it cannot
+// vote twice in a term it voted in before it lost its log.
+//
+// # What a cluster does not do (yet)
+//
+//   - A transaction may touch one group only (core.ErrCrossGroupTx).
+//   - Group brokers do not page to disk and keep large bodies in the log:
+//     a message is at most Config.MaxMessageBytes, and every node holds
+//     its groups' live messages in memory.
+//   - The dead-letter and expiry addresses are kept per group; a consumer
+//     of one reads every group.
+package cluster
