@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"go.etcd.io/raft/v3"
@@ -352,5 +353,50 @@ func TestEntriesNotMutated(t *testing.T) {
 	}
 	if tm, _ := s.Term(4); tm != 2 {
 		t.Fatalf("term(4) = %d", tm)
+	}
+}
+
+// TestMaxEntrySize: an entry of exactly MaxEntrySize fills a journal file
+// on its own and survives a reopen; Open refuses a FileSize that could not
+// hold one.
+func TestMaxEntrySize(t *testing.T) {
+	mem := fs.NewCrashableMem()
+	cfg := testConfig(mem)
+	cfg.MaxEntrySize = int(cfg.FileSize) - entryHeaderSize - journalOverhead
+	l := mustOpen(t, cfg)
+	var ents []*pb.Entry
+	for i := uint64(1); i <= 3; i++ {
+		data := make([]byte, cfg.MaxEntrySize)
+		data[0], data[len(data)-1] = byte(i), byte(i)
+		ents = append(ents, mkEnt(i, 1, data, nil))
+	}
+	for _, e := range ents {
+		if err := l.Save([]Update{{Group: 1, Entries: []*pb.Entry{e}}}); err != nil {
+			t.Fatalf("Save of a %d-byte entry: %v", len(e.GetData()), err)
+		}
+	}
+	if st := l.Stats(); st.Journal.Rolls < 2 {
+		t.Fatalf("%d rolls: each entry should fill a file", st.Journal.Rolls)
+	}
+	l.Close()
+	l = mustOpen(t, cfg.withFS(mem.CrashClone()))
+	defer l.Close()
+	got, err := l.Storage(1).Entries(1, 4, 1<<40)
+	if err != nil || len(got) != 3 {
+		t.Fatalf("Entries: %d, %v", len(got), err)
+	}
+	for k := range got {
+		if !proto.Equal(got[k], ents[k]) {
+			t.Fatalf("entry %d differs after reopen", k+1)
+		}
+	}
+	bad := cfg
+	bad.MaxEntrySize++
+	if _, err := Open(bad.withFS(fs.NewCrashableMem())); err == nil || !strings.Contains(err.Error(), "cannot hold an entry") {
+		t.Fatalf("Open with a FileSize too small for MaxEntrySize: %v", err)
+	}
+	def := Config{Dir: testDir, FS: fs.NewCrashableMem(), MaxEntrySize: 12 << 20}
+	if err := def.ensureDefaults(); err != nil || def.FileSize < int64(2*def.MaxEntrySize) {
+		t.Fatalf("default FileSize %d for MaxEntrySize %d: %v", def.FileSize, def.MaxEntrySize, err)
 	}
 }
