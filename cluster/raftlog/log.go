@@ -50,8 +50,9 @@ type Log struct {
 }
 
 // Update is what one raft Ready (or MsgStorageAppend) asks a group to
-// persist. Entries and Snapshot are kept by reference after Save returns
-// and must not be mutated (raft does not).
+// persist. The entries are kept by reference after Save returns and must
+// not be mutated (raft does not); the snapshot's data is written to its
+// file and not kept; the hard state is copied.
 type Update struct {
 	Group     uint64
 	HardState *pb.HardState // nil: unchanged

@@ -209,6 +209,9 @@ func (s *Storage) snapReadFailed(index uint64, err error) error {
 // MemoryStorage.CreateSnapshot). data is not retained.
 func (s *Storage) CreateSnapshot(index uint64, cs *pb.ConfState, data []byte) error {
 	l := s.l
+	if err := l.usable(); err != nil {
+		return err
+	}
 	// Validate and write the file without holding the write lock: a large
 	// snapshot must not stall the raft loop's Save.
 	s.mu.Lock()
@@ -222,9 +225,6 @@ func (s *Storage) CreateSnapshot(index uint64, cs *pb.ConfState, data []byte) er
 		err = raft.ErrSnapOutOfDate
 	}
 	if err != nil {
-		return err
-	}
-	if err := l.usable(); err != nil {
 		return err
 	}
 	m := &snapMeta{index: index, term: term, cs: cloneConfState(cs)}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
+	"syscall"
 	"testing"
 
 	"go.etcd.io/raft/v3"
@@ -398,5 +399,55 @@ func TestMaxEntrySize(t *testing.T) {
 	def := Config{Dir: testDir, FS: fs.NewCrashableMem(), MaxEntrySize: 12 << 20}
 	if err := def.ensureDefaults(); err != nil || def.FileSize < int64(2*def.MaxEntrySize) {
 		t.Fatalf("default FileSize %d for MaxEntrySize %d: %v", def.FileSize, def.MaxEntrySize, err)
+	}
+}
+
+// TestIOErrorFailsLog: the first I/O error (an fdatasync of the journal,
+// or of a snapshot file) fails the Log for good; everything confirmed
+// before it is recovered.
+func TestIOErrorFailsLog(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		inj  fs.Injector
+	}{
+		{"journal fdatasync", fs.FailNth(fs.OpDatasync, 12, syscall.EIO)},
+		{"snapshot file fdatasync", fs.FailMatching(func(op fs.Op, name string) bool {
+			return op == fs.OpDatasync && strings.HasSuffix(name, tmpSuffix)
+		}, syscall.EIO)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			mem := fs.NewCrashableMem()
+			faulty := fs.NewFaulty(mem, nil)
+			l := mustOpen(t, testConfig(faulty))
+			faulty.SetInjector(tc.inj)
+			var confirmed uint64
+			var firstErr error
+			for i := uint64(1); i <= 200 && firstErr == nil; i++ {
+				err := l.Save([]Update{{Group: 1, Entries: []*pb.Entry{mkEnt(i, 1, []byte("x"), nil)}, HardState: &pb.HardState{Term: new(uint64(1)), Commit: new(i)}}})
+				if err == nil {
+					confirmed = i
+					if i%5 == 0 {
+						err = l.Storage(1).CreateSnapshot(i, nil, []byte("s"))
+					}
+				}
+				firstErr = err
+			}
+			if !errors.Is(firstErr, ErrFailed) || !errors.Is(firstErr, syscall.EIO) {
+				t.Fatalf("first error: %v", firstErr)
+			}
+			faulty.SetInjector(nil)
+			if err := l.Save([]Update{{Group: 2, Entries: []*pb.Entry{mkEnt(1, 1, nil, nil)}}}); !errors.Is(err, ErrFailed) {
+				t.Fatalf("Save after the failure: %v", err)
+			}
+			if err := l.Storage(1).CreateSnapshot(confirmed, nil, nil); !errors.Is(err, ErrFailed) {
+				t.Fatalf("CreateSnapshot after the failure: %v", err)
+			}
+			l.Close()
+			l = mustOpen(t, testConfig(mem.CrashClone()))
+			defer l.Close()
+			if last, _ := l.Storage(1).LastIndex(); last < confirmed {
+				t.Fatalf("recovered last index %d, %d confirmed", last, confirmed)
+			}
+		})
 	}
 }
