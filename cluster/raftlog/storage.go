@@ -63,10 +63,10 @@ func (s *Storage) term(i uint64) (uint64, error) {
 	return s.ents[i-s.base.index-1].GetTerm(), nil
 }
 
-// InitialState implements raft.Storage. The hard state's Commit is at
-// least the snapshot index (a snapshot covers only committed entries);
-// it may be older than the last commit index raft reported, see the
-// package doc.
+// InitialState implements raft.Storage. After Open the hard state's
+// Commit is at least the snapshot index (a snapshot covers only committed
+// entries); it may be older than the last commit index raft reported, see
+// the package doc.
 func (s *Storage) InitialState() (*pb.HardState, *pb.ConfState, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
