@@ -592,6 +592,19 @@ func cutStep() int {
 	return 8
 }
 
+// settle waits until the journal's preparer has its ready files, so that
+// images taken around one operation differ only in what it wrote.
+func settle(t *testing.T, l *Log, cfg Config) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for l.Stats().Journal.ReadyFiles < max(cfg.Journal.MinFiles, 1) {
+		if time.Now().After(deadline) {
+			t.Fatal("the journal prepared no ready file")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 // walDiff returns the one journal file that differs between pre and post
 // and the byte range that differs.
 func walDiff(t *testing.T, pre, post *fs.MemFS) (name string, before, after []byte, lo, hi int) {
@@ -646,13 +659,14 @@ func tornImage(t *testing.T, pre, post *fs.MemFS, name string, before, after []b
 }
 
 // TestTornTruncationBatch: a Save that truncates a long uncommitted tail
-// after a term change is torn at every 512-byte boundary, and with random
-// subsets of its sectors lost. The recovered log is the old one, or the
+// after a term change is cut at every record boundary, and loses random
+// subsets of its sectors. The recovered log is the old one, or the
 // truncated one with at least one new entry: never a gap, never an old
 // entry past a new one.
 func TestTornTruncationBatch(t *testing.T) {
 	mem := fs.NewCrashableMem()
-	l := mustOpen(t, testConfig(mem))
+	cfg := testConfig(mem)
+	l := mustOpen(t, cfg)
 	var old []*pb.Entry
 	for i := uint64(1); i <= 70; i++ {
 		old = append(old, mkEnt(i, 1, []byte(fmt.Sprintf("old %d", i)), nil))
@@ -660,6 +674,7 @@ func TestTornTruncationBatch(t *testing.T) {
 	if err := l.Save([]Update{{Group: 7, Entries: old, HardState: &pb.HardState{Term: new(uint64(1)), Vote: new(uint64(1)), Commit: new(uint64(10))}}}); err != nil {
 		t.Fatal(err)
 	}
+	settle(t, l, cfg)
 	pre := mem.CrashClone()
 	news := []*pb.Entry{mkEnt(11, 2, []byte("new 11"), nil), mkEnt(12, 2, []byte("new 12"), nil), mkEnt(13, 2, []byte("new 13"), nil)}
 	if err := l.Save([]Update{{Group: 7, Entries: news, HardState: &pb.HardState{Term: new(uint64(2)), Vote: new(uint64(3)), Commit: new(uint64(10))}}}); err != nil {
@@ -754,6 +769,7 @@ func TestTornCompactionBatch(t *testing.T) {
 	if err := s.CreateSnapshot(100, &pb.ConfState{Voters: []uint64{1}}, []byte("state at 100")); err != nil {
 		t.Fatal(err)
 	}
+	settle(t, l, cfg)
 	pre := mem.CrashClone()
 	mu.Lock()
 	armed = true
@@ -831,6 +847,7 @@ func TestTornInstallBatch(t *testing.T) {
 	if err := l.Save([]Update{{Group: 2, Entries: old, HardState: &pb.HardState{Term: new(uint64(1)), Commit: new(uint64(5))}}}); err != nil {
 		t.Fatal(err)
 	}
+	settle(t, l, cfg)
 	pre := mem.CrashClone()
 	snap := &pb.Snapshot{Metadata: &pb.SnapshotMetadata{Index: new(uint64(60)), Term: new(uint64(3)), ConfState: &pb.ConfState{Voters: []uint64{1, 2, 3}}}, Data: []byte("leader state")}
 	news := []*pb.Entry{mkEnt(61, 3, []byte("new 61"), nil), mkEnt(62, 3, []byte("new 62"), nil)}
