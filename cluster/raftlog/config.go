@@ -59,7 +59,8 @@ type Config struct {
 	// MaxEntrySize bounds the data of one entry (default 4 MiB). Save
 	// refuses a larger entry with ErrEntryTooLarge. Every member of a
 	// group must use the same bound, and the proposer must check it
-	// before proposing: a follower cannot store an entry its leader could.
+	// before proposing: a follower with a smaller bound could not store an
+	// entry its leader accepted.
 	MaxEntrySize int
 	// FileSize is the size of every journal file (default: 16 MiB, or
 	// twice the largest entry record if that is larger). Open refuses a

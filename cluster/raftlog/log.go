@@ -50,8 +50,9 @@ type Log struct {
 }
 
 // Update is what one raft Ready (or MsgStorageAppend) asks a group to
-// persist. Entries and Snapshot are kept by reference after Save returns
-// and must not be mutated (raft does not).
+// persist. The entries are kept by reference after Save returns and must
+// not be mutated (raft does not); the snapshot's data is written to its
+// file and not kept; the hard state is copied.
 type Update struct {
 	Group     uint64
 	HardState *pb.HardState // nil: unchanged
@@ -127,11 +128,11 @@ func (l *Log) recover() error {
 			}
 			get(g).hardState(id, hs)
 		case recSnapshot:
-			g, m, err := decodeSnapshot(p)
+			g, m, installed, err := decodeSnapshot(p)
 			if err != nil {
 				return err
 			}
-			get(g).snapshot(id, m)
+			get(g).snapshot(id, m, installed)
 		case recStart:
 			g, at, reset, err := decodeStart(p)
 			if err != nil {
@@ -267,9 +268,10 @@ func (r *recGroup) start(id uint64, at entryRef, reset bool) {
 		}
 		r.stale = append(r.stale, r.ids[:k]...)
 		r.ents, r.ids = r.ents[k:], r.ids[k:]
-		if len(r.ents) > 0 && r.ents[0].GetIndex() != at.index+1 {
-			r.corrupt("entries %d..%d missing after compaction point", at.index+1, r.ents[0].GetIndex()-1)
-		}
+		// The log may start above at.index+1 here: a later compaction's
+		// deletes can reach the disk before the delete of this (then
+		// superseded) START. The later START fixes the base; finish
+		// refuses the log if none does.
 	}
 	r.base = at
 	if r.startID != 0 {
@@ -285,11 +287,20 @@ func (r *recGroup) hardState(id uint64, hs *pb.HardState) {
 	r.hs, r.hsID = hs, id
 }
 
-func (r *recGroup) snapshot(id uint64, m *snapMeta) {
+func (r *recGroup) snapshot(id uint64, m *snapMeta, installed bool) {
 	if r.snapID != 0 {
 		r.stale = append(r.stale, r.snapID)
 	}
 	r.snap, r.snapID = m, id
+	if installed {
+		// As the reset START written after it (which may be lost).
+		r.dropFrom(0)
+		r.base = entryRef{m.index, m.term}
+		if r.startID != 0 {
+			r.stale = append(r.stale, r.startID)
+			r.startID = 0
+		}
+	}
 }
 
 func (r *recGroup) finish(l *Log) (*Storage, error) {
@@ -326,10 +337,14 @@ func (r *recGroup) finish(l *Log) (*Storage, error) {
 		s.cum = append(s.cum, s.cum[len(s.cum)-1]+uint64(proto.Size(e)))
 	}
 	s.hs, s.hsID = r.hs, r.hsID
-	if s.hs != nil && s.hs.GetCommit() < snapIdx {
+	if s.hs.GetCommit() < snapIdx {
 		// A snapshot covers only committed entries; the hard state's
-		// commit may be older (see the package doc) and raft refuses a
-		// commit index below its first index.
+		// commit may be older (see the package doc), or missing if a
+		// crash cut the Save that installed the snapshot, and raft
+		// refuses a commit index below its first index.
+		if s.hs == nil {
+			s.hs = &pb.HardState{}
+		}
 		s.hs.Commit = new(snapIdx)
 	}
 	if r.snap != nil {
@@ -595,7 +610,7 @@ func (l *Log) encode(plans []plan) (ops []op, nents, nbytes int, err error) {
 		p := &plans[i]
 		if p.snap != nil {
 			start := len(buf)
-			if buf, err = appendSnapshotRecord(buf, p.s.group, p.snap); err != nil {
+			if buf, err = appendSnapshotRecord(buf, p.s.group, p.snap, true); err != nil {
 				return nil, 0, 0, err
 			}
 			p.snapID = add(recSnapshot, start)

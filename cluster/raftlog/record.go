@@ -104,7 +104,12 @@ func cloneConfState(cs *pb.ConfState) *pb.ConfState {
 	return pb.EnsureConfState(proto.Clone(cs).(*pb.ConfState))
 }
 
-func appendSnapshotRecord(b []byte, group uint64, m *snapMeta) ([]byte, error) {
+// snapInstalled marks the SNAPSHOT record of a snapshot installed by Save:
+// replaying it resets the group's log, like the START that follows it,
+// so that a batch torn between the two still leaves a consistent log.
+const snapInstalled = 1 << 0
+
+func appendSnapshotRecord(b []byte, group uint64, m *snapMeta, installed bool) ([]byte, error) {
 	cs, err := proto.Marshal(pb.EnsureConfState(m.cs))
 	if err != nil {
 		return b, err
@@ -115,19 +120,22 @@ func appendSnapshotRecord(b []byte, group uint64, m *snapMeta) ([]byte, error) {
 	le.PutUint64(h[16:], m.term)
 	le.PutUint64(h[24:], uint64(m.size))
 	le.PutUint32(h[32:], m.crc)
+	if installed {
+		h[36] |= snapInstalled
+	}
 	b = append(b, h[:]...)
 	return append(b, cs...), nil
 }
 
-func decodeSnapshot(p []byte) (uint64, *snapMeta, error) {
+func decodeSnapshot(p []byte) (uint64, *snapMeta, bool, error) {
 	if len(p) < snapshotHeaderSize {
-		return 0, nil, fmt.Errorf("snapshot record of %d bytes", len(p))
+		return 0, nil, false, fmt.Errorf("snapshot record of %d bytes", len(p))
 	}
 	m := &snapMeta{index: le.Uint64(p[8:]), term: le.Uint64(p[16:]), size: int64(le.Uint64(p[24:])), crc: le.Uint32(p[32:]), cs: &pb.ConfState{}}
 	if err := proto.Unmarshal(p[snapshotHeaderSize:], m.cs); err != nil {
-		return 0, nil, fmt.Errorf("snapshot record conf state: %w", err)
+		return 0, nil, false, fmt.Errorf("snapshot record conf state: %w", err)
 	}
-	return le.Uint64(p[0:]), m, nil
+	return le.Uint64(p[0:]), m, p[36]&snapInstalled != 0, nil
 }
 
 // entryRef is the (index, term) of the entry just before a group's first

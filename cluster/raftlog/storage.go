@@ -63,10 +63,10 @@ func (s *Storage) term(i uint64) (uint64, error) {
 	return s.ents[i-s.base.index-1].GetTerm(), nil
 }
 
-// InitialState implements raft.Storage. The hard state's Commit is at
-// least the snapshot index (a snapshot covers only committed entries);
-// it may be older than the last commit index raft reported, see the
-// package doc.
+// InitialState implements raft.Storage. After Open the hard state's
+// Commit is at least the snapshot index (a snapshot covers only committed
+// entries); it may be older than the last commit index raft reported, see
+// the package doc.
 func (s *Storage) InitialState() (*pb.HardState, *pb.ConfState, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -80,7 +80,10 @@ func (s *Storage) InitialState() (*pb.HardState, *pb.ConfState, error) {
 // Entries implements raft.Storage: entries [lo, hi), at most maxSize bytes
 // (proto.Size) of them but at least one. The returned slice is capped, so
 // an append by the caller copies it; the entries are shared and must not
-// be mutated.
+// be mutated. Errors are raft's bare sentinels (raft compares with ==):
+// ErrCompacted if lo is not above the compaction point, ErrUnavailable if
+// hi is past the last index + 1 (where MemoryStorage panics) or the log
+// holds no entry.
 func (s *Storage) Entries(lo, hi, maxSize uint64) ([]*pb.Entry, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -88,7 +91,7 @@ func (s *Storage) Entries(lo, hi, maxSize uint64) ([]*pb.Entry, error) {
 		return nil, raft.ErrCompacted
 	}
 	if hi > s.lastIndex()+1 || lo > hi {
-		return nil, fmt.Errorf("%w: entries [%d, %d) of group %d, last index %d", raft.ErrUnavailable, lo, hi, s.group, s.lastIndex())
+		return nil, raft.ErrUnavailable
 	}
 	if len(s.ents) == 0 {
 		return nil, raft.ErrUnavailable
@@ -185,10 +188,12 @@ func (s *Storage) OpenSnapshot() (*SnapshotReader, error) {
 	}
 }
 
+// snapReadFailed logs why a snapshot could not be read and returns the
+// bare sentinel: raft compares Storage errors with ==.
 func (s *Storage) snapReadFailed(index uint64, err error) error {
 	s.l.snapReadErrors.Add(1)
 	s.l.cfg.Logger.Error().Err(err).Uint64("group", s.group).Uint64("index", index).Msg("raftlog: cannot read snapshot")
-	return fmt.Errorf("%w: %w", raft.ErrSnapshotTemporarilyUnavailable, err)
+	return raft.ErrSnapshotTemporarilyUnavailable
 }
 
 // CreateSnapshot records a snapshot of the group's state machine at index
@@ -204,6 +209,9 @@ func (s *Storage) snapReadFailed(index uint64, err error) error {
 // MemoryStorage.CreateSnapshot). data is not retained.
 func (s *Storage) CreateSnapshot(index uint64, cs *pb.ConfState, data []byte) error {
 	l := s.l
+	if err := l.usable(); err != nil {
+		return err
+	}
 	// Validate and write the file without holding the write lock: a large
 	// snapshot must not stall the raft loop's Save.
 	s.mu.Lock()
@@ -217,9 +225,6 @@ func (s *Storage) CreateSnapshot(index uint64, cs *pb.ConfState, data []byte) er
 		err = raft.ErrSnapOutOfDate
 	}
 	if err != nil {
-		return err
-	}
-	if err := l.usable(); err != nil {
 		return err
 	}
 	m := &snapMeta{index: index, term: term, cs: cloneConfState(cs)}
@@ -250,7 +255,7 @@ func (s *Storage) CreateSnapshot(index uint64, cs *pb.ConfState, data []byte) er
 	// The snapshot record, synced, before anything it covers is deleted.
 	id := l.newID()
 	l.buf = l.buf[:0]
-	l.buf, err = appendSnapshotRecord(l.buf, s.group, m)
+	l.buf, err = appendSnapshotRecord(l.buf, s.group, m, false)
 	if err != nil {
 		return err
 	}
@@ -302,22 +307,26 @@ func (s *Storage) Compact(index uint64) error {
 // is compacted when index <= the current compaction point. Log.wmu held.
 func (l *Log) compactLocked(s *Storage, index, oldSnapID uint64) error {
 	var dels []uint64
-	var at entryRef
+	at := s.base
 	compact := index > s.base.index && index <= s.lastIndex()
 	if compact {
 		t, _ := s.term(index)
 		at = entryRef{index, t}
 		dels = append(dels, s.ids[:index-s.base.index]...)
-		if s.startID != 0 {
-			dels = append(dels, s.startID)
-		}
+	}
+	// A START must name the compaction point before the old snapshot
+	// record goes: after a crash that cut an install between its snapshot
+	// record and its reset START, that snapshot record is the only one.
+	writeStart := compact || (oldSnapID != 0 && s.startID == 0 && s.base.index > 0)
+	if writeStart && s.startID != 0 {
+		dels = append(dels, s.startID)
 	}
 	if oldSnapID != 0 {
 		dels = append(dels, oldSnapID)
 	}
 	n := len(dels)
 	var startID uint64
-	if compact {
+	if writeStart {
 		n++
 		startID = l.newID()
 	}
@@ -325,7 +334,7 @@ func (l *Log) compactLocked(s *Storage, index, oldSnapID uint64) error {
 		return nil
 	}
 	l.batch.reset(n)
-	if compact {
+	if writeStart {
 		l.buf = appendStartRecord(l.buf[:0], s.group, at, false)
 		l.j.Append(startID, recStart, l.buf, len(dels) == 0, l.batch.doneFn)
 	}
@@ -336,6 +345,11 @@ func (l *Log) compactLocked(s *Storage, index, oldSnapID uint64) error {
 		return l.fail(err)
 	}
 	if !compact {
+		if writeStart {
+			s.mu.Lock()
+			s.startID = startID
+			s.mu.Unlock()
+		}
 		return nil
 	}
 	k := index - s.base.index // entries to drop

@@ -273,7 +273,7 @@ func startClusterInstance(cfg Config, bcfg core.Config, sec *brokerSecurity, log
 		return nil, err
 	}
 	in := &instance{log: log, broker: b, cluster: node, addrs: make(map[string]net.Addr), errc: make(chan error, 8), sec: sec}
-	sec.start()
+	sec.start(b)
 	if err := in.startListeners(cfg); err != nil {
 		in.stop(context.Background())
 		return nil, err

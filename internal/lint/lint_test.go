@@ -16,6 +16,7 @@ const module = "github.com/junctionmq/junction"
 var allowed = map[string][]string{
 	"persistence":         {},
 	"cluster/transport":   {},
+	"cluster/raftlog":     {"persistence"},
 	"core":                {},
 	"transports":          {},
 	"websocket":           {},
@@ -37,9 +38,9 @@ var allowed = map[string][]string{
 }
 
 // subtrees are trees one level down, with rows of their own: the
-// cluster's transport imports nothing of ours, whatever the rest of
-// cluster may.
-var subtrees = []string{"cluster/transport"}
+// cluster's transport imports nothing of ours and its Raft log only
+// persistence, whatever the rest of cluster may.
+var subtrees = []string{"cluster/transport", "cluster/raftlog"}
 
 // tree returns the top-level tree of one of our import paths
 // ("stomp/internal/wire" → "stomp"; a subtree for paths under one), or
