@@ -829,6 +829,17 @@ func (p *part) reattach(stop <-chan struct{}) {
 	}
 }
 
+// PermissionsChanged implements core.Cluster: this node's group brokers
+// drop their authorization caches (every node watches its own users
+// file and tells its own).
+func (a *access) PermissionsChanged() {
+	for _, g := range a.n.groups {
+		if b, _ := g.activeBroker(); b != nil {
+			b.PermissionsChanged()
+		}
+	}
+}
+
 // Retain implements core.Cluster.
 func (a *access) Retain(m *core.Message) error {
 	g := a.n.groupOf(m.Address)

@@ -49,6 +49,9 @@ type Cluster interface {
 	// Retain keeps m as the retained message of its address (an empty
 	// body clears it), durably in the address's group.
 	Retain(m *Message) error
+	// PermissionsChanged tells the group brokers of this node that users
+	// or security settings changed (see Broker.PermissionsChanged).
+	PermissionsChanged()
 	// Catalog answers questions about what the groups hold.
 	Catalog
 }

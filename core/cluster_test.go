@@ -72,6 +72,7 @@ func (c *oneGroup) Open(s *Session) RemoteSession {
 }
 
 func (c *oneGroup) Retain(m *Message) error { return c.group().Retain(m) }
+func (c *oneGroup) PermissionsChanged()     { c.group().PermissionsChanged() }
 func (c *oneGroup) AddressRoutingTypes(n string) (bool, bool, bool) {
 	return c.group().AddressRoutingTypes(n)
 }

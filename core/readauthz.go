@@ -272,6 +272,9 @@ func (b *Broker) withdrawUnreadable(r *ref) {
 // their deliveries through Session.Authorize, whose cache this drops
 // too.
 func (b *Broker) PermissionsChanged() {
+	if b.cluster != nil {
+		b.cluster.PermissionsChanged()
+	}
 	b.permGen.Add(1)
 	if b.authz == nil {
 		return
