@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"testing"
@@ -454,5 +455,40 @@ func TestClusterSendsSurviveLeaderCrash(t *testing.T) {
 	case d := <-col.ch:
 		t.Fatalf("extra delivery %q (redelivered=%v): a retried send was stored twice", d.Message.Body, d.Redelivered())
 	case <-time.After(300 * time.Millisecond):
+	}
+}
+
+func TestClusterAdminSeesEveryGroup(t *testing.T) {
+	c := startCluster(t, 3, 4)
+	s := session(t, c.access[0], "")
+	for i := range 8 {
+		m := &core.Message{Address: fmt.Sprintf("adm%d", i), RoutingType: core.Anycast, Durable: true, Body: []byte("x"), Priority: core.DefaultPriority}
+		if err := s.Send(context.Background(), m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b := c.access[2]
+	sts := b.QueueStats()
+	if len(sts) != 8 {
+		t.Fatalf("%d queues listed by node 3, want 8: %+v", len(sts), sts)
+	}
+	page, total, err := b.Browse("adm3", 0, 10)
+	if err != nil || total != 1 || len(page) != 1 || string(page[0].Message.Body) != "x" {
+		t.Fatalf("browse: %v total %d page %d", err, total, len(page))
+	}
+	if n, err := b.PurgeQueue("adm3"); err != nil || n != 1 {
+		t.Fatalf("purge: %d, %v", n, err)
+	}
+	if err := b.DeleteQueue("adm3"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.QueueStat("adm3"); !errors.Is(err, core.ErrQueueNotFound) {
+		t.Fatalf("deleted queue still there: %v", err)
+	}
+	if err := b.CreateQueue("made", core.Anycast); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.access[1].QueueStat("made"); err != nil {
+		t.Fatal(err)
 	}
 }

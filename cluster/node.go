@@ -615,6 +615,9 @@ func (n *Node) handleLocal(m *rpcMsg) {
 	case kCatalog:
 		p, err := sv.catalog(m.group, uint8(m.n), m.str)
 		n.replyResult(self, m.group, m.rid, err, "", p)
+	case kAdmin:
+		p, err := sv.serveAdmin(m.group, uint8(m.n), m.str)
+		n.replyResult(self, m.group, m.rid, err, "", p)
 	}
 }
 

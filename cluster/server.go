@@ -471,5 +471,10 @@ func (sv *server) dispatch(from uint64, m *rpcMsg) {
 	case kCatalog:
 		p, err := sv.catalog(m.group, uint8(m.n), m.str)
 		sv.n.replyResult(from, m.group, m.rid, err, "", p)
+	case kAdmin:
+		go func() {
+			p, err := sv.serveAdmin(m.group, uint8(m.n), m.str)
+			sv.n.replyResult(from, m.group, m.rid, err, "", p)
+		}()
 	}
 }

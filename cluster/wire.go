@@ -46,6 +46,7 @@ const (
 	kPing                            // nothing: keeps an idle link's sequence checked
 	kLinkReset                       // the receiver saw a gap: reset everything with the sender
 	kMember                          // rid, change (n), node id (tag), address: a membership change for the group's leader
+	kAdmin                           // rid, operation (n), JSON arguments (str): an administrative question (admin.go)
 )
 
 // Catalog questions (kCatalog's what).
@@ -170,6 +171,10 @@ func (m *rpcMsg) encode(b []byte) []byte {
 			b = append(b, 0)
 		}
 		b = appendBytes(b, core.EncodeMessage(m.msg))
+	case kAdmin:
+		b = binary.AppendUvarint(b, m.rid)
+		b = binary.AppendUvarint(b, m.n)
+		b = appendStr(b, m.str)
 	case kMember:
 		b = binary.AppendUvarint(b, m.rid)
 		b = binary.AppendUvarint(b, m.n)
@@ -289,6 +294,10 @@ func decodeRPC(p []byte) (*rpcMsg, error) {
 		m.count = uint32(d.uvarint())
 		m.redelivered = d.byte() != 0
 		m.msg = msg()
+	case kAdmin:
+		m.rid = d.uvarint()
+		m.n = d.uvarint()
+		m.str = d.str()
 	case kMember:
 		m.rid = d.uvarint()
 		m.n = d.uvarint()

@@ -174,6 +174,9 @@ type AddressInfo struct {
 // to a wildcard pattern belong to no address and are not listed in
 // Queues (QueueStats has them).
 func (b *Broker) Addresses() []AddressInfo {
+	if a := b.clusterAdmin(); a != nil {
+		return a.Addresses()
+	}
 	b.mu.RLock()
 	out := make([]AddressInfo, 0, len(b.addresses))
 	for _, a := range b.addresses {
@@ -203,6 +206,9 @@ func (b *Broker) Addresses() []AddressInfo {
 // (its queues are the subscriptions consumers make); it fails with
 // ErrQueueExists if it already does.
 func (b *Broker) CreateQueue(name string, rt RoutingType) error {
+	if a := b.clusterAdmin(); a != nil {
+		return a.CreateQueue(name, rt)
+	}
 	if err := b.lockToCreate(name, rt); err != nil {
 		return err
 	}
@@ -228,6 +234,9 @@ const adminChunk = 1024
 // queue is emptied in chunks, holding its lock for at most adminChunk
 // messages at a time; messages sent during the purge are kept.
 func (b *Broker) PurgeQueue(name string) (int, error) {
+	if a := b.clusterAdmin(); a != nil {
+		return a.PurgeQueue(name)
+	}
 	q := b.Queue(name)
 	if q == nil {
 		return 0, fmt.Errorf("%w: %q", ErrQueueNotFound, name)
@@ -319,6 +328,9 @@ func (q *Queue) takeScheduledLocked(limit uint64, n int, rs []*ref) []*ref {
 // the messages not moved go back to their place in from and the error is
 // returned with the count so far. Like PurgeQueue it works in chunks.
 func (b *Broker) MoveMessages(from, to string, max int) (int, error) {
+	if a := b.clusterAdmin(); a != nil {
+		return a.MoveMessages(from, to, max)
+	}
 	q := b.Queue(from)
 	if q == nil {
 		return 0, fmt.Errorf("%w: %q", ErrQueueNotFound, from)
@@ -470,6 +482,9 @@ type BrowsedMessage struct {
 // and in-flight messages; a page that reaches the scheduled messages
 // also copies their order (O(scheduled)).
 func (b *Broker) Browse(name string, offset, limit int) ([]BrowsedMessage, int, error) {
+	if a := b.clusterAdmin(); a != nil {
+		return a.Browse(name, offset, limit)
+	}
 	q := b.Queue(name)
 	if q == nil {
 		return nil, 0, fmt.Errorf("%w: %q", ErrQueueNotFound, name)

@@ -287,6 +287,9 @@ func (b *Broker) lockToCreate(name string, rt RoutingType) error {
 // CreateAddress creates an address accepting rt (Anycast creates its
 // queue too). Creating an existing address adds rt to it.
 func (b *Broker) CreateAddress(name string, rt RoutingType) error {
+	if a := b.clusterAdmin(); a != nil {
+		return a.CreateAddress(name, rt)
+	}
 	if err := b.lockToCreate(name, rt); err != nil {
 		return err
 	}
@@ -298,6 +301,9 @@ func (b *Broker) CreateAddress(name string, rt RoutingType) error {
 // DeleteAddress deletes an address and its queues. It fails with
 // ErrSubscriptionInUse while any of them has consumers.
 func (b *Broker) DeleteAddress(name string) error {
+	if a := b.clusterAdmin(); a != nil {
+		return a.DeleteAddress(name)
+	}
 	b.mu.Lock()
 	a := b.addresses[name]
 	if a == nil {
@@ -332,6 +338,9 @@ func (b *Broker) DeleteAddress(name string) error {
 // DeleteQueue deletes a queue and its messages. It fails with
 // ErrSubscriptionInUse while the queue has consumers.
 func (b *Broker) DeleteQueue(name string) error {
+	if a := b.clusterAdmin(); a != nil {
+		return a.DeleteQueue(name)
+	}
 	b.mu.RLock()
 	q := b.queues[name]
 	b.mu.RUnlock()
@@ -381,6 +390,9 @@ func (b *Broker) Queue(name string) *Queue {
 
 // QueueStats returns a snapshot of every queue's counters.
 func (b *Broker) QueueStats() []QueueStats {
+	if a := b.clusterAdmin(); a != nil {
+		return a.QueueStats()
+	}
 	b.mu.RLock()
 	qs := make([]*Queue, 0, len(b.queues))
 	for _, q := range b.queues {
@@ -427,6 +439,9 @@ type AddressStats struct {
 
 // AddressStats returns a snapshot of every address's counters.
 func (b *Broker) AddressStats() []AddressStats {
+	if a := b.clusterAdmin(); a != nil {
+		return a.AddressStats()
+	}
 	b.mu.RLock()
 	defer b.mu.RUnlock()
 	out := make([]AddressStats, 0, len(b.addresses))

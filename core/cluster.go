@@ -385,3 +385,44 @@ func DecodeMessage(p []byte) (*Message, error) {
 	}
 	return m, err
 }
+
+// ClusterAdmin is what a Cluster implements to serve an access broker's
+// administrative operations (the console, the API, the admin CLI) from
+// the groups: each is Broker's method of the same name, applied where
+// the queue or address lives (in every group, for a queue or address
+// several groups hold a part of, with the counts summed).
+type ClusterAdmin interface {
+	QueueStats() []QueueStats
+	Addresses() []AddressInfo
+	AddressStats() []AddressStats
+	CreateQueue(name string, rt RoutingType) error
+	CreateAddress(name string, rt RoutingType) error
+	DeleteQueue(name string) error
+	DeleteAddress(name string) error
+	PurgeQueue(name string) (int, error)
+	MoveMessages(from, to string, max int) (int, error)
+	Browse(name string, offset, limit int) ([]BrowsedMessage, int, error)
+}
+
+// clusterAdmin returns the cluster's admin side, nil for a single broker.
+func (b *Broker) clusterAdmin() ClusterAdmin {
+	a, _ := b.cluster.(ClusterAdmin)
+	return a
+}
+
+// QueueStat returns one queue's statistics.
+func (b *Broker) QueueStat(name string) (QueueStats, error) {
+	if a := b.clusterAdmin(); a != nil {
+		for _, st := range a.QueueStats() {
+			if st.Name == name {
+				return st, nil
+			}
+		}
+		return QueueStats{}, fmt.Errorf("%w: %q", ErrQueueNotFound, name)
+	}
+	q := b.Queue(name)
+	if q == nil {
+		return QueueStats{}, fmt.Errorf("%w: %q", ErrQueueNotFound, name)
+	}
+	return q.Stats(), nil
+}

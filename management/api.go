@@ -535,12 +535,12 @@ func (s *Server) listQueues(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) getQueue(w http.ResponseWriter, r *http.Request) {
-	q := s.b.Queue(r.PathValue("name"))
-	if q == nil {
-		s.fail(w, r, fmt.Errorf("%w: %q", core.ErrQueueNotFound, r.PathValue("name")))
+	st, err := s.b.QueueStat(r.PathValue("name"))
+	if err != nil {
+		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, queueOf(q.Stats()))
+	writeJSON(w, http.StatusOK, queueOf(st))
 }
 
 func (s *Server) createQueue(w http.ResponseWriter, r *http.Request) {
@@ -556,12 +556,12 @@ func (s *Server) createQueue(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.log.Info().Str("queue", req.Name).Stringer("routingType", rt).Str("remote", r.RemoteAddr).Msg("console: queue created")
-	q := s.b.Queue(req.Name)
-	if q == nil { // deleted meanwhile
+	st, err := s.b.QueueStat(req.Name)
+	if err != nil { // deleted meanwhile
 		writeJSON(w, http.StatusCreated, map[string]string{"name": req.Name})
 		return
 	}
-	writeJSON(w, http.StatusCreated, queueOf(q.Stats()))
+	writeJSON(w, http.StatusCreated, queueOf(st))
 }
 
 func (s *Server) deleteQueue(w http.ResponseWriter, r *http.Request) {
