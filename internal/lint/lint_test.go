@@ -15,6 +15,7 @@ const module = "github.com/junctionmq/junction"
 // docs/architecture.md; change both together.
 var allowed = map[string][]string{
 	"persistence":         {},
+	"cluster":             {"core", "persistence", "cluster/transport", "cluster/raftlog"},
 	"cluster/transport":   {},
 	"cluster/raftlog":     {"persistence"},
 	"core":                {},
