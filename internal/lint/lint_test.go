@@ -16,6 +16,7 @@ const module = "github.com/junctionmq/junction"
 var allowed = map[string][]string{
 	"persistence":         {},
 	"cluster":             {"core", "persistence", "cluster/transport", "cluster/raftlog"},
+	"ha":                  {},
 	"cluster/transport":   {},
 	"cluster/raftlog":     {"persistence"},
 	"core":                {},

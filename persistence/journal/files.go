@@ -95,6 +95,9 @@ func (j *Journal) prepLoop() {
 				return
 			default:
 			}
+			if j.failedErr() != nil {
+				break // a failed journal touches no file
+			}
 			j.rmu.Lock()
 			n := len(j.ready)
 			var victim *segFile

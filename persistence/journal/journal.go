@@ -408,6 +408,20 @@ func (j *Journal) Stats() Stats {
 	return s
 }
 
+// Fail makes the journal fail now, as a write error would, with cause as
+// the reason: queued and later appends complete with ErrFailed wrapping
+// cause, and nothing more is written (no file is prepared, removed,
+// compacted or reclaimed, and Close seals nothing). A batch the writer is
+// already writing may still complete. Whoever finds that this process may
+// no longer write the directory calls it: the shared-store monitor, when
+// the broker cannot prove it still holds the store, so that it never
+// writes beside another live broker.
+func (j *Journal) Fail(cause error) {
+	j.setFailed(cause)
+	j.kickWriter()
+	j.kickPrep()
+}
+
 // Close completes queued appends (writing them), seals the active file,
 // stops the journal's goroutines, closes its files and releases the lock.
 // Appends after Close fail with ErrClosed. Close is idempotent; it returns

@@ -370,3 +370,37 @@ func TestStatsForMonitoring(t *testing.T) {
 		t.Fatalf("files %d, bytes %d", st.Files, st.Bytes)
 	}
 }
+
+// After Fail the journal writes nothing: appends fail with ErrFailed
+// wrapping the cause, and Close does not seal the active file.
+func TestFailStopsEveryWrite(t *testing.T) {
+	mem := fs.NewCrashableMem()
+	cfg := testConfig(mem)
+	j := mustOpen(t, cfg)
+	if err := waitErr(func(d func(error)) { j.Append(1, 1, []byte("before"), true, d) }); err != nil {
+		t.Fatal(err)
+	}
+	// Let the preparer fill the pool, so nothing is still on its way.
+	deadline := time.Now().Add(10 * time.Second)
+	for j.Stats().ReadyFiles < cfg.MinFiles && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	cause := errors.New("the store belongs to another broker now")
+	ops := mem.Ops()
+	j.Fail(cause)
+	err := waitErr(func(d func(error)) { j.Append(2, 1, []byte("after"), true, d) })
+	if !errors.Is(err, ErrFailed) || !errors.Is(err, cause) {
+		t.Fatalf("append after Fail: %v, want ErrFailed wrapping the cause", err)
+	}
+	if err := j.Close(); !errors.Is(err, cause) {
+		t.Fatalf("Close after Fail: %v", err)
+	}
+	if got := mem.Ops(); got != ops {
+		t.Fatalf("%d file operations after Fail, want none", got-ops)
+	}
+	j = mustOpen(t, testConfig(mem))
+	defer j.Close()
+	if live, _ := load(t, j); len(live) != 1 || live[1].payload != "before" {
+		t.Fatalf("after reopening: %v", live)
+	}
+}
