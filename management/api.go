@@ -203,6 +203,9 @@ type brokerJSON struct {
 	// their disk limits); empty when they are not.
 	DiskFull   string `json:"diskFull"`
 	Goroutines int    `json:"goroutines"`
+	// HA is the broker's role in a shared-store group; absent without
+	// one.
+	HA *haJSON `json:"ha,omitempty"`
 }
 
 type messageMemoryJSON struct {
@@ -290,6 +293,9 @@ func (s *Server) getBroker(w http.ResponseWriter, r *http.Request) {
 	mm := s.b.Memory()
 	out.MessageMemory = messageMemoryJSON{Used: mm.Used, Max: mm.Max}
 	out.DiskFull = s.b.DiskFull()
+	if s.cfg.HA != nil {
+		out.HA = haOf(s.cfg.HA())
+	}
 	writeJSON(w, http.StatusOK, out)
 }
 

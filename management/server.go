@@ -87,6 +87,9 @@ type Config struct {
 	// Cluster, for a cluster node, serves /api/v1/cluster and the
 	// junction_cluster_* metrics; nil for a single broker.
 	Cluster ClusterAdmin
+	// HA reports the broker's role in a shared-store group; nil without
+	// one (no ha section in /api/v1/broker, no junction_ha_* metrics).
+	HA func() HAStatus
 }
 
 // JournalStats are the message journal's counters, as the process's
@@ -136,6 +139,9 @@ func New(cfg Config, b *core.Broker) *Server {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
+	if cfg.HA != nil {
+		reg.MustRegister(newHACollector(cfg.HA))
+	}
 	s.mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")

@@ -126,7 +126,14 @@ async function refresh() {
     const queuePath = state.view === "queues"
       ? "/queues?offset=" + qs.offset + "&limit=" + QUEUE_PAGE + "&sort=" + (qs.desc ? "-" : "") + qs.sort + "&filter=" + enc(qs.filter)
       : "/queues?limit=1";
-    const [broker, queues] = await Promise.all([api("GET", "/broker"), api("GET", queuePath)]);
+    const [broker, queues] = await Promise.all([api("GET", "/broker"), api("GET", queuePath).catch((e) => e)]);
+    renderRole(broker.ha);
+    if (broker.ha && broker.ha.role === "backup") {
+      // A backup serves no queues until it takes over.
+      renderOverview(broker, { queues: 0, depth: 0 });
+      return;
+    }
+    if (queues instanceof Error) throw queues;
     sample(queues.totals);
     renderOverview(broker, queues.totals);
     if (state.view === "queues") renderQueues(queues);
@@ -140,6 +147,17 @@ async function refresh() {
 }
 
 // ---- overview ----
+
+// renderRole shows the broker's role in a shared-store group (absent
+// without one): "live, holding the store lock since …" or "backup,
+// waiting for the store lock held since … by …".
+function renderRole(ha) {
+  const r = $("ha-role");
+  r.hidden = !ha;
+  if (!ha) return;
+  r.textContent = ha.status;
+  r.className = ha.role;
+}
 
 function sample(totals) {
   state.samples.push({ t: Date.now(), enq: totals.enqueued, deq: totals.dequeued });
