@@ -254,31 +254,27 @@ func secondsOf(ds []time.Duration) []float64 {
 	return out
 }
 
-// startClusterInstance starts a cluster node and its access broker: the
+// openCluster starts a cluster node and its access broker: the
 // broker keeps no journals (the node's groups do); bcfg, with the memory
 // budget and limits filled in, is the template of the group brokers.
-func startClusterInstance(cfg Config, bcfg core.Config, sec *brokerSecurity, log zerolog.Logger) (*instance, error) {
+func (in *instance) openCluster(cfg Config, bcfg core.Config) error {
 	bcfg.MaxMemory = memoryBudget(cfg.MaxMemory)
 	softMemoryLimit(bcfg.MaxMemory)
 	bcfg.MaxAutoCreatedQueuesPerUser = cfg.Limits.MaxAutoCreatedQueues
-	node, err := startCluster(cfg, bcfg, os.Getenv, log.With().Str("component", "cluster").Logger())
+	node, err := startCluster(cfg, bcfg, os.Getenv, in.log.With().Str("component", "cluster").Logger())
 	if err != nil {
-		return nil, err
+		return err
 	}
 	acfg := core.Config{AddressSettings: cfg.AddressSettings, Logger: bcfg.Logger, Cluster: node.Cluster(),
 		Authenticator: bcfg.Authenticator, Authorizer: bcfg.Authorizer}
 	b, err := core.New(acfg)
 	if err != nil {
 		node.Close()
-		return nil, err
+		return err
 	}
-	in := &instance{log: log, broker: b, cluster: node, addrs: make(map[string]net.Addr), errc: make(chan error, 8), sec: sec}
-	sec.start(b)
-	if err := in.startListeners(cfg); err != nil {
-		in.stop(context.Background())
-		return nil, err
-	}
-	return in, nil
+	in.broker, in.cluster = b, node
+	in.sec.start(b)
+	return nil
 }
 
 // clusterAdmin is the management API's view of the node; nil without.

@@ -54,7 +54,20 @@ type Config struct {
 	SecuritySettings []security.Setting `yaml:"security-settings"`
 	// Cluster makes the broker a node of a replicated cluster.
 	Cluster ClusterConfig `yaml:"cluster"`
+	// HA is "off" or "shared-store": brokers started on one data
+	// directory, the one holding its lock live, the others backups
+	// (docs/ha.md).
+	HA string `yaml:"ha"`
+	// HALockPoll is how often a backup tries the store lock.
+	HALockPoll time.Duration `yaml:"ha-lock-poll"`
+	// HACheckInterval and HACheckTimeout: how often the live broker
+	// proves it still holds the store, and how long a check may take.
+	HACheckInterval time.Duration `yaml:"ha-check-interval"`
+	HACheckTimeout  time.Duration `yaml:"ha-check-timeout"`
 }
+
+// haSharedStore is the one HA mode.
+const haSharedStore = "shared-store"
 
 // StompConfig configures the STOMP listener.
 type StompConfig struct {
@@ -123,6 +136,10 @@ func defaultConfig() Config {
 			PageSegmentSize:       64 << 20,
 			MinFreeDisk:           256 << 20,
 		},
+		HA:              "off",
+		HALockPoll:      500 * time.Millisecond,
+		HACheckInterval: time.Second,
+		HACheckTimeout:  5 * time.Second,
 	}
 }
 
@@ -392,6 +409,10 @@ var options = append([]option{
 	sizeOpt("large-message-threshold", "persistence.large-message-threshold", "durable bodies above this size are stored in files of their own", func(c *Config) *ByteSize { return &c.Persistence.LargeMessageThreshold }),
 	stringOpt("users", "users", "YAML users file (bcrypt hashes and roles; see junction user); reread when it changes", func(c *Config) *string { return &c.Users }),
 	triBoolOpt("allow-anonymous", "allow-anonymous", "accept clients without credentials (default: only while every listener is on loopback)", func(c *Config) **bool { return &c.AllowAnonymous }),
+	stringOpt("ha", "ha", "high availability: off, or shared-store (brokers on one data directory: the one holding its lock is live, the others wait as backups)", func(c *Config) *string { return &c.HA }),
+	durationOpt("ha-lock-poll", "ha-lock-poll", "how often a backup tries the store lock", func(c *Config) *time.Duration { return &c.HALockPoll }),
+	durationOpt("ha-check-interval", "ha-check-interval", "how often the live broker proves it still holds the store", func(c *Config) *time.Duration { return &c.HACheckInterval }),
+	durationOpt("ha-check-timeout", "ha-check-timeout", "how long one such check may take before the live broker stops (keep interval + timeout far below an NFS lease)", func(c *Config) *time.Duration { return &c.HACheckTimeout }),
 	stringOpt("journal-recovery", "persistence.recovery", "on damage in the middle of the journal: strict (refuse to start) or salvage", func(c *Config) *string { return &c.Persistence.Recovery }),
 }, clusterOptions...)
 
@@ -616,6 +637,27 @@ func (c *Config) validate() []fieldError {
 		if err := c.AddressSettings[i].Validate(); err != nil {
 			bad(fmt.Sprintf("address-settings.%d", i), "%v", err)
 		}
+	}
+	switch c.HA {
+	case "off":
+	case haSharedStore:
+		if !c.Persistence.Enabled {
+			bad("ha", "shared-store needs persistence: the store is what the brokers share")
+		}
+		if c.Cluster.enabled() {
+			bad("ha", "shared-store and cluster exclude each other: a cluster replicates its store instead of sharing one")
+		}
+	default:
+		bad("ha", "must be off or shared-store; got %q", c.HA)
+	}
+	if c.HALockPoll < 10*time.Millisecond {
+		bad("ha-lock-poll", "must be at least 10ms")
+	}
+	if c.HACheckInterval <= 0 {
+		bad("ha-check-interval", "must be positive")
+	}
+	if c.HACheckTimeout <= 0 {
+		bad("ha-check-timeout", "must be positive")
 	}
 	c.validateSecurity(bad)
 	c.Cluster.validate(bad)

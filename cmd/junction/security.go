@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -151,9 +152,12 @@ type brokerSecurity struct {
 	authorize bool // install the store as core's Authorizer
 	log       zerolog.Logger
 	reloader  *security.Reloader
-	broker    *core.Broker // told of each reload (set by start, before the watcher runs)
-	cancel    context.CancelFunc
-	done      chan struct{}
+	// broker is told of each reload. start sets it: a shared-store backup
+	// starts the watcher before the broker exists (its console checks
+	// logins) and sets it again at the takeover.
+	broker atomic.Pointer[core.Broker]
+	cancel context.CancelFunc
+	done   chan struct{}
 }
 
 // newBrokerSecurity loads the users file and builds the store; it
@@ -196,7 +200,9 @@ func newBrokerSecurity(cfg Config, log zerolog.Logger) (*brokerSecurity, error) 
 			OnReload: func(u *security.Users) {
 				// Roles changed: core drops the permission decisions it
 				// cached (sessions', wildcard subscriptions').
-				s.broker.PermissionsChanged()
+				if b := s.broker.Load(); b != nil {
+					b.PermissionsChanged()
+				}
 				log.Info().Str("users_file", cfg.Users).Int("users", len(u.Users)).Msg("users file reloaded")
 			},
 			OnError: func(err error) {
@@ -218,10 +224,10 @@ func (s *brokerSecurity) configure(bcfg *core.Config) {
 // start starts watching the users file, if there is one; each reload
 // is applied to b's cached permission decisions.
 func (s *brokerSecurity) start(b *core.Broker) {
+	s.broker.Store(b)
 	if s.reloader == nil || s.done != nil {
 		return
 	}
-	s.broker = b
 	ctx, cancel := context.WithCancel(context.Background())
 	s.cancel, s.done = cancel, make(chan struct{})
 	go func() {

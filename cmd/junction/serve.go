@@ -69,6 +69,23 @@ type instance struct {
 	// cluster is this broker's cluster node (nil for a single broker):
 	// the broker is then its access broker; closed after the broker.
 	cluster *cluster.Node
+	// node is the broker's part in a shared-store group; nil without
+	// --ha.
+	node *haNode
+	// console serves the console listener when a backup opened it before
+	// the broker existed; the management handler replaces the backup's
+	// at the takeover. nil otherwise.
+	console *swapHandler
+	// fence stops the page stores' and large messages' writes when the
+	// store is lost; nil without --ha.
+	fence *storeFence
+	// hosts are the HTTP listeners' Host allow-lists, made by
+	// startListeners or, first, by a backup's console.
+	hosts *hostGuard
+}
+
+func newInstance(log zerolog.Logger) *instance {
+	return &instance{log: log, addrs: make(map[string]net.Addr), errc: make(chan error, 8)}
 }
 
 func newLogger(cfg Config, w io.Writer) zerolog.Logger {
@@ -136,40 +153,64 @@ func openJournals(cfg Config, log zerolog.Logger) (msgs, bindings *journal.Journ
 // start opens the data directory, creates the broker and starts every
 // configured listener.
 func start(cfg Config, logw io.Writer) (*instance, error) {
-	log := newLogger(cfg, logw)
-	if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
-		return nil, fmt.Errorf("data dir: %w", err)
-	}
-	bcfg := core.Config{AddressSettings: cfg.AddressSettings, Logger: log.With().Str("component", "core").Logger()}
-	sec, err := newBrokerSecurity(cfg, log)
-	if err != nil {
+	in := newInstance(newLogger(cfg, logw))
+	if err := in.open(cfg); err != nil {
 		return nil, err
 	}
-	sec.configure(&bcfg)
+	if err := in.startListeners(cfg); err != nil {
+		in.stop(context.Background())
+		return nil, err
+	}
+	return in, nil
+}
+
+// open opens the data directory (recovering the journals, the page
+// stores and the large messages) and creates the broker.
+func (in *instance) open(cfg Config) error {
+	log := in.log
+	if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
+		return fmt.Errorf("data dir: %w", err)
+	}
+	bcfg := core.Config{AddressSettings: cfg.AddressSettings, Logger: log.With().Str("component", "core").Logger()}
+	if in.sec == nil {
+		sec, err := newBrokerSecurity(cfg, log)
+		if err != nil {
+			return err
+		}
+		in.sec = sec
+	}
+	in.sec.configure(&bcfg)
 	var msgs, bindings *journal.Journal
 	if cfg.Cluster.enabled() {
-		return startClusterInstance(cfg, bcfg, sec, log)
+		return in.openCluster(cfg, bcfg)
 	}
 	if cfg.Persistence.Enabled {
 		var err error
 		if msgs, bindings, err = openJournals(cfg, log); err != nil {
-			return nil, err
+			if errors.Is(err, journal.ErrLocked) && in.node == nil {
+				return fmt.Errorf("data directory %s is in use by another broker (%w); stop that one first, or start this one with --ha shared-store to wait as its backup", cfg.DataDir, err)
+			}
+			return err
 		}
 		bcfg.Messages, bcfg.Bindings = msgs, bindings
 		ls, err := large.Open(filepath.Join(cfg.DataDir, "large"), fs.OS())
 		if err != nil {
 			msgs.Close()
 			bindings.Close()
-			return nil, fmt.Errorf("large-message store: %w", err)
+			return fmt.Errorf("large-message store: %w", err)
 		}
 		bcfg.Large, bcfg.LargeMessageThreshold = ls, int(cfg.Persistence.LargeMessageThreshold)
 		pages, err := page.Open(filepath.Join(cfg.DataDir, "pages"), fs.OS(), page.Options{SegmentSize: int64(cfg.Persistence.PageSegmentSize)})
 		if err != nil {
 			msgs.Close()
 			bindings.Close()
-			return nil, fmt.Errorf("page store: %w", err)
+			return fmt.Errorf("page store: %w", err)
 		}
 		bcfg.Pager = pagerAdapter{pages}
+		if in.fence != nil {
+			bcfg.Large = fencedLarge{bcfg.Large, in.fence}
+			bcfg.Pager = fencedPager{bcfg.Pager, in.fence}
+		}
 		bcfg.Disk = diskLimits(cfg, msgs, bindings, pages)
 	}
 	bcfg.MaxMemory = memoryBudget(cfg.MaxMemory)
@@ -183,15 +224,11 @@ func start(cfg Config, logw io.Writer) (*instance, error) {
 			msgs.Close()
 			bindings.Close()
 		}
-		return nil, err
+		return err
 	}
-	in := &instance{log: log, broker: b, msgs: msgs, bindings: bindings, addrs: make(map[string]net.Addr), errc: make(chan error, 8), sec: sec}
-	sec.start(b)
-	if err := in.startListeners(cfg); err != nil {
-		in.stop(context.Background())
-		return nil, err
-	}
-	return in, nil
+	in.broker, in.msgs, in.bindings = b, msgs, bindings
+	in.sec.start(b)
+	return nil
 }
 
 // startListeners creates the protocol servers and serves them on their
@@ -248,11 +285,14 @@ func (in *instance) startListeners(cfg Config) error {
 	// With users, the console and its API need a user who may manage.
 	requireLogin := in.sec != nil && in.sec.store.HasUsers()
 	anonymous, _, _ := cfg.anonymousPolicy() // validated: no error
-	hosts, err := newHostGuard(cfg, log.With().Str("component", "http").Logger(), requireLogin, anonymous)
-	if err != nil {
-		return fmt.Errorf("allowed hosts: %w", err)
+	hosts := in.hosts                        // a backup's console made it already
+	if hosts == nil {
+		if hosts, err = newHostGuard(cfg, log.With().Str("component", "http").Logger(), requireLogin, anonymous); err != nil {
+			return fmt.Errorf("allowed hosts: %w", err)
+		}
+		in.hosts = hosts
 	}
-	mgmt := management.New(management.Config{
+	mcfg := management.Config{
 		Version:      version,
 		Listeners:    in.listenerAddrs,
 		Rejections:   in.rejections,
@@ -266,7 +306,11 @@ func (in *instance) startListeners(cfg Config) error {
 		OnHostRefused:     hosts.refused,
 		RequestRejections: hosts.rejections,
 		Cluster:           in.clusterAdmin(),
-	}, b)
+	}
+	if in.node != nil {
+		mcfg.HA = in.node.status
+	}
+	mgmt := management.New(mcfg, b)
 	wsh, err := websocket.New(websocket.Config{
 		// The console answers the plain HTTP requests of a shared port.
 		Fallback: mgmt,
@@ -349,7 +393,9 @@ func (in *instance) startListeners(cfg Config) error {
 		}
 	}
 	ls = append(ls, listener{"all", cfg.All.Listen, all.ServeConn, all.Reject})
-	if cfg.Console.Listen != "" {
+	if in.console != nil {
+		in.console.set(mgmt) // the backup's console listener, kept
+	} else if cfg.Console.Listen != "" {
 		if err := in.serveHTTP("console", cfg.Console.Listen, mgmt); err != nil {
 			return err
 		}
@@ -505,7 +551,9 @@ func (in *instance) stop(ctx context.Context) error {
 		}
 	}
 	in.wg.Wait()
-	errs = append(errs, in.broker.Close())
+	if in.broker != nil {
+		errs = append(errs, in.broker.Close())
+	}
 	if in.cluster != nil {
 		errs = append(errs, in.cluster.Close())
 	}
@@ -517,19 +565,68 @@ func (in *instance) stop(ctx context.Context) error {
 }
 
 // serve runs the broker until ctx is cancelled. ready, if not nil,
-// receives the instance once every listener is up (for tests).
+// receives the instance once every listener is up (for tests). With
+// --ha shared-store it first takes the store lock, waiting for it as a
+// backup (console only) while another broker holds it; without it, it
+// gives up at once on a data directory another broker uses.
 func serve(ctx context.Context, cfg Config, logw io.Writer, ready func(*instance)) error {
-	in, err := start(cfg, logw)
-	if err != nil {
+	in := newInstance(newLogger(cfg, logw))
+	if cfg.HA == haSharedStore {
+		in.node = &haNode{cfg: cfg, log: in.log.With().Str("component", "ha").Logger()}
+		in.fence = &storeFence{}
+		held, err := in.node.acquire(ctx, in, cfg)
+		if err != nil || !held {
+			in.stop(context.Background())
+			if err == nil {
+				in.log.Info().Msg("junction stopped (a backup)")
+			}
+			return err
+		}
+	}
+	for {
+		err := in.open(cfg)
+		if err == nil {
+			break
+		}
+		if in.node == nil || !errors.Is(err, journal.ErrLocked) {
+			in.stop(context.Background())
+			in.node.release()
+			return err
+		}
+		// The store lock is ours but a journal is locked: by a broker
+		// started without --ha, or by one whose store lock was taken from
+		// it (a replaced lock file), which stops within a check interval.
+		again, werr := in.node.waitForJournal(ctx, in, err)
+		if !again {
+			in.stop(context.Background())
+			in.node.release()
+			return werr
+		}
+	}
+	if in.node != nil {
+		if err := in.node.guard(in); err != nil {
+			in.stop(context.Background())
+			in.node.release()
+			return err
+		}
+	}
+	if err := in.startListeners(cfg); err != nil {
+		in.stop(context.Background())
+		in.node.release()
 		return err
 	}
 	ev := in.log.Info().Str("version", version).Str("data_dir", cfg.DataDir)
+	rs := in.broker.Recovered()
 	if in.msgs != nil {
-		rs := in.broker.Recovered()
 		ev = ev.Str("journal", filepath.Join(cfg.DataDir, "journal")).Int("recovered_messages", rs.Messages).Int("recovered_paged", rs.Paged).
 			Int("recovered_queues", rs.Queues).Dur("recovery_time", rs.Duration)
 	} else {
 		ev = ev.Str("journal", "off (persistence disabled: nothing survives a restart)")
+	}
+	if in.node != nil {
+		in.node.becameLive(rs.Duration)
+		st := in.node.lock.State()
+		ev = ev.Str("ha", haSharedStore).Str("ha_role", management.RoleLive).Uint64("ha_epoch", st.Epoch)
 	}
 	for name, a := range in.addrs {
 		ev = ev.Str(name, a.String())
@@ -581,6 +678,10 @@ func serve(ctx context.Context, cfg Config, logw io.Writer, ready func(*instance
 	defer cancel()
 	if err := in.stop(sctx); err != nil {
 		in.log.Warn().Err(err).Msg("shutdown was not clean")
+	}
+	// The store lock goes last, once nothing writes the store any more.
+	if err := in.node.release(); err != nil {
+		in.log.Warn().Err(err).Msg("releasing the store lock")
 	}
 	in.log.Info().Msg("junction stopped")
 	return runErr

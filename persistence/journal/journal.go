@@ -100,6 +100,9 @@ type completion struct {
 	err  error
 }
 
+// LockName is the journal's lock file in its directory.
+const LockName = "LOCK"
+
 // Open opens (creating if needed) the journal in cfg.Dir, takes its LOCK
 // file (ErrLocked if another Journal holds it), recovers, and starts the
 // writer. Recovered records are available through Load.
@@ -110,7 +113,7 @@ func Open(cfg Config) (*Journal, error) {
 	if err := cfg.FS.MkdirAll(cfg.Dir); err != nil {
 		return nil, fmt.Errorf("journal: %w", err)
 	}
-	lk, err := cfg.FS.Lock(cfg.Dir + "/LOCK")
+	lk, err := cfg.FS.Lock(cfg.Dir + "/" + LockName)
 	if err != nil {
 		return nil, err
 	}
