@@ -5,7 +5,7 @@ FUZZTIME  ?= 10s
 BENCHTIME ?= 2s
 ROUNDS    ?= 10
 
-.PHONY: help run build test race lint bench bench-stomp crash-test paging-test e2e interop fuzz clean
+.PHONY: help run build test race lint bench bench-stomp crash-test ha-test paging-test e2e interop fuzz clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -25,6 +25,9 @@ race: ## run every test under the race detector
 
 crash-test: ## kill -9 the broker under durable load ROUNDS times, restart, count lost/unexpected/corrupt
 	JUNCTION_CRASH_ROUNDS=$(ROUNDS) $(GO) test -count=1 -run '^TestCrashKill9(MQTT|AMQP|Paging)?$$' -v -timeout 60m ./cmd/junction/
+
+ha-test: ## two brokers on one data directory: kill -9 the live one under STOMP, MQTT and AMQP load ROUNDS times, count lost/unexpected/corrupt/unflagged; SIGSTOP; lost lock
+	JUNCTION_HA_ROUNDS=$(ROUNDS) $(GO) test -count=1 -run '^TestHA' -v -timeout 60m ./cmd/junction/
 
 PAGING_BYTES ?= 1GiB
 paging-test: ## send PAGING_BYTES (default 1GiB) of unconsumed durable messages to a broker with a 32 MiB budget; check its peak memory; drain in order
