@@ -48,7 +48,7 @@ func crashRounds(t *testing.T) int {
 }
 
 // buildBinary compiles junction once per test run.
-func buildBinary(t *testing.T) string {
+func buildBinary(t testing.TB) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "junction")
 	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()

@@ -210,8 +210,10 @@ func (h *haNode) guard(in *instance) error {
 }
 
 // becameLive records that the listeners are up; after a wait as a
-// backup it logs the takeover with the time from lock to ready.
-func (h *haNode) becameLive(recovery time.Duration) {
+// backup it logs the takeover with the time from lock to ready, and of
+// it the time spent opening the store (reading the journals, replaying
+// them into the broker).
+func (h *haNode) becameLive(storeOpen time.Duration) {
 	st := h.lock.State()
 	now := time.Now()
 	h.mu.Lock()
@@ -223,7 +225,7 @@ func (h *haNode) becameLive(recovery time.Duration) {
 	}
 	h.mu.Unlock()
 	if h.waited {
-		h.log.Info().Uint64("epoch", st.Epoch).Dur("lock_to_ready", now.Sub(h.lockedAt)).Dur("recovery_time", recovery).
+		h.log.Info().Uint64("epoch", st.Epoch).Dur("lock_to_ready", now.Sub(h.lockedAt)).Dur("store_open_time", storeOpen).
 			Msg("took over the shared store: live")
 	}
 }

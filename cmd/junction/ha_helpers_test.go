@@ -98,7 +98,7 @@ func (l *jsonLog) waitFor(msg string, d time.Duration, stop <-chan struct{}) map
 
 // freeAddrs returns n loopback addresses whose ports were free a moment
 // ago (brokers that list each other need fixed addresses).
-func freeAddrs(t *testing.T, n int) []string {
+func freeAddrs(t testing.TB, n int) []string {
 	t.Helper()
 	var ls []net.Listener
 	var out []string
@@ -146,7 +146,7 @@ func httpGet(t *testing.T, url string) (int, string) {
 // haSlot is one broker's fixed addresses in a shared-store pair.
 type haSlot struct{ stomp, mqtt, amqp, console string }
 
-func newSlots(t *testing.T) [2]haSlot {
+func newSlots(t testing.TB) [2]haSlot {
 	a := freeAddrs(t, 8)
 	return [2]haSlot{{a[0], a[1], a[2], a[3]}, {a[4], a[5], a[6], a[7]}}
 }
@@ -164,7 +164,7 @@ type haProc struct {
 
 // startHAProc starts the binary with --ha shared-store on dataDir with
 // the slot's addresses (and extra flags) and returns at once.
-func startHAProc(t *testing.T, bin, dataDir string, slot haSlot, extra ...string) *haProc {
+func startHAProc(t testing.TB, bin, dataDir string, slot haSlot, extra ...string) *haProc {
 	t.Helper()
 	args := append([]string{"--ha", "shared-store", "--data-dir", dataDir,
 		"--stomp", slot.stomp, "--mqtt", slot.mqtt, "--amqp", slot.amqp, "--console", slot.console,
@@ -192,7 +192,7 @@ func startHAProc(t *testing.T, bin, dataDir string, slot haSlot, extra ...string
 
 // await waits for a log message of the process; it fails the test if
 // the process exits or d passes first.
-func (p *haProc) await(t *testing.T, msg string, d time.Duration) map[string]any {
+func (p *haProc) await(t testing.TB, msg string, d time.Duration) map[string]any {
 	t.Helper()
 	ev := p.log.waitFor(msg, d, p.done)
 	if ev == nil {
@@ -211,7 +211,7 @@ func (p *haProc) kill9() {
 	<-p.done
 }
 
-func (p *haProc) terminate(t *testing.T) {
+func (p *haProc) terminate(t testing.TB) {
 	t.Helper()
 	p.cmd.Process.Signal(syscall.SIGTERM)
 	select {

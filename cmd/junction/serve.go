@@ -82,6 +82,9 @@ type instance struct {
 	// hosts are the HTTP listeners' Host allow-lists, made by
 	// startListeners or, first, by a backup's console.
 	hosts *hostGuard
+	// openTime is how long open took: the journals read, the page stores
+	// and large messages opened, the broker's state replayed.
+	openTime time.Duration
 }
 
 func newInstance(log zerolog.Logger) *instance {
@@ -168,6 +171,8 @@ func start(cfg Config, logw io.Writer) (*instance, error) {
 // stores and the large messages) and creates the broker.
 func (in *instance) open(cfg Config) error {
 	log := in.log
+	began := time.Now()
+	defer func() { in.openTime = time.Since(began) }()
 	if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
 		return fmt.Errorf("data dir: %w", err)
 	}
@@ -624,7 +629,7 @@ func serve(ctx context.Context, cfg Config, logw io.Writer, ready func(*instance
 		ev = ev.Str("journal", "off (persistence disabled: nothing survives a restart)")
 	}
 	if in.node != nil {
-		in.node.becameLive(rs.Duration)
+		in.node.becameLive(in.openTime)
 		st := in.node.lock.State()
 		ev = ev.Str("ha", haSharedStore).Str("ha_role", management.RoleLive).Uint64("ha_epoch", st.Epoch)
 	}
