@@ -131,11 +131,12 @@ func (c *haCollector) Collect(ch chan<- prometheus.Metric) {
 // (503 with the role), /api/v1/broker (the version, the listeners and the
 // ha section; no queues, no journal: the backup has opened neither),
 // /metrics (junction_build_info, junction_uptime_seconds, junction_ha_*,
-// the Go and process collectors), the console page (which shows the
-// role), and 503 with the role for every other API path. cfg.HA must be
-// set. auth is used only to check console logins (cfg.RequireLogin): a
-// broker that holds nothing, built with the security configuration of
-// the broker to come.
+// junction_http_requests_rejected_total, the Go and process collectors),
+// the console page (which shows the role), and 503 with the role for
+// every other API path. Host allow-list and login are checked as by New.
+// cfg.HA must be set. auth is used only to check console logins
+// (cfg.RequireLogin): a broker that holds nothing, built with the
+// security configuration of the broker to come.
 func NewBackup(cfg Config, auth *core.Broker) *Server {
 	s := &Server{cfg: cfg, b: auth, log: cfg.Logger, mux: http.NewServeMux(), started: time.Now()}
 	reg := prometheus.NewRegistry()
@@ -144,6 +145,7 @@ func NewBackup(cfg Config, auth *core.Broker) *Server {
 			buildInfo: prometheus.NewDesc("junction_build_info", "Always 1; the version label names the running build.", []string{"version"}, nil),
 			uptime:    prometheus.NewDesc("junction_uptime_seconds", "Seconds since the broker started.", nil, nil)},
 		newHACollector(cfg.HA),
+		newRequestsCollector(cfg.RequestRejections),
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)

@@ -5,6 +5,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -145,5 +146,44 @@ func TestLiveReportsItsRoleAndTakeovers(t *testing.T) {
 	}
 	if _, ok := plain.metrics()["junction_ha_role"]; ok {
 		t.Fatal("junction_ha_role without HA")
+	}
+}
+
+func TestBackupChecksTheHost(t *testing.T) {
+	h := &haState{s: management.HAStatus{Role: management.RoleBackup}}
+	auth, err := core.New(core.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer auth.Close()
+	var refused atomic.Int64
+	srv := httptest.NewServer(management.NewBackup(management.Config{
+		HA:            h.get,
+		AllowHost:     func(host string) bool { return strings.HasPrefix(host, "127.0.0.1:") },
+		OnHostRefused: func(*http.Request) { refused.Add(1) },
+		RequestRejections: func() map[string]map[string]uint64 {
+			return map[string]map[string]uint64{"console": {"host": uint64(refused.Load())}}
+		},
+	}, auth))
+	defer srv.Close()
+	do := func(path string) int {
+		req, _ := http.NewRequest(http.MethodGet, srv.URL+path, nil)
+		req.Host = "rebound.example"
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		return res.StatusCode
+	}
+	if code := do("/api/v1/broker"); code != http.StatusMisdirectedRequest {
+		t.Fatalf("/api/v1/broker for another Host: %d, want 421", code)
+	}
+	if code := do("/readyz"); code != http.StatusServiceUnavailable {
+		t.Fatalf("/readyz for another Host: %d, want the probe's 503", code)
+	}
+	e := &env{t: t, srv: srv}
+	if v := metricValue(t, e.metrics(), "junction_http_requests_rejected_total", map[string]string{"listener": "console", "reason": "host"}); v != 1 {
+		t.Fatalf("refusals counted: %v, want 1", v)
 	}
 }
