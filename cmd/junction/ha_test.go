@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -166,6 +167,17 @@ func TestHABackupWaitsWithoutListenersThenTakesOver(t *testing.T) {
 	if code, body := httpGet(t, "http://"+slots[1].console+"/api/v1/broker"); code != 200 || !strings.Contains(body, `"role":"backup"`) ||
 		!strings.Contains(body, wantWait) {
 		t.Fatalf("backup's /api/v1/broker: %d %s", code, body)
+	}
+	// The backup's console checks the Host allow-list as the live one does.
+	req, _ := http.NewRequest(http.MethodGet, "http://"+slots[1].console+"/api/v1/broker", nil)
+	req.Host = "rebound.example"
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusMisdirectedRequest {
+		t.Fatalf("backup's console for another Host: %d, want 421", res.StatusCode)
 	}
 	if _, body := httpGet(t, "http://"+slots[1].console+"/metrics"); !strings.Contains(body, `junction_ha_role{role="backup"} 1`) ||
 		!strings.Contains(body, "junction_ha_takeovers_total 0") {
