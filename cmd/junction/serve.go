@@ -582,6 +582,7 @@ func serve(ctx context.Context, cfg Config, logw io.Writer, ready func(*instance
 		held, err := in.node.acquire(ctx, in, cfg)
 		if err != nil || !held {
 			in.stop(context.Background())
+			in.node.release()
 			if err == nil {
 				in.log.Info().Msg("junction stopped (a backup)")
 			}
