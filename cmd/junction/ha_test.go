@@ -346,3 +346,47 @@ func replaceFile(t *testing.T, path string) {
 		t.Fatal(err)
 	}
 }
+
+// With users, a backup's console asks for a login as the live one does,
+// with the same users file; the probes stay open.
+func TestHABackupConsoleNeedsALogin(t *testing.T) {
+	users := writeUsers(t)
+	dir := filepath.Join(t.TempDir(), "data")
+	slots := newSlots(t)
+	cfgA := haConfig(t, dir, slots[0])
+	cfgA.Users = users
+	serveBG(t, cfgA).live(t, 20*time.Second)
+	cfgB := haConfig(t, dir, slots[1])
+	cfgB.Users = users
+	b := serveBG(t, cfgB)
+	if b.log.waitFor(backupMsg, 20*time.Second, b.exited) == nil {
+		t.Fatalf("no backup:\n%s", b.log)
+	}
+	get := func(path, user, pass string) int {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodGet, "http://"+slots[1].console+path, nil)
+		if user != "" {
+			req.SetBasicAuth(user, pass)
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		return res.StatusCode
+	}
+	for path, want := range map[string]int{"/api/v1/broker": 401, "/metrics": 401, "/healthz": 200, "/readyz": 503} {
+		if got := get(path, "", ""); got != want {
+			t.Errorf("%s without a login: %d, want %d", path, got, want)
+		}
+	}
+	if got := get("/api/v1/broker", "alice", "wrong"); got != 401 {
+		t.Errorf("a wrong password: %d", got)
+	}
+	if got := get("/api/v1/broker", "bob", bobPassword); got != 403 {
+		t.Errorf("a user who may not manage: %d, want 403", got)
+	}
+	if got := get("/api/v1/broker", "alice", alicePassword); got != 200 {
+		t.Errorf("alice: %d", got)
+	}
+}
