@@ -87,6 +87,7 @@ type Broker struct {
 	sessions  map[uint64]*Session       // guarded by mu: open sessions with a Protocol
 	protos    map[string]*protoCounters // guarded by mu: per protocol, never removed
 	autoq     autoQueues                // guarded by mu: queues auto-created per user (limits.go)
+	creating  map[string]chan struct{}  // guarded by mu: durable queues whose binding is being written (create.go)
 	started   time.Time
 
 	retained       retainedStore
@@ -475,18 +476,14 @@ func (b *Broker) addressLocked(name string, auto bool) *address {
 	return a
 }
 
+// addRoutingLocked makes address a take sends of rt: an anycast queue
+// (created as anycastLocked does, b.mu released while its binding is
+// written), or multicast.
 func (b *Broker) addRoutingLocked(a *address, rt RoutingType) error {
 	switch rt {
 	case Anycast:
-		if a.anycast == nil {
-			q := b.newQueueLocked(a.name, a.name, Anycast, true, false, "")
-			if err := b.persistQueue(q); err != nil {
-				delete(b.queues, q.name)
-				return err
-			}
-			a.anycast = q
-			b.bumpLocked()
-		}
+		_, err := b.anycastLocked(a.name, a.auto)
+		return err
 	case Multicast:
 		if !a.isMulti {
 			a.isMulti = true
@@ -497,12 +494,7 @@ func (b *Broker) addRoutingLocked(a *address, rt RoutingType) error {
 }
 
 func (b *Broker) newQueueLocked(name, addr string, rt RoutingType, durable, temporary bool, clientID string) *Queue {
-	q := &Queue{
-		b: b, name: name, address: addr, routing: rt,
-		durable: durable, temporary: temporary, clientID: clientID,
-		settings: b.settings.resolve(addr),
-	}
-	q.maxBytes.Store(q.settings.MaxSizeBytes)
+	q := b.unregisteredQueue(name, addr, rt, durable, temporary, clientID)
 	b.queues[name] = q
 	return q
 }
@@ -591,6 +583,9 @@ func (b *Broker) resolve(m *Message, sender *Session) (*address, error) {
 	if m.RoutingType == RoutingDefault {
 		m.RoutingType = s.DefaultRoutingType
 	}
+	if m.RoutingType == Anycast {
+		return b.autoCreateAnycast(m.Address, sender)
+	}
 	if err := sender.authorizeCreate(m.Address, m.RoutingType); err != nil {
 		return nil, err
 	}
@@ -598,11 +593,6 @@ func (b *Broker) resolve(m *Message, sender *Session) (*address, error) {
 	defer b.mu.Unlock()
 	if b.closed {
 		return nil, ErrClosed
-	}
-	if m.RoutingType == Anycast && b.queues[m.Address] == nil {
-		if err := b.chargeAutoQueueLocked(sender, m.Address); err != nil {
-			return nil, err
-		}
 	}
 	a = b.addressLocked(m.Address, true)
 	if err := b.addRoutingLocked(a, m.RoutingType); err != nil {

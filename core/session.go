@@ -386,6 +386,15 @@ func (s *Session) queueFor(o ConsumerOptions, sel *selector.Selector, dry bool) 
 	g := grants{all: s.trusted()}
 	for {
 		q, need, err := s.queueForPass(o, sel, &g, dry)
+		if errors.Is(err, errAutoCreate) {
+			if _, err := s.b.autoCreateAnycast(o.Address, s); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		if errors.Is(err, errLookAgain) {
+			continue
+		}
 		if need == nil || err != nil {
 			return q, err
 		}
@@ -444,13 +453,7 @@ func (s *Session) queueForPass(o ConsumerOptions, sel *selector.Selector, g *gra
 			if dry {
 				return nil, nil, nil
 			}
-			if err := b.chargeAutoQueueLocked(s, o.Address); err != nil {
-				return nil, nil, err
-			}
-			a = b.addressLocked(o.Address, true)
-			if err := b.addRoutingLocked(a, Anycast); err != nil {
-				return nil, nil, err
-			}
+			return nil, nil, errAutoCreate // by queueFor, outside this pass
 		}
 		if dry {
 			return nil, nil, nil
@@ -556,20 +559,33 @@ func (s *Session) queueForPass(o ConsumerOptions, sel *selector.Selector, g *gra
 	if dry {
 		return nil, nil, nil
 	}
-	q := b.newQueueLocked(name, o.Address, Multicast, true, false, s.opts.ClientID)
+	if !b.reserveLocked(name) {
+		return nil, nil, errLookAgain // created or failed meanwhile
+	}
+	q := b.unregisteredQueue(name, o.Address, Multicast, true, false, s.opts.ClientID)
 	q.filter = sel
 	if o.NoLocal {
 		q.noLocal.Store(s.id)
 	}
 	q.limit(o.MaxBytes)
-	q.subscriber, q.subKnown = s.identity(), true // before persistQueue: the binding records it
-	if err := b.persistQueue(q); err != nil {
-		delete(b.queues, name)
+	q.subscriber, q.subKnown = s.identity(), true // before its binding is written: the binding records it
+	if err := b.persistReservedLocked(q); err != nil {
 		return nil, nil, err
 	}
+	if b.queues[name] != nil {
+		// Another session of the client id made it while the binding
+		// was written (a takeover): drop ours.
+		b.unpersistQueue(q)
+		return nil, nil, errLookAgain
+	}
+	b.queues[name] = q
 	s.subscribeLocked(q)
 	return q, nil, nil
 }
+
+// errLookAgain: a pass waited for, or lost, a creation under way; the
+// next pass looks again.
+var errLookAgain = errors.New("core: look again")
 
 // subscribeLocked records s as subscriber of a subscription it creates,
 // gives a wildcard one its read checks, and binds it (b.mu held).
