@@ -8,6 +8,11 @@
 //     (create, rename, remove) after FS.SyncDir of their directory. CrashCloneTorn
 //     additionally keeps a random in-order prefix of the unsynced writes, the
 //     last kept write possibly cut at a 512-byte sector boundary.
+//     CrashClonePages lets every page dirtied since the last Datasync
+//     independently survive in any of the versions it had (none, the
+//     latest, or one in between), which covers every order in which a
+//     kernel may write pages back; Clone freezes a file system, unsynced
+//     state included, so that many such images can be made of one instant.
 //   - NewFaulty: a wrapper that fails chosen operations with ErrInjected wrapped
 //     with an errno (ENOSPC, EIO, ...).
 //

@@ -6,6 +6,7 @@ import (
 	iofs "io/fs"
 	"math/rand/v2"
 	"path"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -24,6 +25,8 @@ type MemFS struct {
 	crashAt  int    // take a crash snapshot right after this op (0 = never)
 	snapshot *MemFS // taken at crashAt
 	snapRand *rand.Rand
+	freezeAt []int    // take a Clone right after each of these ops
+	frozen   []*MemFS // taken at freezeAt, in op order
 }
 
 type memWrite struct {
@@ -75,11 +78,31 @@ func (m *MemFS) Snapshot() *MemFS {
 	return m.snapshot
 }
 
+// FreezeAt arranges for a Clone of m to be taken right after each of the
+// given mutating operations (numbered as Ops counts them), replacing earlier
+// freeze points. Frozen returns the copies taken so far.
+func (m *MemFS) FreezeAt(ops ...int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.freezeAt, m.frozen = slices.Sorted(slices.Values(ops)), nil
+}
+
+// Frozen returns the copies taken at the freeze points reached so far, in
+// order.
+func (m *MemFS) Frozen() []*MemFS {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Clone(m.frozen)
+}
+
 // opLocked counts a mutating operation. m.mu must be held.
 func (m *MemFS) opLocked() {
 	m.ops++
 	if m.crashAt > 0 && m.ops == m.crashAt {
 		m.snapshot = m.cloneLocked(m.snapRand)
+	}
+	if slices.Contains(m.freezeAt, m.ops) {
+		m.frozen = append(m.frozen, m.copyLocked())
 	}
 }
 
@@ -131,6 +154,179 @@ func (m *MemFS) cloneLocked(rng *rand.Rand) *MemFS {
 		c.synced[name] = cn
 	}
 	return c
+}
+
+// Clone returns a copy of m as it is at this instant, unsynced writes
+// included, as if the machine had been stopped there: crash images are made
+// from the copy afterwards (CrashClone, CrashClonePages, as many as wanted)
+// while m goes on. Locks are not copied.
+func (m *MemFS) Clone() *MemFS {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.copyLocked()
+}
+
+func (m *MemFS) copyLocked() *MemFS {
+	c := NewCrashableMem()
+	for d := range m.dirs {
+		c.dirs[d] = true
+	}
+	nodes := map[*memNode]*memNode{}
+	cp := func(n *memNode) *memNode {
+		if cn, ok := nodes[n]; ok {
+			return cn
+		}
+		// memWrite.data is never modified after it is recorded: share it.
+		cn := &memNode{
+			data:     append([]byte(nil), n.data...),
+			synced:   append([]byte(nil), n.synced...),
+			unsynced: append([]memWrite(nil), n.unsynced...),
+		}
+		nodes[n] = cn
+		return cn
+	}
+	for name, n := range m.files {
+		c.files[name] = cp(n)
+	}
+	for name, n := range m.synced {
+		c.synced[name] = cp(n)
+	}
+	return c
+}
+
+// Page is one page of a durable file that unsynced operations changed
+// after the file's last Datasync.
+type Page struct {
+	Name string // the file (its first durable name, if it has several)
+	Off  int64  // page-aligned offset
+	// Versions is how many contents the page had since: version v
+	// (1..Versions) is the page after the v-th unsynced operation that
+	// touched it, version 0 its durable content.
+	Versions int
+}
+
+// DirtyPages lists, by file name then offset, the pages of pageSize bytes
+// that CrashClonePages chooses between.
+func (m *MemFS) DirtyPages(pageSize int64) []Page {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []Page
+	for _, d := range m.durableLocked() {
+		offs, vers := d.node.pageVersions(pageSize)
+		for _, off := range offs {
+			out = append(out, Page{Name: d.name, Off: off, Versions: len(vers[off])})
+		}
+	}
+	return out
+}
+
+// CrashClonePages returns the image of a power loss in which every dirty
+// page reached the disk on its own schedule, in any order: for the i-th page
+// of DirtyPages, choose returns which version survives (0: none of the
+// unsynced writes; Versions: all of them; in between: the page was written
+// back, then changed again before the crash). Enumerating the choices
+// covers every order in which a kernel may write pages back. Files keep
+// their current size (bytes no kept write reached read as the durable
+// content, or zero past it); only durable directory entries survive, as in
+// CrashClone. choose must return a version in [0, Versions].
+func (m *MemFS) CrashClonePages(pageSize int64, choose func(i int, p Page) int) *MemFS {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	c := NewCrashableMem()
+	for d := range m.dirs {
+		c.dirs[d] = true
+	}
+	i := 0
+	for _, d := range m.durableLocked() {
+		offs, vers := d.node.pageVersions(pageSize)
+		data := append([]byte(nil), d.node.data...)
+		for _, off := range offs {
+			v := choose(i, Page{Name: d.name, Off: off, Versions: len(vers[off])})
+			i++
+			if v < 0 || v > len(vers[off]) {
+				panic(fmt.Sprintf("fs: CrashClonePages: version %d of %s@%d, have %d", v, d.name, off, len(vers[off])))
+			}
+			page := pageOf(d.node.synced, off, pageSize)
+			if v > 0 {
+				page = vers[off][v-1]
+			}
+			if off < int64(len(data)) {
+				copy(data[off:], page)
+			}
+		}
+		cn := &memNode{data: data, synced: append([]byte(nil), data...)}
+		for _, name := range d.names {
+			c.files[name] = cn
+			c.synced[name] = cn
+		}
+	}
+	return c
+}
+
+type durableNode struct {
+	name  string   // first of names
+	names []string // durable names of the node, sorted
+	node  *memNode
+}
+
+// durableLocked returns the nodes of the durable namespace, ordered by their
+// first name. m.mu must be held.
+func (m *MemFS) durableLocked() []durableNode {
+	names := make([]string, 0, len(m.synced))
+	for name := range m.synced {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	var out []durableNode
+	at := map[*memNode]int{}
+	for _, name := range names {
+		n := m.synced[name]
+		if k, ok := at[n]; ok {
+			out[k].names = append(out[k].names, name)
+			continue
+		}
+		at[n] = len(out)
+		out = append(out, durableNode{name: name, names: []string{name}, node: n})
+	}
+	return out
+}
+
+// pageVersions replays n's unsynced operations over its durable content and
+// returns the offsets of the pages they touched (ascending) and, per page,
+// its content after each of those operations.
+func (n *memNode) pageVersions(ps int64) ([]int64, map[int64][][]byte) {
+	cur := append([]byte(nil), n.synced...)
+	vers := map[int64][][]byte{}
+	var offs []int64
+	touch := func(from, to int64) {
+		for p := from / ps * ps; p < to; p += ps {
+			if _, ok := vers[p]; !ok {
+				offs = append(offs, p)
+			}
+			vers[p] = append(vers[p], pageOf(cur, p, ps))
+		}
+	}
+	for _, w := range n.unsynced {
+		if w.size >= 0 {
+			old := int64(len(cur))
+			cur = resize(cur, w.size)
+			touch(min(old, w.size), max(old, w.size))
+			continue
+		}
+		cur = writeAt(cur, w.data, w.off)
+		touch(w.off, w.off+int64(len(w.data)))
+	}
+	sort.Slice(offs, func(a, b int) bool { return offs[a] < offs[b] })
+	return offs, vers
+}
+
+// pageOf returns the page at off of b, zero-padded to ps bytes.
+func pageOf(b []byte, off, ps int64) []byte {
+	p := make([]byte, ps)
+	if off < int64(len(b)) {
+		copy(p, b[off:])
+	}
+	return p
 }
 
 func resize(b []byte, size int64) []byte {
