@@ -24,9 +24,51 @@
 //
 // Dead files are reused: re-headered with a new seq and generation (one
 // write + fdatasync), never re-zeroed. Stale records cannot validate because
-// every record CRC is seeded with the generation. A ready file whose seq
-// does not exceed every data file's (the preparer can publish files out of
-// seq order) is re-headered again when it becomes the active file.
+// every record CRC is seeded with the generation (see below). A ready file
+// whose seq does not exceed every data file's (the preparer can publish
+// files out of seq order) is re-headered again when it becomes the active
+// file.
+//
+// # Why a record from an earlier use of a file can never be accepted
+//
+// The invariant: records of one generation are written by one use of the
+// file only, at increasing offsets with consecutive LSNs, by one writer in
+// one run. A file gets a new generation (and a new seq), durably, before it
+// is written again: a new file when it is created; a sealed file when
+// reclaim returns it to the pool; and after a crash, at Open, every file
+// recovery does not keep as a data file. That last case is the subtle one.
+// Unsynced pages reach the disk in any order, so a crash can lose the page
+// of a file's first record while later pages of the same batch (or of later
+// unsynced batches) survive. The file then looks free (its first slot is
+// zero), yet it holds records of its current generation, and the LSNs after
+// the recovered tail are handed out again by the next run. Reused with that
+// generation, the file would receive new records with the same LSNs at the
+// same offsets; a second crash that cut them at a page boundary could leave
+// one of the old ones exactly where the next LSN is expected, and it would
+// be accepted (a stale DELETE removing a record whose synced append had been
+// confirmed). So recovery marks every free file dirty and re-headers it
+// before Open returns, and the writer re-headers a dirty file before it
+// writes to it. The data files recovery keeps are never written again
+// except for the SEGMENT_END that seals the tail where its valid records
+// end; whatever of the crashed run lies beyond it is never read. Nothing is
+// ever zeroed beyond the first record slot (preallocation keeps what a
+// reused file held), and compaction has no files of its own: its copies go
+// through the writer into the active file.
+//
+// With the invariant, a record that validates in a file is from the file's
+// current use, and recovery's LSN continuity check places it. A record of
+// an earlier use fails its CRC, as the seed (the generation folded to 32
+// bits) differs from the previous use's; older uses' records also carry
+// LSNs far below the log's. Journals written before free files were
+// re-headered may already hold a file reused with its generation; a stale
+// record there, found where a crash cut the newer records, says through
+// its lag that it was written when less was durable than the record before
+// it had already seen (durability only grows along the log), and recovery
+// treats it, unless a later record proves it synced, as torn tail. That
+// catches it whenever anything was synced in the reused file since its
+// reuse, so nothing confirmed since is lost to a stale record; when nothing
+// was, records (a DELETE among them) that the previous recovery had dropped
+// can still come back, and nothing on disk tells them apart.
 //
 // # Records
 //
@@ -94,8 +136,11 @@
 // # Recovery
 //
 // Open lists the files, validates headers, orders files by seq and scans
-// each from offset 4096 checking type, length, CRC and LSN continuity. The
-// first invalid record is classified:
+// each from offset 4096 checking type, length, CRC and LSN continuity (and,
+// in the newest file, that no record saw less durable than the one before
+// it). A file with a bad header, or whose first record slot is zero, is
+// free; free files and a torn first batch are re-headered before Open
+// returns. The first invalid record of the others is classified:
 //
 //   - torn tail: it is in the newest file holding records and no later
 //     record in that file proves (via its lag) that the bad LSN had been

@@ -8,14 +8,16 @@ import (
 
 // reheader gives f a new seq and a new random generation and zeroes its
 // first record slot, durably. Older records in the file can no longer
-// validate (their CRC is seeded with the old generation).
+// validate: their CRC is seeded with the old generation's seed, and the new
+// seed differs from it (the seed folds the generation to 32 bits, so it is
+// the seed that must differ, not only the generation).
 func (j *Journal) reheader(f *segFile) error {
 	j.rmu.Lock()
 	seq := j.nextSeq
 	j.nextSeq++
 	j.rmu.Unlock()
 	gen := rand.Uint64()
-	for gen == f.hdr.gen || gen == 0 {
+	for gen == 0 || seedOf(gen) == f.seed {
 		gen = rand.Uint64()
 	}
 	h := segHeader{seq: seq, gen: gen, created: time.Now().UnixNano()}

@@ -18,6 +18,10 @@ type pendRec struct {
 type recovery struct {
 	j       *Journal
 	lastLSN uint64 // LSN of the last valid record accepted
+	// durable is the highest LSN an accepted record says was durable when
+	// it was written (its LSN minus its lag). The writer's durable LSN only
+	// grows, so along the log it never goes down.
+	durable uint64
 	pending []pendRec
 	tailF   *segFile // last data file needing a SEGMENT_END at tailOff
 	tailOff int64
@@ -114,6 +118,13 @@ func (j *Journal) recover() error {
 		delete(bufs, f)
 		slotClean := len(buf) < segHeaderSize+recHeaderSize || allZero(buf[segHeaderSize:segHeaderSize+recHeaderSize])
 		if !firstValid[i] && slotClean {
+			// Free, but not necessarily empty: a crash can lose the page of
+			// the first record while later pages of the same unsynced
+			// writes reached the disk. Those records carry this file's
+			// generation, and a run reusing it as it is would write the
+			// same LSNs at the same offsets over them; a second crash could
+			// then leave one exactly where the next record is expected.
+			f.dirty = true
 			free = append(free, f)
 			continue
 		}
@@ -150,7 +161,10 @@ func (j *Journal) recover() error {
 			return fmt.Errorf("journal: sync %s: %w", newest.name, err)
 		}
 	}
-	// Free files: re-header dirty ones now (before any newer file exists), keep the rest ready.
+	// Free files are all dirty: a file can be free because a crash lost the
+	// start of what was written to it, so none is reused with the generation
+	// it has. Re-header them now, before any newer file exists (a file whose
+	// first slot is torn must not sort below one that holds records).
 	for _, f := range free {
 		if f.dirty || f.hdr.seq == 0 {
 			if err := f.f.Preallocate(cfg.FileSize); err != nil {
@@ -219,6 +233,16 @@ func (rc *recovery) scan(f *segFile, buf []byte, last bool) error {
 				err = fmt.Errorf("lsn %d does not follow %d", r.lsn, rc.lastLSN)
 			}
 		}
+		if err == nil && last && durableAt(&r) < rc.durable && !proven(buf, off, r.lsn, f.seed, maxPayload) {
+			// A record that saw less durable than the record before it did
+			// was not written after it: it is left from an earlier use of
+			// this file with the same generation (a free file reused without
+			// a new one, as versions before this check did), found where a
+			// crash cut the newer records. Not proven synced, it is torn
+			// tail. Earlier files, and records a later one proves durable,
+			// are history and kept as they are.
+			err = fmt.Errorf("lsn %d was written when lsn %d was durable, after a record that saw %d durable", r.lsn, durableAt(&r), rc.durable)
+		}
 		if err != nil {
 			if last && !proven(buf, off, rc.lastLSN+1, f.seed, maxPayload) {
 				// Torn tail: these bytes were never confirmed durable.
@@ -261,6 +285,7 @@ func (rc *recovery) scan(f *segFile, buf []byte, last bool) error {
 		}
 		any, lenient = true, false
 		rc.lastLSN = r.lsn
+		rc.durable = max(rc.durable, durableAt(&r))
 		f.woff = off + int64(size)
 		rc.record(&r, f.hdr.seq, off, size)
 		off += int64(size)
@@ -314,6 +339,11 @@ func proven(buf []byte, off int64, expect uint64, seed uint32, maxPayload int) b
 	}
 	return false
 }
+
+// durableAt is the LSN that was durable when r was written, as its lag
+// says. (A saturated lag makes it larger than it was, but never larger
+// than a later record's.)
+func durableAt(r *record) uint64 { return r.lsn - min(uint64(r.lag), r.lsn) }
 
 // resync finds the next record after off that validates with a plausible LSN.
 func resync(buf []byte, off int64, lastLSN uint64, seed uint32, maxPayload int) (int64, bool) {

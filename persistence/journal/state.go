@@ -22,8 +22,10 @@ type segFile struct {
 	// negs counts records here (deletes, relocated copies) that cancel
 	// records located in another file, by that file's seq (Artemis "neg").
 	negs map[uint64]int
-	// dirty: the header is invalid or the first record slot is not zero; the
-	// file must be re-headered before it is used.
+	// dirty: the file may hold records of its current generation that are
+	// not part of the log (recovery found it free, or its first batch torn,
+	// or its header invalid); it must get a new generation before it is
+	// written.
 	dirty bool
 }
 
