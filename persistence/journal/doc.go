@@ -95,7 +95,12 @@
 // COMMIT's payload is the first LSN of its unit (u64) and the number of tx
 // records (u32). Transaction records are buffered in memory and written with
 // their COMMIT as one contiguous unit, so a tx is applied at recovery only
-// if every record of the unit validates. Every write batch is followed by a
+// if every record of the unit validates. A unit the writer split across a
+// roll is applied with what is found of it in the earlier files: its
+// records there were synced by the roll before the COMMIT's file got any,
+// so one that is missing is in a file reclaim took, which it does only when
+// everything in the file is dead (the file of the COMMIT is never taken
+// before them). Every write batch is followed by a
 // zeroed record slot. Each file keeps room for a SEGMENT_END record, which
 // seals it when the writer rolls (then the file is fdatasync'ed before the
 // next file is written) or closes.
@@ -128,7 +133,9 @@
 // and every file its negatives point at is gone or reused in the same pass
 // (Artemis's two criteria); everything written is synced first, and files
 // are re-headered in ascending seq order, each durably, so a crash mid-pass
-// can never resurrect a deleted record. Ready files beyond
+// can never resurrect a deleted record. A unit the writer split across a
+// roll: the file of its COMMIT counts the earlier files holding part of it
+// among its negatives, so it is reused only after them (see Records). Ready files beyond
 // Config.PoolFiles are removed. Compaction (Compact, or automatically below
 // Config.CompactMinRatio) copies live records forward through the writer
 // and lets reclaim reuse the emptied files.

@@ -371,6 +371,123 @@ func TestStatsForMonitoring(t *testing.T) {
 	}
 }
 
+// TestUnitAcrossRollKeepsItsFiles: a transaction unit the writer splits
+// across a roll. Recovery used to apply it only if it found all its records,
+// while reclaim could take either file: the first once everything in it was
+// dead (it held only a DELETE_TX), the COMMIT's file while the first still
+// held a live ADD_TX of the unit. Either way the committed records were lost
+// at the next Open, even after a clean Close. Now the first may go (the
+// unit is applied from the COMMIT's file), the COMMIT's file not before it.
+func TestUnitAcrossRollKeepsItsFiles(t *testing.T) {
+	big := make([]byte, 61000) // two do not fit in one file
+	for _, tc := range []struct {
+		desc string
+		// fill writes the first file up to where the unit's first record
+		// fits and its second does not.
+		fill func(t *testing.T, j *Journal, m *model)
+		tx   func(j *Journal, m *model)
+		// after makes the file of the unit's other part reclaimable.
+		after []func(j *Journal, m *model, d func(error))
+	}{
+		{
+			"first file holds only a DELETE_TX",
+			func(t *testing.T, j *Journal, m *model) { // 479 records of 128 bytes leave 128
+				for id := uint64(1); id <= 479; id++ {
+					must(t, func(d func(error)) { j.Append(id, 1, payloadFor(id, 88), true, d) })
+					m.live[id] = liveRec{utype: 1, payload: string(payloadFor(id, 88))}
+				}
+			},
+			func(j *Journal, m *model) {
+				j.DeleteTx(7, 1)
+				j.AppendTx(7, 1000, 4, payloadFor(1000, 88))
+				delete(m.live, 1)
+				m.live[1000] = liveRec{utype: 4, payload: string(payloadFor(1000, 88))}
+			},
+			func() (ops []func(*Journal, *model, func(error))) { // its deletes land in the second file
+				for id := uint64(2); id <= 479; id++ {
+					ops = append(ops, func(j *Journal, m *model, d func(error)) { delete(m.live, id); j.Delete(id, id == 479, d) })
+				}
+				return ops
+			}(),
+		},
+		{
+			"COMMIT's file holds nothing live",
+			func(t *testing.T, j *Journal, m *model) { // 365 records of 128 bytes and their deletes leave 120
+				for id := uint64(1); id <= 365; id++ {
+					must(t, func(d func(error)) { j.Append(id, 1, payloadFor(id, 88), true, d) })
+					must(t, func(d func(error)) { j.Delete(id, true, d) })
+				}
+			},
+			func(j *Journal, m *model) {
+				j.AppendTx(7, 1000, 4, payloadFor(1000, 40))
+				j.AppendTx(7, 1001, 4, payloadFor(1001, 40))
+				m.live[1000] = liveRec{utype: 4, payload: string(payloadFor(1000, 40))}
+			},
+			[]func(*Journal, *model, func(error)){ // delete 1001 where it is; roll on
+				func(j *Journal, m *model, d func(error)) { j.Delete(1001, false, d) },
+				func(j *Journal, m *model, d func(error)) { j.Append(1002, 1, big, false, d) },
+				func(j *Journal, m *model, d func(error)) { j.Append(1003, 1, big, false, d) },
+				func(j *Journal, m *model, d func(error)) { j.Delete(1002, false, d) },
+				func(j *Journal, m *model, d func(error)) { j.Delete(1003, true, d) },
+			},
+		},
+	} {
+		t.Run(tc.desc, func(t *testing.T) {
+			mem := fs.NewCrashableMem()
+			j := mustOpen(t, testConfig(mem))
+			m := newModel()
+			tc.fill(t, j, m)
+			tc.tx(j, m)
+			must(t, func(d func(error)) { j.Commit(7, d) })
+			if j.Stats().Rolls != 1 {
+				t.Fatalf("setup: %d rolls, want the unit split by one", j.Stats().Rolls)
+			}
+			for _, op := range tc.after {
+				must(t, func(d func(error)) { op(j, m, d) })
+			}
+			must(t, j.Sync) // runs a reclaim pass
+			j.Close()
+			img := mem.CrashClone()
+			j = mustOpen(t, testConfig(img))
+			got, _ := load(t, j)
+			m.check(t, got)
+			if t.Failed() {
+				j.Close()
+				return
+			}
+			// Once the unit is dead everywhere, its files are reused
+			// together and nothing comes back.
+			for id := range m.live {
+				must(t, func(d func(error)) { j.Delete(id, true, d) })
+				delete(m.live, id)
+			}
+			for id := uint64(2000); id < 2003; id++ { // roll past every file of the unit
+				must(t, func(d func(error)) { j.Append(id, 1, big, false, d) })
+				must(t, func(d func(error)) { j.Delete(id, false, d) })
+			}
+			must(t, j.Sync)
+			st := j.Stats()
+			j.Close()
+			if st.DataFiles > 2 {
+				t.Errorf("%d data files left after everything was deleted (stats %+v)", st.DataFiles, st)
+			}
+			j = mustOpen(t, testConfig(img.CrashClone()))
+			got, _ = load(t, j)
+			j.Close()
+			m.check(t, got)
+		})
+	}
+}
+
+// must runs op with a done func, waits for it and fails the test on its
+// error.
+func must(t *testing.T, op func(done func(error))) {
+	t.Helper()
+	if err := waitErr(op); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // After Fail the journal writes nothing: appends fail with ErrFailed
 // wrapping the cause, and Close does not seal the active file.
 func TestFailStopsEveryWrite(t *testing.T) {

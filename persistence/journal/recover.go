@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -22,9 +23,13 @@ type recovery struct {
 	// it was written (its LSN minus its lag). The writer's durable LSN only
 	// grows, so along the log it never goes down.
 	durable uint64
-	pending []pendRec
-	tailF   *segFile // last data file needing a SEGMENT_END at tailOff
-	tailOff int64
+	// fileFirst is the LSN of the first record accepted in the file being
+	// scanned; resynced reports that Salvage skipped damage somewhere.
+	fileFirst uint64
+	resynced  bool
+	pending   []pendRec
+	tailF     *segFile // last data file needing a SEGMENT_END at tailOff
+	tailOff   int64
 }
 
 func readAll(f *segFile) ([]byte, error) {
@@ -281,7 +286,11 @@ func (rc *recovery) scan(f *segFile, buf []byte, last bool) error {
 				return nil
 			}
 			off, lenient = p, true
+			rc.resynced = true
 			continue
+		}
+		if !any {
+			rc.fileFirst = r.lsn
 		}
 		any, lenient = true, false
 		rc.lastLSN = r.lsn
@@ -308,13 +317,29 @@ func (rc *recovery) record(r *record, seq uint64, off int64, size int) {
 				n++
 			}
 		}
-		if ok && n == int(count) {
+		// A unit is applied whole or not at all. One that began in an
+		// earlier file (the writer rolled in the middle of it) is applied
+		// with what is found of it there: every record of it in this file
+		// is here (the scan reached the COMMIT through consecutive LSNs,
+		// and they are all the unit's), and its earlier records were
+		// synced by the roll before any of this file was written, so one
+		// that is missing is in a file reclaim took, which it does only
+		// when everything in the file is dead. Not after Salvage skipped
+		// damage: that could have taken part of the unit.
+		whole := ok && n == int(count)
+		split := ok && n < int(count) && first < rc.fileFirst && !rc.resynced && uint64(n) >= r.lsn-rc.fileFirst
+		if whole || split {
+			var earlier []uint64
 			for i := range rc.pending {
 				p := &rc.pending[i]
 				if p.r.lsn >= first && p.r.txid == r.txid {
 					st.apply(&p.r, p.seq, p.off, p.size)
+					if p.seq != seq && !slices.Contains(earlier, p.seq) {
+						earlier = append(earlier, p.seq)
+					}
 				}
 			}
+			st.linkUnit(seq, earlier)
 		}
 		rc.pending = rc.pending[:0]
 	case recSegmentEnd, recPrepare, recRollback:

@@ -110,6 +110,27 @@ func (s *state) dropLocs(e *entry, atSeq uint64) {
 	}
 }
 
+// linkUnit records that the unit whose COMMIT is in file commitSeq (a
+// transaction or compaction copy the writer split across a roll) also has
+// records in the files earlier. Recovery applies such a unit with what it
+// finds of it in earlier files (see recovery.record), which is right only
+// if those it does not find are dead. Reclaim takes a file only when all
+// its records are dead, so the earlier files may go first; the COMMIT's
+// file must not: it counts each earlier file among its negatives, so it is
+// reused only after them, or after them in the same pass.
+func (s *state) linkUnit(commitSeq uint64, earlier []uint64) {
+	f := s.files[commitSeq]
+	if f == nil {
+		return
+	}
+	for _, e := range earlier {
+		if f.negs == nil {
+			f.negs = map[uint64]int{}
+		}
+		f.negs[e]++
+	}
+}
+
 // baseType maps tx record types to their plain meaning.
 func baseType(t recType) recType {
 	switch t {

@@ -119,6 +119,7 @@ func (j *Journal) processBatch(items []item, arena []byte) {
 				continue
 			}
 			first := w.nextLSN
+			var seqs []uint64 // the files the unit's records land in
 			for k := range it.unit {
 				r := &it.unit[k]
 				if r.typ == recCommit {
@@ -128,6 +129,14 @@ func (j *Journal) processBatch(items []item, arena []byte) {
 					break
 				}
 				nrec++
+				if s := w.active.hdr.seq; len(seqs) == 0 || seqs[len(seqs)-1] != s {
+					seqs = append(seqs, s)
+				}
+			}
+			if n := len(seqs); ioErr == nil && n > 1 {
+				j.smu.Lock()
+				j.st.linkUnit(seqs[n-1], seqs[:n-1])
+				j.smu.Unlock()
 			}
 		}
 		if ioErr != nil {
