@@ -12,6 +12,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/junctionmq/junction/core/guard"
 	"github.com/junctionmq/junction/core/wildcard"
 )
 
@@ -65,6 +66,10 @@ type Config struct {
 	// keeps no queues or journals of its own (Messages, Bindings, Large
 	// and Pager must be nil).
 	Cluster Cluster
+	// PreAuthBudget bounds the bytes held for connections that have not
+	// authenticated yet, all together (preauth.go); 0 means no bound
+	// (the bytes are still counted).
+	PreAuthBudget int64
 }
 
 // Broker routes messages from producers to queues and from queues to
@@ -105,6 +110,7 @@ type Broker struct {
 	denials        denialCounts // authorization refusals (authz.go)
 	dup            dups         // duplicate ids per address (dedup.go)
 	dupCount       dupCounts
+	guards         guardCounts // pre-authentication budget and refusals, frame timeouts (preauth.go)
 
 	msgID     atomic.Uint64
 	tmpID     atomic.Uint64
@@ -169,6 +175,7 @@ func New(cfg Config) (*Broker, error) {
 		pager:     cfg.Pager,
 		cluster:   cfg.Cluster,
 		mem:       memory{max: cfg.MaxMemory},
+		guards:    guardCounts{budget: guard.NewBudget(cfg.PreAuthBudget)},
 	}
 	b.largeThreshold = cfg.LargeMessageThreshold
 	if b.largeThreshold <= 0 {

@@ -1,0 +1,260 @@
+package guard
+
+import (
+	"errors"
+	"io"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+func TestAccountCharges(t *testing.T) {
+	b := NewBudget(100)
+	a := b.Open(60)
+	if err := a.Charge(50); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Charge(50); err != nil { // only 10 more: the account's limit
+		t.Fatal(err)
+	}
+	if a.Held() != 60 || b.Held() != 60 {
+		t.Fatalf("held %d, budget %d; want 60, 60", a.Held(), b.Held())
+	}
+	c := b.Open(60)
+	if err := c.Charge(40); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Charge(1); !errors.Is(err, ErrBudget) {
+		t.Fatalf("charge past the budget: %v", err)
+	}
+	if c.Held() != 40 || b.Held() != 100 {
+		t.Fatalf("a refused charge was kept: account %d, budget %d", c.Held(), b.Held())
+	}
+	a.Close()
+	a.Close()
+	if b.Held() != 40 {
+		t.Fatalf("after close the budget holds %d, want 40", b.Held())
+	}
+	if err := a.Charge(10); err != nil || b.Held() != 40 {
+		t.Fatalf("a closed account charged: %v, budget %d", err, b.Held())
+	}
+	if err := c.Charge(1); err != nil {
+		t.Fatalf("room was given back, yet: %v", err)
+	}
+	c.Close()
+	if b.Held() != 0 {
+		t.Fatalf("budget holds %d after every account closed", b.Held())
+	}
+}
+
+func TestUnlimitedBudgetCounts(t *testing.T) {
+	b := NewBudget(0)
+	a := b.Open(0)
+	if err := a.Charge(1 << 40); err != nil {
+		t.Fatal(err)
+	}
+	if b.Held() != 1<<40 {
+		t.Fatalf("held %d", b.Held())
+	}
+	a.Close()
+	if b.Held() != 0 {
+		t.Fatalf("held %d after close", b.Held())
+	}
+}
+
+// Many accounts charging at once never take the budget past its size.
+func TestBudgetConcurrent(t *testing.T) {
+	const size = 1000
+	b := NewBudget(size)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	peak := int64(0)
+	for range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 200 {
+				a := b.Open(100)
+				for a.Charge(7) == nil && a.Held() < 100 {
+				}
+				mu.Lock()
+				peak = max(peak, b.Held())
+				mu.Unlock()
+				a.Close()
+			}
+		}()
+	}
+	wg.Wait()
+	if peak > size || b.Held() != 0 {
+		t.Fatalf("peak %d (budget %d), held at the end %d", peak, size, b.Held())
+	}
+}
+
+func TestAccountReader(t *testing.T) {
+	b := NewBudget(10)
+	a := b.Open(0)
+	r := a.Reader(strings.NewReader(strings.Repeat("x", 24)))
+	buf := make([]byte, 8)
+	if n, err := r.Read(buf); n != 8 || err != nil {
+		t.Fatalf("read %d, %v", n, err)
+	}
+	if n, err := r.Read(buf); n != 0 || !errors.Is(err, ErrBudget) {
+		t.Fatalf("read past the budget: %d, %v", n, err)
+	}
+	a.Close()
+	if n, err := r.Read(buf); n == 0 || err != nil || b.Held() != 0 {
+		t.Fatalf("read after close: %d, %v, budget %d", n, err, b.Held())
+	}
+}
+
+// pipe returns the two ends of a synchronous in-memory connection.
+func pipe(t *testing.T) (server, client net.Conn) {
+	server, client = net.Pipe()
+	t.Cleanup(func() { server.Close(); client.Close() })
+	return server, client
+}
+
+// trickle writes s to c a byte every interval until stop is closed or
+// the connection fails.
+func trickle(c net.Conn, s string, interval time.Duration, stop <-chan struct{}) {
+	for i := 0; i < len(s); i++ {
+		select {
+		case <-stop:
+			return
+		case <-time.After(interval):
+		}
+		if _, err := c.Write([]byte{s[i]}); err != nil {
+			return
+		}
+	}
+}
+
+// A frame whose bytes trickle in is cut once its time is up.
+func TestClockCutsTrickle(t *testing.T) {
+	server, client := pipe(t)
+	clk := NewClock(server, Rule{Timeout: 300 * time.Millisecond, MinRate: 1 << 20})
+	stop := make(chan struct{})
+	defer close(stop)
+	go trickle(client, strings.Repeat("x", 1000), 20*time.Millisecond, stop)
+	start := time.Now()
+	buf := make([]byte, 16)
+	var err error
+	for err == nil {
+		_, err = clk.Read(buf)
+	}
+	d := time.Since(start)
+	if !errors.Is(err, ErrFrameTimeout) {
+		t.Fatalf("trickled frame ended with %v, want ErrFrameTimeout", err)
+	}
+	if d < 300*time.Millisecond || d > 5*time.Second {
+		t.Fatalf("cut after %v, want about 300ms", d)
+	}
+}
+
+// A large frame that arrives steadily above MinRate takes far longer
+// than Timeout and is not cut.
+func TestClockSparesSteadyUpload(t *testing.T) {
+	server, client := pipe(t)
+	clk := NewClock(server, Rule{Timeout: 100 * time.Millisecond, MinRate: 16 << 10})
+	go func() {
+		chunk := make([]byte, 1<<10)
+		for range 40 { // 40 KiB at 32 KiB/s: about 1.2s
+			time.Sleep(30 * time.Millisecond)
+			if _, err := client.Write(chunk); err != nil {
+				return
+			}
+		}
+		client.Close()
+	}()
+	start := time.Now()
+	n, err := io.Copy(io.Discard, clk)
+	if err != nil {
+		t.Fatalf("steady upload cut after %d bytes, %v: %v", n, time.Since(start), err)
+	}
+	if n != 40<<10 {
+		t.Fatalf("read %d bytes", n)
+	}
+}
+
+// Between frames only the owner's deadline applies; its expiry is the
+// owner's timeout, not a frame timeout.
+func TestClockOwnerDeadlineBetweenFrames(t *testing.T) {
+	server, client := pipe(t)
+	clk := NewClock(server, Rule{Timeout: 50 * time.Millisecond})
+	go client.Write([]byte("a"))
+	buf := make([]byte, 1)
+	if _, err := clk.Read(buf); err != nil {
+		t.Fatal(err)
+	}
+	clk.Next(0) // the one-byte frame is complete
+	clk.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+	start := time.Now()
+	_, err := clk.Read(buf)
+	if !errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, ErrFrameTimeout) {
+		t.Fatalf("idle read ended with %v, want the owner's deadline", err)
+	}
+	if d := time.Since(start); d < 200*time.Millisecond {
+		t.Fatalf("idle read cut after %v, before the owner's deadline", d)
+	}
+}
+
+// During a frame the owner's deadline still applies when it comes first,
+// and is reported as the owner's.
+func TestClockOwnerDeadlineFirst(t *testing.T) {
+	server, client := pipe(t)
+	clk := NewClock(server, Rule{Timeout: time.Minute})
+	go client.Write([]byte("a"))
+	buf := make([]byte, 1)
+	if _, err := clk.Read(buf); err != nil {
+		t.Fatal(err)
+	}
+	clk.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+	if _, err := clk.Read(buf); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("read ended with %v, want the owner's deadline", err)
+	}
+}
+
+// Time the reader spends elsewhere (the front-end busy with the previous
+// frame, back-pressure) is not charged to the frame.
+func TestClockCountsOnlyWaiting(t *testing.T) {
+	server, client := pipe(t)
+	clk := NewClock(server, Rule{Timeout: 150 * time.Millisecond})
+	go client.Write([]byte("ab"))
+	buf := make([]byte, 1)
+	if _, err := clk.Read(buf); err != nil { // "a": the frame begins
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond) // busy, not reading
+	if _, err := clk.Read(buf); err != nil {
+		t.Fatalf("the frame was charged for time the reader did not wait: %v", err)
+	}
+	// With nothing more coming, the frame's time now runs out.
+	if _, err := clk.Read(buf); !errors.Is(err, ErrFrameTimeout) {
+		t.Fatalf("want ErrFrameTimeout, got %v", err)
+	}
+}
+
+// Next with bytes read ahead starts the next frame's clock at once.
+func TestClockNextBuffered(t *testing.T) {
+	server, _ := pipe(t)
+	clk := NewClock(server, Rule{Timeout: 100 * time.Millisecond})
+	clk.Next(3)
+	start := time.Now()
+	_, err := clk.Read(make([]byte, 1))
+	if !errors.Is(err, ErrFrameTimeout) {
+		t.Fatalf("want ErrFrameTimeout, got %v", err)
+	}
+	if d := time.Since(start); d < 100*time.Millisecond {
+		t.Fatalf("cut after %v", d)
+	}
+	// A clock that is off never cuts.
+	off := NewClock(server, Rule{})
+	off.Next(3)
+	off.SetReadDeadline(time.Now().Add(150 * time.Millisecond))
+	if _, err := off.Read(make([]byte, 1)); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("a clock without a timeout: %v", err)
+	}
+}
