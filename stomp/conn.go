@@ -302,17 +302,7 @@ func (c *conn) receipt(f *frame.Frame, closeAfter bool) {
 	if !ok {
 		return
 	}
-	it := outItem{f: frame.New(frame.RECEIPT, frame.ReceiptId, id), close: closeAfter}
-	c.outMu.Lock()
-	if len(c.slots) > 0 {
-		// Only the read loop adds slots, so none can appear between this
-		// check and push below.
-		c.slots = append(c.slots, &answerSlot{item: it, ready: true})
-		c.outMu.Unlock()
-		return
-	}
-	c.outMu.Unlock()
-	c.push(it)
+	c.answer(outItem{f: frame.New(frame.RECEIPT, frame.ReceiptId, id), close: closeAfter})
 }
 
 // awaitJournal reserves the answer slot of a frame whose work completes
@@ -713,10 +703,28 @@ func (c *conn) onTx(ctx context.Context, f *frame.Frame) error {
 }
 
 // sendError queues an ERROR frame for pe and marks the connection to
-// close once it is written. about is the frame at fault, if any.
+// close once it is written. about is the frame at fault, if any. The
+// ERROR goes after the answers still waiting for the journal: a client
+// must get the RECEIPT of every message that was stored before the ERROR
+// that ends the connection, or it would send those messages again.
 func (c *conn) sendError(pe *protocolError, about *frame.Frame) {
 	c.log.Debug().Str("error", pe.msg).Str("detail", pe.detail).Msg("stomp error sent")
-	c.push(outItem{f: errorFrame(pe, about), close: true})
+	c.answer(outItem{f: errorFrame(pe, about), close: true})
+}
+
+// answer queues it after the answers still waiting for the journal:
+// at once when there are none, else in a ready slot behind them, which
+// journaled pushes in order. Only the read loop (and serve, after it)
+// adds slots, so none can appear between the check and the push.
+func (c *conn) answer(it outItem) {
+	c.outMu.Lock()
+	if len(c.slots) > 0 {
+		c.slots = append(c.slots, &answerSlot{item: it, ready: true})
+		c.outMu.Unlock()
+		return
+	}
+	c.outMu.Unlock()
+	c.push(it)
 }
 
 // errorFrame builds the ERROR frame for pe, naming the receipt of the
