@@ -17,6 +17,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/junctionmq/junction/core"
+	"github.com/junctionmq/junction/core/guard"
 	"github.com/junctionmq/junction/core/selector"
 	"github.com/junctionmq/junction/stomp/internal/wire"
 )
@@ -103,6 +104,12 @@ type conn struct {
 	nc  net.Conn
 	log zerolog.Logger
 	rd  *wire.Reader
+	// clock bounds the time of each frame; the read loop sets its read
+	// deadlines through it (guard.Clock). acct charges what the client
+	// sends to the broker's pre-authentication budget until it has logged
+	// in. Both are the read loop's.
+	clock *guard.Clock
+	acct  *guard.Account
 
 	// Owned by the read loop:
 	version   wire.Version
@@ -149,11 +156,18 @@ const maxPendingSends = 4096
 
 func newConn(s *Server, nc net.Conn) *conn {
 	id := s.nextID.Add(1)
+	lim := s.cfg.preAuthLimits()
+	clock := guard.NewClock(nc, s.cfg.frameRule())
+	// At most one frame before login, and what the reader's buffer reads
+	// ahead of it.
+	acct := s.broker.PreAuth(lim.MaxFrameSize + lim.MaxHeaderLength)
 	c := &conn{
 		s:         s,
 		nc:        nc,
 		log:       s.cfg.Logger.With().Uint64("conn", id).Str("remote", nc.RemoteAddr().String()).Logger(),
-		rd:        wire.NewReader(nc, s.cfg.limits()),
+		rd:        wire.NewReader(acct.Reader(clock), lim),
+		clock:     clock,
+		acct:      acct,
 		version:   wire.V12,
 		subs:      make(map[string]*subscription),
 		subsBySeq: make(map[uint64]*subscription),
@@ -179,6 +193,7 @@ func (c *conn) serve(ctx context.Context) {
 	})
 	err := c.readLoop(ctx)
 	stop()
+	c.acct.Close()
 	switch {
 	case ctx.Err() != nil:
 		c.sendError(&protocolError{msg: "server shutting down", detail: "The broker is shutting down; reconnect later."}, nil)
@@ -191,7 +206,18 @@ func (c *conn) serve(ctx context.Context) {
 		case errors.As(err, &pe):
 			c.sendError(pe, nil)
 		case errors.As(err, &fe):
+			if !c.connected && errors.Is(fe, wire.ErrFrameTooLarge) {
+				c.s.broker.CountPreAuthRefusal("stomp", core.PreAuthFrameTooLarge)
+			}
 			c.sendError(&protocolError{msg: "malformed frame", detail: fe.Error()}, nil)
+		case errors.Is(err, guard.ErrBudget):
+			c.s.broker.CountPreAuthRefusal("stomp", core.PreAuthBudget)
+			c.sendError(&protocolError{msg: "server busy", detail: "Too many clients are logging in at once; try again later."}, nil)
+		case errors.Is(err, guard.ErrFrameTimeout):
+			c.s.broker.CountFrameTimeout("stomp")
+			r := c.s.cfg.frameRule()
+			c.sendError(&protocolError{msg: "frame timeout", detail: fmt.Sprintf(
+				"A frame took longer than %v plus 1s per %d bytes received to arrive.", r.Timeout, r.MinRate)}, nil)
 		case errors.Is(err, os.ErrDeadlineExceeded) || errors.As(err, &ne) && ne.Timeout():
 			if c.connected {
 				c.sendError(&protocolError{msg: "heart-beat timeout", detail: fmt.Sprintf("No data from the client for %v.", c.readIdle)}, nil)
@@ -223,8 +249,11 @@ func (c *conn) closeFromOutside() {
 
 // readLoop reads and handles frames until the connection ends.
 func (c *conn) readLoop(ctx context.Context) error {
-	c.nc.SetReadDeadline(time.Now().Add(c.s.cfg.ConnectTimeout))
+	c.clock.SetReadDeadline(time.Now().Add(c.s.cfg.ConnectTimeout))
 	for {
+		// A frame's clock starts with its first byte, which may be read
+		// ahead already.
+		c.clock.Next(c.rd.Buffered())
 		f, err := c.rd.Read()
 		if err != nil {
 			return err
@@ -233,7 +262,7 @@ func (c *conn) readLoop(ctx context.Context) error {
 			return ctx.Err()
 		}
 		if c.readIdle > 0 {
-			c.nc.SetReadDeadline(time.Now().Add(c.readIdle))
+			c.clock.SetReadDeadline(time.Now().Add(c.readIdle))
 		}
 		if f == nil {
 			continue // heart-beat
@@ -384,11 +413,15 @@ func (c *conn) onConnect(ctx context.Context, f *frame.Frame) error {
 	c.session = sess
 	c.live.Store(sess)
 	c.connected = true
+	// Logged in: the budget gets its bytes back, and frames may be as
+	// large as the broker allows.
+	c.acct.Close()
+	c.rd.SetMaxFrameSize(cfg.MaxFrameSize)
 	if recvEvery > 0 {
 		c.readIdle = time.Duration(float64(recvEvery) * cfg.HeartBeatGrace)
-		c.nc.SetReadDeadline(time.Now().Add(c.readIdle))
+		c.clock.SetReadDeadline(time.Now().Add(c.readIdle))
 	} else {
-		c.nc.SetReadDeadline(time.Time{})
+		c.clock.SetReadDeadline(time.Time{})
 	}
 	h := []string{frame.Version, version.String(), frame.Server, cfg.ServerName,
 		frame.Session, strconv.FormatUint(c.s.nextID.Load(), 10)}

@@ -12,6 +12,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/junctionmq/junction/core"
+	"github.com/junctionmq/junction/core/guard"
 	"github.com/junctionmq/junction/stomp/internal/wire"
 )
 
@@ -33,6 +34,21 @@ type Config struct {
 	HeartBeatGrace float64
 	// ConnectTimeout bounds the wait for the CONNECT frame. Default 10s.
 	ConnectTimeout time.Duration
+	// PreAuthMaxFrameSize bounds a frame before the client has logged in
+	// (its CONNECT, which needs no body), when smaller than MaxFrameSize;
+	// a larger one gets an ERROR and the connection is closed. Default
+	// 64 KiB. The bytes a client sends before it has logged in are also
+	// charged to the broker's pre-authentication budget
+	// (core.Config.PreAuthBudget); a client the budget has no room for
+	// gets ERROR "server busy".
+	PreAuthMaxFrameSize int
+	// FrameTimeout and FrameMinRate bound how long one frame may take
+	// once its first byte has arrived: FrameTimeout, plus one second per
+	// FrameMinRate bytes of it received (see core/guard). A client past
+	// it gets ERROR "frame timeout" and is closed. Defaults 30s and
+	// 4 KiB/s; a negative FrameTimeout disables the bound.
+	FrameTimeout time.Duration
+	FrameMinRate int64
 	// MaxSubscriptions bounds the subscriptions open on one connection; a
 	// SUBSCRIBE past it gets an ERROR and the connection is closed.
 	// Default 1000; negative means no limit.
@@ -77,6 +93,18 @@ func (c Config) withDefaults() Config {
 	if c.ConnectTimeout <= 0 {
 		c.ConnectTimeout = 10 * time.Second
 	}
+	if c.PreAuthMaxFrameSize <= 0 {
+		c.PreAuthMaxFrameSize = 64 << 10
+	}
+	if c.FrameTimeout == 0 {
+		c.FrameTimeout = 30 * time.Second
+	}
+	if c.FrameTimeout < 0 {
+		c.FrameTimeout = 0
+	}
+	if c.FrameMinRate <= 0 {
+		c.FrameMinRate = 4 << 10
+	}
 	if c.MaxSubscriptions == 0 {
 		c.MaxSubscriptions = 1000
 	}
@@ -92,8 +120,13 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-func (c Config) limits() wire.Limits {
-	return wire.Limits{MaxFrameSize: c.MaxFrameSize, MaxHeaders: c.MaxHeaders, MaxHeaderLength: c.MaxHeaderLength}
+// preAuthLimits are the reader's limits until the client has logged in.
+func (c Config) preAuthLimits() wire.Limits {
+	return wire.Limits{MaxFrameSize: min(c.MaxFrameSize, c.PreAuthMaxFrameSize), MaxHeaders: c.MaxHeaders, MaxHeaderLength: c.MaxHeaderLength}
+}
+
+func (c Config) frameRule() guard.Rule {
+	return guard.Rule{Timeout: c.FrameTimeout, MinRate: c.FrameMinRate}
 }
 
 // Server serves STOMP connections over a broker. Its handler,

@@ -96,6 +96,20 @@ func NewReader(r io.Reader, lim Limits) *Reader {
 	}
 }
 
+// SetMaxFrameSize changes Limits.MaxFrameSize for the frames read from
+// now on (a zero or negative n means the default): a server reads with a
+// small limit until the client has logged in. Call it between Reads.
+func (r *Reader) SetMaxFrameSize(n int) {
+	if n <= 0 {
+		n = DefaultMaxFrameSize
+	}
+	r.lim.MaxFrameSize = n
+}
+
+// Buffered returns the number of bytes read ahead of the frames returned
+// so far: the start of the next frame, or heart-beats.
+func (r *Reader) Buffered() int { return r.br.Buffered() }
+
 // SetVersion sets the escaping rules for the frames read from now on, once
 // CONNECT has been answered. CONNECT and CONNECTED headers are never
 // unescaped, whatever the version. Call it between Reads.
