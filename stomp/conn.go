@@ -261,9 +261,6 @@ func (c *conn) readLoop(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		if c.readIdle > 0 {
-			c.clock.SetReadDeadline(time.Now().Add(c.readIdle))
-		}
 		if f == nil {
 			continue // heart-beat
 		}
@@ -418,8 +415,10 @@ func (c *conn) onConnect(ctx context.Context, f *frame.Frame) error {
 	c.acct.Close()
 	c.rd.SetMaxFrameSize(cfg.MaxFrameSize)
 	if recvEvery > 0 {
+		// STOMP 1.2 "Heart-beating": any data proves the client alive,
+		// the bytes of a long frame as well as heart-beats.
 		c.readIdle = time.Duration(float64(recvEvery) * cfg.HeartBeatGrace)
-		c.clock.SetReadDeadline(time.Now().Add(c.readIdle))
+		c.clock.SetIdle(c.readIdle)
 	} else {
 		c.clock.SetReadDeadline(time.Time{})
 	}

@@ -100,9 +100,12 @@ func TestPreAuthBudget(t *testing.T) {
 // After login, a frame trickled a byte at a time is cut once
 // FrameTimeout has passed (heart-beats alone would keep it open, as
 // bytes keep arriving): ERROR "frame timeout", then close. A large frame
-// uploaded steadily above FrameMinRate takes far longer and is not cut.
+// uploaded steadily above FrameMinRate takes far longer and is not cut,
+// neither by the frame timeout nor by the heart-beat deadline: its bytes
+// prove the client alive.
 func TestFrameTimeout(t *testing.T) {
-	tb := startWith(t, core.Config{}, stomp.Config{FrameTimeout: 300 * time.Millisecond, FrameMinRate: 64 << 10})
+	tb := startWith(t, core.Config{}, stomp.Config{FrameTimeout: 300 * time.Millisecond, FrameMinRate: 64 << 10,
+		HeartBeatReceive: 100 * time.Millisecond})
 	good := tb.dial(t)
 	gs := subscribe(t, good, "/queue/slow", gostomp.AckAuto)
 
@@ -128,7 +131,9 @@ func TestFrameTimeout(t *testing.T) {
 
 	t.Run("steady upload", func(t *testing.T) {
 		r := tb.raw(t)
-		r.connect("heart-beat:0,0\n")
+		// The client sends heart-beats every 100ms (it says), so the
+		// broker closes it after 200ms without data.
+		r.connect("heart-beat:100,0\n")
 		body := strings.Repeat("s", 256<<10)
 		frame := fmt.Sprintf("SEND\ndestination:/queue/slow\nreceipt:done\ncontent-length:%d\n\n%s\x00", len(body), body)
 		// 8 KiB every 50ms, about 160 KiB/s: some 1.6s in all, past the

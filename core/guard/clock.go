@@ -44,10 +44,12 @@ type Clock struct {
 	conn Conn
 	rule Rule
 
-	owner   time.Time // the owner's read deadline; zero: none
-	armed   time.Time // the deadline set on conn
-	known   bool      // armed is what conn has
-	byFrame bool      // armed is the frame's bound, not the owner's
+	owner   time.Time     // the owner's read deadline; zero: none
+	idle    time.Duration // or, when > 0, the owner's idle time after the last byte
+	last    time.Time     // when the last bytes arrived (for idle)
+	armed   time.Time     // the deadline set on conn
+	known   bool          // armed is what conn has
+	byFrame bool          // armed is the frame's bound, not the owner's
 
 	inFrame   bool
 	got       int64         // bytes of the frame received
@@ -64,8 +66,16 @@ func NewClock(c Conn, rule Rule) *Clock {
 // next read on. It never fails: the deadline is set on the connection
 // when a read is about to wait.
 func (c *Clock) SetReadDeadline(t time.Time) error {
-	c.owner = t
+	c.owner, c.idle = t, 0
 	return nil
+}
+
+// SetIdle makes the owner's deadline d after the last byte received
+// (from now, if none has been yet), in place of SetReadDeadline's: a
+// peer that must send something every so often (STOMP heart-beats) may
+// as well send the bytes of a long frame. 0 leaves no deadline.
+func (c *Clock) SetIdle(d time.Duration) {
+	c.owner, c.idle, c.last = time.Time{}, d, time.Now()
 }
 
 // Start marks the first byte of a frame as received, if no frame is
@@ -114,6 +124,9 @@ func (c *Clock) Read(p []byte) (int, error) {
 // before a read that may wait and Done after it.
 func (c *Clock) Arm() error {
 	dl, byFrame := c.owner, false
+	if c.idle > 0 {
+		dl = c.last.Add(c.idle)
+	}
 	c.waitStart = time.Time{}
 	if c.inFrame && c.rule.Timeout > 0 {
 		now := time.Now()
@@ -140,6 +153,9 @@ func (c *Clock) Arm() error {
 // returns err, or ErrFrameTimeout if the read ran into the frame's
 // deadline.
 func (c *Clock) Done(n int, err error) error {
+	if n > 0 && c.idle > 0 {
+		c.last = time.Now()
+	}
 	if c.inFrame {
 		c.got += int64(n)
 		if !c.waitStart.IsZero() {

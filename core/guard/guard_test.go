@@ -258,3 +258,34 @@ func TestClockNextBuffered(t *testing.T) {
 		t.Fatalf("a clock without a timeout: %v", err)
 	}
 }
+
+// With an idle time, the owner's deadline follows the last byte: bytes
+// of a long frame keep the connection alive, silence ends it with the
+// owner's deadline error.
+func TestClockIdle(t *testing.T) {
+	server, client := pipe(t)
+	clk := NewClock(server, Rule{})
+	clk.SetIdle(200 * time.Millisecond)
+	go func() {
+		for range 12 { // 600ms of bytes every 50ms
+			time.Sleep(50 * time.Millisecond)
+			if _, err := client.Write([]byte("x")); err != nil {
+				return
+			}
+		}
+	}()
+	buf := make([]byte, 1)
+	start := time.Now()
+	for i := range 12 {
+		if _, err := clk.Read(buf); err != nil {
+			t.Fatalf("byte %d: %v after %v", i, err, time.Since(start))
+		}
+	}
+	last := time.Now()
+	if _, err := clk.Read(buf); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("silence ended with %v, want the idle deadline", err)
+	}
+	if d := time.Since(last); d < 200*time.Millisecond {
+		t.Fatalf("idle deadline after %v", d)
+	}
+}
