@@ -6,8 +6,11 @@ import (
 	"os"
 	"sync"
 	"syscall"
+	"time"
 
 	mochi "github.com/mochi-mqtt/server/v2"
+
+	"github.com/junctionmq/junction/core/guard"
 )
 
 // maxCorked is the most a corked connection holds before it writes
@@ -33,9 +36,20 @@ type corkConn struct {
 	net.Conn
 
 	// Read side: only mochi's read goroutine reads, so no lock.
-	raw   syscall.RawConn // nil: no read-ahead (not a plain TCP connection)
-	rbuf  *readBuf        // read ahead, not yet taken; nil when empty
-	limit *packetLimit    // nil: no packet size check of ours (limits.go)
+	raw    syscall.RawConn // nil: no read-ahead (not a plain TCP connection)
+	replay []byte          // the CONNECT ServeConn read, handed to mochi first
+	rbuf   *readBuf        // read ahead, not yet taken; nil when empty
+	limit  *packetLimit    // nil: no packet size check of ours (limits.go)
+	// clock bounds the time of each packet (core/guard): every read that
+	// may wait goes through it, and mochi's deadlines are set through it.
+	// packetLimit's framing tells it where packets begin and end.
+	clock       *guard.Clock
+	timedOut    func() // called once when a packet took too long; may be nil
+	timeoutSaid bool   // checkTimeout has run (limits.go)
+	// preauth is the CONNECT's charge to the pre-authentication budget,
+	// given back once mochi has authenticated the client (limitHook) or
+	// the connection ends (ServeConn).
+	preauth *guard.Account
 
 	mu    sync.Mutex
 	corks int     // guarded by mu
@@ -46,7 +60,7 @@ type corkConn struct {
 var corkPool = sync.Pool{New: func() any { b := make([]byte, 0, 16<<10); return &b }}
 
 func newCorkConn(c net.Conn) *corkConn {
-	cc := &corkConn{Conn: c}
+	cc := &corkConn{Conn: c, clock: guard.NewClock(c, guard.Rule{})}
 	// Only a plain TCP connection: a wrapper's SyscallConn would bypass
 	// whatever it holds itself (bytes it peeked, TLS).
 	if tc, ok := c.(*net.TCPConn); ok {
@@ -71,8 +85,20 @@ var readPool = sync.Pool{New: func() any { return new(readBuf) }}
 // waits holding none), and hands p the first of it. Read (limits.go)
 // calls it.
 func (c *corkConn) readBuffered(p []byte) (int, error) {
+	if len(c.replay) > 0 {
+		n := copy(p, c.replay)
+		c.replay = c.replay[n:]
+		if len(c.replay) == 0 {
+			c.replay = nil
+		}
+		return n, nil
+	}
 	if c.rbuf == nil && c.raw != nil && len(p) < readAhead {
-		if err := c.fill(); err != nil {
+		if err := c.clock.Arm(); err != nil {
+			return 0, err
+		}
+		n, err := c.fill()
+		if err = c.clock.Done(n, err); err != nil {
 			return 0, err
 		}
 	}
@@ -86,11 +112,28 @@ func (c *corkConn) readBuffered(p []byte) (int, error) {
 		}
 		return n, nil
 	}
-	return c.Conn.Read(p)
+	if err := c.clock.Arm(); err != nil {
+		return 0, err
+	}
+	n, err := c.Conn.Read(p)
+	return n, c.clock.Done(n, err)
 }
 
-// fill waits until the socket is readable and reads what is there.
-func (c *corkConn) fill() error {
+// SetDeadline sets the write deadline, and the read deadline through the
+// clock (mochi sets both from the keep-alive before each packet).
+func (c *corkConn) SetDeadline(t time.Time) error {
+	c.clock.SetReadDeadline(t)
+	return c.Conn.SetWriteDeadline(t)
+}
+
+// SetReadDeadline sets the read deadline through the clock.
+func (c *corkConn) SetReadDeadline(t time.Time) error {
+	return c.clock.SetReadDeadline(t)
+}
+
+// fill waits until the socket is readable and reads what is there, and
+// returns how much.
+func (c *corkConn) fill() (int, error) {
 	var rb *readBuf
 	var n int
 	var err error
@@ -114,17 +157,17 @@ func (c *corkConn) fill() error {
 		if rb != nil {
 			readPool.Put(rb)
 		}
-		return &net.OpError{Op: "read", Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: unwrapOp(rerr)}
+		return 0, &net.OpError{Op: "read", Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: unwrapOp(rerr)}
 	case err != nil:
 		readPool.Put(rb)
-		return &net.OpError{Op: "read", Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: os.NewSyscallError("read", err)}
+		return 0, &net.OpError{Op: "read", Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: os.NewSyscallError("read", err)}
 	case n == 0:
 		readPool.Put(rb)
-		return io.EOF
+		return 0, io.EOF
 	}
 	rb.r, rb.w = 0, n
 	c.rbuf = rb
-	return nil
+	return n, nil
 }
 
 // unwrapOp returns the error inside a *net.OpError (the raw read's).

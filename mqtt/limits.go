@@ -1,11 +1,14 @@
 package mqtt
 
 import (
+	"errors"
 	"sync"
 	"time"
 
 	mochi "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
+
+	"github.com/junctionmq/junction/core/guard"
 )
 
 // quotaFilter replaces a filter refused for the subscription limit in
@@ -70,6 +73,12 @@ func (h *limitHook) OnDisconnect(cl *mochi.Client, _ error, _ bool) {
 // mochi's client list by now), which Server.Close leaves to mochi.
 func (h *limitHook) OnSessionEstablished(cl *mochi.Client, _ packets.Packet) {
 	if cc := corkOf(cl); cc != nil {
+		// Authenticated: the CONNECT's bytes go back to the
+		// pre-authentication budget. This runs in the goroutine of
+		// ServeConn, the account's.
+		if cc.preauth != nil {
+			cc.preauth.Close()
+		}
 		h.srv.mu.Lock()
 		if _, ok := h.srv.conns[cc]; ok {
 			h.srv.conns[cc] = true
@@ -140,10 +149,12 @@ func (h *limitHook) OnSubscribed(cl *mochi.Client, pk packets.Packet, codes []by
 // fails with packets.ErrPacketTooLarge, which ends the client as mochi's
 // own check would. An MQTT 3.1.1 client, and any client whose CONNECT is
 // too large (its version is not known yet), is just closed: 3.1.1 has no
-// server DISCONNECT. Only mochi's read goroutine uses it.
+// server DISCONNECT. It also tells the connection's frame clock where
+// each packet begins and ends. Only mochi's read goroutine uses it.
 type packetLimit struct {
-	max int // largest packet: the remaining length plus one, as mochi counts
-	v5  bool
+	max   int // largest packet: the remaining length plus one, as mochi counts
+	v5    bool
+	clock *guard.Clock // nil: no frame clock to tell
 
 	skip   int // bytes of the current packet's body still to come
 	hdr    int // bytes of the current fixed header seen; 0 between packets
@@ -157,11 +168,17 @@ type packetLimit struct {
 // disconnectTooLarge is an MQTT 5 DISCONNECT, reason 0x95, no properties.
 var disconnectTooLarge = []byte{0xe0, 0x02, packets.ErrPacketTooLarge.Code, 0x00}
 
+// disconnectTimeout is an MQTT 5 DISCONNECT, reason 0x8D (keep alive
+// timeout), for a packet that took longer than the frame clock allows:
+// MQTT 5 has no closer reason for a packet that stopped arriving.
+var disconnectTimeout = []byte{0xe0, 0x02, packets.ErrKeepAliveTimeout.Code, 0x00}
+
 // Read reads for mochi: see packetLimit.
 func (c *corkConn) Read(p []byte) (int, error) {
 	l := c.limit
 	if l == nil || l.off {
-		return c.readBuffered(p)
+		n, err := c.readBuffered(p)
+		return n, c.checkTimeout(err)
 	}
 	if l.done {
 		return 0, l.refuse(c)
@@ -174,7 +191,25 @@ func (c *corkConn) Read(p []byte) (int, error) {
 		}
 		return cut, nil // the packets before it; the next read fails
 	}
-	return n, err
+	return n, c.checkTimeout(err)
+}
+
+// checkTimeout passes err on; when it is the frame clock's, it first
+// counts the close and says DISCONNECT 0x8D to an MQTT 5 client, once.
+// mochi's read loop ends on the error and closes the connection.
+func (c *corkConn) checkTimeout(err error) error {
+	if !errors.Is(err, guard.ErrFrameTimeout) || c.timeoutSaid {
+		return err
+	}
+	c.timeoutSaid = true
+	if c.timedOut != nil {
+		c.timedOut()
+	}
+	if c.limit != nil && c.limit.v5 {
+		c.SetWriteDeadline(time.Now().Add(time.Second))
+		c.Write(disconnectTimeout)
+	}
+	return err
 }
 
 // refuse says DISCONNECT 0x95 to an MQTT 5 client, once, and returns the
@@ -200,11 +235,17 @@ func (l *packetLimit) scan(b []byte) (int, bool) {
 			n := min(l.skip, len(b)-i)
 			l.skip -= n
 			i += n
+			if l.skip == 0 {
+				l.end()
+			}
 			continue
 		}
 		if l.hdr == 0 { // a packet's first byte
 			start = i
 			l.hdr, l.length, l.mult = 1, 0, 1
+			if l.clock != nil {
+				l.clock.Start()
+			}
 			i++
 			continue
 		}
@@ -226,6 +267,16 @@ func (l *packetLimit) scan(b []byte) (int, bool) {
 			return start, true
 		}
 		l.skip = l.length
+		if l.skip == 0 {
+			l.end()
+		}
 	}
 	return 0, false
+}
+
+// end tells the frame clock a packet is complete.
+func (l *packetLimit) end() {
+	if l.clock != nil {
+		l.clock.End()
+	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/junctionmq/junction/core"
+	"github.com/junctionmq/junction/core/guard"
 )
 
 // clientReadBuffer is the size of mochi's read buffer per connection.
@@ -63,6 +64,24 @@ type Config struct {
 	// from ServeConn on: a client that has not sent all of it by then is
 	// closed (mochi itself waits forever). Default 10s.
 	ConnectTimeout time.Duration
+	// PreAuthMaxPacketSize bounds the CONNECT packet (read before the
+	// client has authenticated) when smaller than MaxPacketSize: a larger
+	// one gets CONNACK 0x95 (packet too large) on MQTT 5 and is closed.
+	// Default 64 KiB, room for any will message and properties a device
+	// sends. Its bytes are charged to the broker's pre-authentication
+	// budget (core.Config.PreAuthBudget) as they arrive; a client the
+	// budget has no room for gets CONNACK server busy (0x89 on MQTT 5,
+	// 0x03 server unavailable on 3.1.1) or, before its version is known,
+	// is closed.
+	PreAuthMaxPacketSize int
+	// FrameTimeout and FrameMinRate bound how long one packet may take
+	// once its first byte has arrived: FrameTimeout, plus one second per
+	// FrameMinRate bytes of it received (see core/guard). A client past
+	// it is closed, after DISCONNECT 0x8D (keep alive timeout) on MQTT 5.
+	// Defaults 30s and 4 KiB/s; a negative FrameTimeout disables the
+	// bound.
+	FrameTimeout time.Duration
+	FrameMinRate int64
 	// MaxSubscriptions bounds the topic filters one client holds; a
 	// SUBSCRIBE filter past it is refused with SUBACK reason 0x97 (quota
 	// exceeded) on MQTT 5, 0x80 on 3.1.1. Default 1000; negative means no
@@ -94,6 +113,18 @@ func (c Config) withDefaults() Config {
 	if c.ConnectTimeout <= 0 {
 		c.ConnectTimeout = 10 * time.Second
 	}
+	if c.PreAuthMaxPacketSize <= 0 {
+		c.PreAuthMaxPacketSize = 64 << 10
+	}
+	if c.FrameTimeout == 0 {
+		c.FrameTimeout = 30 * time.Second
+	}
+	if c.FrameTimeout < 0 {
+		c.FrameTimeout = 0
+	}
+	if c.FrameMinRate <= 0 {
+		c.FrameMinRate = 4 << 10
+	}
 	if c.MaxSubscriptions == 0 {
 		c.MaxSubscriptions = 1000
 	}
@@ -104,6 +135,7 @@ func (c Config) withDefaults() Config {
 // own and the bridge between it and core.
 type Server struct {
 	cfg    Config
+	broker *core.Broker
 	mochi  *mochi.Server
 	bridge *bridge
 
@@ -138,7 +170,7 @@ func New(cfg Config, b *core.Broker) (*Server, error) {
 		ClientNetWriteBufferSize: 32 << 10,
 		Logger:                   slog.New(zerolog.NewSlogHandler(cfg.Logger.With().Str("component", "mochi").Logger())),
 	})
-	s := &Server{cfg: cfg, mochi: ms, stub: &stubListener{done: make(chan struct{}), mochi: ms}, conns: make(map[*corkConn]bool)}
+	s := &Server{cfg: cfg, broker: b, mochi: ms, stub: &stubListener{done: make(chan struct{}), mochi: ms}, conns: make(map[*corkConn]bool)}
 	br, err := newBridge(s, b)
 	if err != nil {
 		return nil, err
@@ -178,11 +210,13 @@ func New(cfg Config, b *core.Broker) (*Server, error) {
 func (s *Server) ServeConn(ctx context.Context, nc net.Conn) {
 	stop := context.AfterFunc(ctx, func() { nc.Close() })
 	defer stop()
-	// mochi reads CONNECT without a deadline, then replaces this one with
-	// the keep-alive's (or none) once it has the packet.
+	// The CONNECT is read under this deadline (readConnect); mochi then
+	// replaces it with the keep-alive's (or none).
 	nc.SetReadDeadline(time.Now().Add(s.cfg.ConnectTimeout))
 	cc := newCorkConn(nc)
-	cc.limit = &packetLimit{max: s.cfg.MaxPacketSize}
+	cc.clock = guard.NewClock(nc, guard.Rule{Timeout: s.cfg.FrameTimeout, MinRate: s.cfg.FrameMinRate})
+	cc.limit = &packetLimit{max: s.cfg.MaxPacketSize, clock: cc.clock}
+	cc.timedOut = func() { s.broker.CountFrameTimeout("mqtt") }
 	s.mu.Lock()
 	if s.closing {
 		s.mu.Unlock()
@@ -201,9 +235,61 @@ func (s *Server) ServeConn(ctx context.Context, nc net.Conn) {
 		s.mu.Unlock()
 		s.mochi.Listeners.ClientsWg.Done()
 	}()
-	err := s.mochi.EstablishConnection(listenerID, cc)
+	max := min(s.cfg.MaxPacketSize, s.cfg.PreAuthMaxPacketSize)
+	// readConnect reads exactly the packet: no read-ahead to charge.
+	cc.preauth = s.broker.PreAuth(max + 5)
+	defer cc.preauth.Close()
+	pkt, err := readConnect(nc, max, cc.preauth)
+	if err != nil {
+		s.refuseConnect(nc, err)
+		nc.Close()
+		return
+	}
+	cc.replay = pkt
+	err = s.mochi.EstablishConnection(listenerID, cc)
 	if err != nil && !errors.Is(err, net.ErrClosed) {
 		s.cfg.Logger.Debug().Err(err).Str("remote", nc.RemoteAddr().String()).Msg("mqtt connection ended")
+	}
+}
+
+// CONNACKs for refused CONNECTs: MQTT 5 with a reason code and no
+// properties, MQTT 3.1.1 with a return code.
+var (
+	connackTooLarge     = []byte{0x20, 0x03, 0x00, packets.ErrPacketTooLarge.Code, 0x00}
+	connackBusy         = []byte{0x20, 0x03, 0x00, packets.ErrServerBusy.Code, 0x00}
+	connackUnavailable3 = []byte{0x20, 0x02, 0x00, packets.Err3ServerUnavailable.Code}
+)
+
+// refuseConnect answers a CONNECT that readConnect refused, in the
+// client's version when it is known, and counts the refusal; the caller
+// closes the connection. MQTT 3.1.1 has no return code for a packet
+// too large: the client is just closed.
+func (s *Server) refuseConnect(nc net.Conn, err error) {
+	var r *connectRefusal
+	if !errors.As(err, &r) {
+		s.cfg.Logger.Debug().Err(err).Str("remote", nc.RemoteAddr().String()).Msg("mqtt connection ended before CONNECT")
+		return
+	}
+	s.cfg.Logger.Debug().Err(err).Str("remote", nc.RemoteAddr().String()).Msg("mqtt CONNECT refused")
+	var answer []byte
+	switch {
+	case r.TooLarge > 0:
+		s.broker.CountPreAuthRefusal("mqtt", core.PreAuthFrameTooLarge)
+		if r.Level == 5 {
+			answer = connackTooLarge
+		}
+	case errors.Is(err, guard.ErrBudget):
+		s.broker.CountPreAuthRefusal("mqtt", core.PreAuthBudget)
+		switch r.Level {
+		case 5:
+			answer = connackBusy
+		case 3, 4:
+			answer = connackUnavailable3
+		}
+	}
+	if answer != nil {
+		nc.SetWriteDeadline(time.Now().Add(time.Second))
+		nc.Write(answer)
 	}
 }
 
