@@ -19,6 +19,7 @@ import (
 	"github.com/junctionmq/junction/amqp/internal/encoding"
 	"github.com/junctionmq/junction/amqp/internal/frames"
 	"github.com/junctionmq/junction/core"
+	"github.com/junctionmq/junction/core/guard"
 )
 
 // conn is one AMQP connection. The read loop (serve) owns the sessions'
@@ -32,6 +33,12 @@ type conn struct {
 	nc  net.Conn
 	br  *bufio.Reader
 	log zerolog.Logger
+	// clock bounds the time of each frame; read deadlines are set
+	// through it (guard.Clock). acct charges what the client sends to the
+	// broker's pre-authentication budget until SASL (or the anonymous
+	// check) has authenticated it. Both are the read loop's.
+	clock *guard.Clock
+	acct  *guard.Account
 
 	// Set by the handshake, then read-only.
 	user         string
@@ -59,12 +66,22 @@ type conn struct {
 	wdone    chan struct{}
 }
 
+// readBuffer is the size of a connection's buffered reader.
+const readBuffer = 16 << 10
+
 func newConn(s *Server, nc net.Conn) *conn {
 	id := s.nextID.Add(1)
+	clock := guard.NewClock(nc, guard.Rule{Timeout: s.cfg.FrameTimeout, MinRate: s.cfg.FrameMinRate})
+	// Before authentication the frames are SASL's, at most 512 bytes
+	// (MIN-MAX-FRAME-SIZE, Part 5 §5.3.1): a connection holds at most
+	// what its reader reads ahead.
+	acct := s.broker.PreAuth(readBuffer)
 	return &conn{
 		s:        s,
 		nc:       nc,
-		br:       bufio.NewReaderSize(nc, 16<<10),
+		br:       bufio.NewReaderSize(acct.Reader(clock), readBuffer),
+		clock:    clock,
+		acct:     acct,
 		log:      s.cfg.Logger.With().Uint64("conn", id).Str("remote", nc.RemoteAddr().String()).Logger(),
 		sessions: make(map[uint16]*session),
 		txs:      make(map[string]*core.Tx),
@@ -74,12 +91,15 @@ func newConn(s *Server, nc net.Conn) *conn {
 }
 
 // connError closes the connection with an AMQP error condition.
-type connError struct{ e *frames.Error }
+type connError struct {
+	e        *frames.Error
+	tooLarge bool // a frame over the size limit (readFrame)
+}
 
 func (e *connError) Error() string { return string(e.e.Condition) + ": " + e.e.Description }
 
 func connErr(cond encoding.Symbol, format string, args ...any) error {
-	return &connError{&frames.Error{Condition: cond, Description: fmt.Sprintf(format, args...)}}
+	return &connError{e: &frames.Error{Condition: cond, Description: fmt.Sprintf(format, args...)}}
 }
 
 // errPeerClosed ends the read loop after the peer's close was answered.
@@ -90,15 +110,22 @@ var errRefused = errors.New("amqp: connection refused")
 
 func (c *conn) serve(ctx context.Context) {
 	defer c.nc.Close()
-	c.nc.SetDeadline(time.Now().Add(c.s.cfg.HandshakeTimeout))
+	defer c.acct.Close()
+	hs := time.Now().Add(c.s.cfg.HandshakeTimeout)
+	c.clock.SetReadDeadline(hs)
+	c.nc.SetWriteDeadline(hs)
 	if err := c.handshake(ctx); err != nil {
 		c.log.Debug().Err(err).Msg("handshake failed")
+		if errors.Is(err, guard.ErrBudget) {
+			c.s.broker.CountPreAuthRefusal("amqp", core.PreAuthBudget)
+		}
 		if c.core != nil {
 			c.core.Close() // our open was not written: free the container-id
 		}
 		return
 	}
-	c.nc.SetDeadline(time.Time{})
+	c.clock.SetReadDeadline(time.Time{})
+	c.nc.SetWriteDeadline(time.Time{})
 	c.log.Debug().Str("container", c.containerID).Str("user", c.user).Msg("connected")
 
 	go c.writeLoop()
@@ -172,6 +199,8 @@ func (c *conn) handshake(ctx context.Context) error {
 		c.nc.Write(frames.ProtoSASL[:])
 		return fmt.Errorf("amqp: unsupported protocol header % x", hdr[:])
 	}
+	// Authenticated: the budget gets its bytes back.
+	c.acct.Close()
 	if _, err := c.nc.Write(frames.ProtoAMQP[:]); err != nil {
 		return err
 	}
@@ -247,8 +276,22 @@ func (c *conn) sasl(ctx context.Context) error {
 	if _, err := c.nc.Write(buf); err != nil {
 		return err
 	}
+	outcome := func(code uint8) error {
+		_, err := c.nc.Write(frames.Append(nil, frames.TypeSASL, 0, &frames.SASLOutcome{Code: code}, nil))
+		return err
+	}
+	// A SASL frame is at most MIN-MAX-FRAME-SIZE (Part 5 §5.3.1).
 	h, body, err := c.readFrame(frames.MinMaxFrameSize)
-	if err != nil {
+	var ce *connError
+	switch {
+	case errors.As(err, &ce) && ce.tooLarge:
+		c.s.broker.CountPreAuthRefusal("amqp", core.PreAuthFrameTooLarge)
+		outcome(frames.SASLCodeSysPerm)
+		return err
+	case errors.Is(err, guard.ErrBudget):
+		outcome(frames.SASLCodeSysTemp) // counted by serve
+		return err
+	case err != nil:
 		return err
 	}
 	if h.Type != frames.TypeSASL {
@@ -261,10 +304,6 @@ func (c *conn) sasl(ctx context.Context) error {
 	init, ok := perf.(*frames.SASLInit)
 	if !ok {
 		return fmt.Errorf("amqp: expected sasl-init, got %T", perf)
-	}
-	outcome := func(code uint8) error {
-		_, err := c.nc.Write(frames.Append(nil, frames.TypeSASL, 0, &frames.SASLOutcome{Code: code}, nil))
-		return err
 	}
 	var login, pass string
 	switch init.Mechanism {
@@ -339,7 +378,9 @@ func (c *conn) readFrame(limit uint32) (frames.Header, []byte, error) {
 		return h, nil, connErr(frames.ErrCondFramingError, "%v", err)
 	}
 	if h.Size > limit {
-		return h, nil, connErr(frames.ErrCondFramingError, "frame of %d bytes exceeds max-frame-size %d", h.Size, limit)
+		err := connErr(frames.ErrCondFramingError, "frame of %d bytes exceeds max-frame-size %d", h.Size, limit)
+		err.(*connError).tooLarge = true
+		return h, nil, err
 	}
 	n := int(h.Size) - frames.HeaderSize
 	if cap(c.rbuf) < n {
@@ -361,13 +402,21 @@ func (c *conn) readLoop() error {
 			// Pushing the deadline costs a timer update: do it only when
 			// an eighth of the timeout has passed.
 			if now := time.Now(); now.Sub(c.lastDL) > idle/8 {
-				c.nc.SetReadDeadline(now.Add(idle))
+				c.clock.SetReadDeadline(now.Add(idle))
 				c.lastDL = now
 			}
 		}
+		// A frame's clock starts with its first byte, which may be read
+		// ahead already.
+		c.clock.Next(c.br.Buffered())
 		h, body, err := c.readFrame(c.s.cfg.MaxFrameSize)
 		if err != nil {
-			if errors.Is(err, os.ErrDeadlineExceeded) {
+			switch {
+			case errors.Is(err, guard.ErrFrameTimeout):
+				c.s.broker.CountFrameTimeout("amqp")
+				return connErr(frames.ErrCondResourceLimitExceeded, "a frame took longer than %v plus 1s per %d bytes received to arrive",
+					c.s.cfg.FrameTimeout, c.s.cfg.FrameMinRate)
+			case errors.Is(err, os.ErrDeadlineExceeded):
 				return connErr(frames.ErrCondResourceLimitExceeded, "nothing received for %v (idle timeout)", idle)
 			}
 			return err

@@ -41,6 +41,13 @@ type Config struct {
 	// HandshakeTimeout bounds the protocol headers, SASL and open.
 	// Default 10s.
 	HandshakeTimeout time.Duration
+	// FrameTimeout and FrameMinRate bound how long one frame may take
+	// once its first byte has arrived: FrameTimeout, plus one second per
+	// FrameMinRate bytes of it received (see core/guard). Past it the
+	// connection is closed with amqp:resource-limit-exceeded. Defaults
+	// 30s and 4 KiB/s; a negative FrameTimeout disables the bound.
+	FrameTimeout time.Duration
+	FrameMinRate int64
 	// WriteTimeout bounds one socket write; a peer that does not read for
 	// this long is disconnected. Default 30s.
 	WriteTimeout time.Duration
@@ -87,6 +94,15 @@ func (c Config) withDefaults() Config {
 	}
 	if c.HandshakeTimeout <= 0 {
 		c.HandshakeTimeout = 10 * time.Second
+	}
+	if c.FrameTimeout == 0 {
+		c.FrameTimeout = 30 * time.Second
+	}
+	if c.FrameTimeout < 0 {
+		c.FrameTimeout = 0
+	}
+	if c.FrameMinRate <= 0 {
+		c.FrameMinRate = 4 << 10
 	}
 	if c.WriteTimeout <= 0 {
 		c.WriteTimeout = 30 * time.Second
