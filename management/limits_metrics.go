@@ -15,6 +15,7 @@ type limitsCollector struct {
 	rejections func() map[string]map[string]uint64
 
 	dropped, memUsed, memMax, queuePaged, diskFull, rejected *prometheus.Desc
+	preauthRefused, preauthHeld, preauthMax, frameTimeouts   *prometheus.Desc
 }
 
 func newLimitsCollector(b *core.Broker, rejections func() map[string]map[string]uint64) *limitsCollector {
@@ -30,12 +31,19 @@ func newLimitsCollector(b *core.Broker, rejections func() map[string]map[string]
 		memMax:     d("memory_max_bytes", "The broker's memory budget for messages (max-memory); 0 means unlimited."),
 		queuePaged: d("queue_paged_messages", "Messages of the queue in its page store on disk (part of its depth).", "queue", "address"),
 		diskFull:   d("disk_full", "1 while durable sends are refused because the stores are over their disk limits, else 0."),
+		preauthRefused: d("preauth_refused_total", "Connections refused before the client had authenticated, by protocol and reason: "+
+			"frame_too_large (a frame or packet over limits.preauth-max-frame-size, or an AMQP SASL frame over 512 bytes), "+
+			"budget (limits.preauth-budget had no room).", "protocol", "reason"),
+		preauthHeld:   d("preauth_bytes", "Bytes held for connections that have not authenticated yet, counted against limits.preauth-budget."),
+		preauthMax:    d("preauth_budget_bytes", "The pre-authentication budget (limits.preauth-budget); 0 means unbounded."),
+		frameTimeouts: d("frame_timeouts_total", "Connections closed because one frame took longer than limits.frame-timeout plus 1s per limits.frame-min-rate bytes to arrive, by protocol.", "protocol"),
 	}
 }
 
 // Describe implements prometheus.Collector.
 func (c *limitsCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.dropped, c.memUsed, c.memMax, c.queuePaged, c.diskFull, c.rejected} {
+	for _, d := range []*prometheus.Desc{c.dropped, c.memUsed, c.memMax, c.queuePaged, c.diskFull, c.rejected,
+		c.preauthRefused, c.preauthHeld, c.preauthMax, c.frameTimeouts} {
 		ch <- d
 	}
 }
@@ -59,6 +67,17 @@ func (c *limitsCollector) Collect(ch chan<- prometheus.Metric) {
 		full = 1
 	}
 	m(c.diskFull, prometheus.GaugeValue, full)
+	g := c.b.GuardStats()
+	m(c.preauthHeld, prometheus.GaugeValue, float64(g.PreAuthHeld))
+	m(c.preauthMax, prometheus.GaugeValue, float64(g.PreAuthMax))
+	for proto, byReason := range g.PreAuthRefused {
+		for reason, n := range byReason {
+			m(c.preauthRefused, prometheus.CounterValue, float64(n), proto, reason)
+		}
+	}
+	for proto, n := range g.FrameTimeouts {
+		m(c.frameTimeouts, prometheus.CounterValue, float64(n), proto)
+	}
 	if c.rejections != nil {
 		for listener, byReason := range c.rejections() {
 			for reason, n := range byReason {

@@ -32,6 +32,18 @@ type LimitsConfig struct {
 	// MaxAutoCreatedQueues caps the anycast queues one user's sends and
 	// consumers auto-create; 0 means no limit.
 	MaxAutoCreatedQueues int `yaml:"max-auto-created-queues-per-user"`
+	// PreAuthMaxFrameSize bounds a frame or packet a client sends before
+	// it has authenticated: STOMP's CONNECT, MQTT's CONNECT (AMQP's SASL
+	// frames are at most 512 bytes by the protocol).
+	PreAuthMaxFrameSize ByteSize `yaml:"preauth-max-frame-size"`
+	// PreAuthBudget bounds the bytes held for every connection not yet
+	// authenticated, together; 0 means no bound.
+	PreAuthBudget ByteSize `yaml:"preauth-budget"`
+	// FrameTimeout bounds how long one frame may take once its first
+	// byte has arrived, plus one second per FrameMinRate bytes of it
+	// received; 0 disables the bound.
+	FrameTimeout time.Duration `yaml:"frame-timeout"`
+	FrameMinRate ByteSize      `yaml:"frame-min-rate"`
 }
 
 func defaultLimits() LimitsConfig {
@@ -42,6 +54,10 @@ func defaultLimits() LimitsConfig {
 		HandshakeTimeout:     10 * time.Second,
 		MaxSubscriptions:     1000,
 		MaxAutoCreatedQueues: 10000,
+		PreAuthMaxFrameSize:  64 << 10,
+		PreAuthBudget:        64 << 20,
+		FrameTimeout:         30 * time.Second,
+		FrameMinRate:         4 << 10,
 	}
 }
 
@@ -65,6 +81,27 @@ func (l *LimitsConfig) validate(bad func(path, format string, args ...any)) {
 	if l.MaxAutoCreatedQueues < 0 {
 		bad("limits.max-auto-created-queues-per-user", "must be >= 0")
 	}
+	if l.PreAuthMaxFrameSize < 1024 {
+		bad("limits.preauth-max-frame-size", "must be at least 1KiB")
+	}
+	if l.PreAuthBudget != 0 && l.PreAuthBudget < l.PreAuthMaxFrameSize {
+		bad("limits.preauth-budget", "must be 0 (no bound) or at least preauth-max-frame-size")
+	}
+	if l.FrameTimeout < 0 {
+		bad("limits.frame-timeout", "must be >= 0")
+	}
+	if l.FrameMinRate < 1 {
+		bad("limits.frame-min-rate", "must be at least 1 byte (per second)")
+	}
+}
+
+// frameTimeout maps the configuration's 0 (off) to the protocol
+// packages' negative (their 0 means their default).
+func (l *LimitsConfig) frameTimeout() time.Duration {
+	if l.FrameTimeout == 0 {
+		return -1
+	}
+	return l.FrameTimeout
 }
 
 // unlimitedIfZero maps the configuration's 0 (no limit) to the protocol

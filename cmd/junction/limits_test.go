@@ -297,33 +297,49 @@ func TestOversizeRefusedPerProtocol(t *testing.T) {
 }
 
 func TestLimitsConfig(t *testing.T) {
-	cfg, errs := parseConfig([]byte("limits:\n  max-connections-per-ip: 5\n  connection-rate-per-ip: 2.5\n  connection-burst-per-ip: 3\n  handshake-timeout: 2s\n  max-subscriptions-per-connection: 0\n  max-auto-created-queues-per-user: 7\n"))
+	cfg, errs := parseConfig([]byte("limits:\n  max-connections-per-ip: 5\n  connection-rate-per-ip: 2.5\n  connection-burst-per-ip: 3\n  handshake-timeout: 2s\n  max-subscriptions-per-connection: 0\n  max-auto-created-queues-per-user: 7\n" +
+		"  preauth-max-frame-size: 16KiB\n  preauth-budget: 1MiB\n  frame-timeout: 5s\n  frame-min-rate: 1KiB\n"))
 	if len(errs) > 0 {
 		t.Fatal(errs)
 	}
 	want := LimitsConfig{MaxConnectionsPerIP: 5, ConnectionRatePerIP: 2.5, ConnectionBurstPerIP: 3,
-		HandshakeTimeout: 2 * time.Second, MaxSubscriptions: 0, MaxAutoCreatedQueues: 7}
+		HandshakeTimeout: 2 * time.Second, MaxSubscriptions: 0, MaxAutoCreatedQueues: 7,
+		PreAuthMaxFrameSize: 16 << 10, PreAuthBudget: 1 << 20, FrameTimeout: 5 * time.Second, FrameMinRate: 1 << 10}
 	if cfg.Limits != want {
 		t.Fatalf("limits %+v, want %+v", cfg.Limits, want)
 	}
-	cfg, err := loadConfig([]string{"--max-connections-per-ip", "9", "--handshake-timeout", "3s"},
+	cfg, err := loadConfig([]string{"--max-connections-per-ip", "9", "--handshake-timeout", "3s", "--preauth-budget", "2MiB", "--frame-timeout", "0"},
 		func(k string) string {
-			if k == "JUNCTION_CONNECTION_RATE_PER_IP" {
+			switch k {
+			case "JUNCTION_CONNECTION_RATE_PER_IP":
 				return "7"
+			case "JUNCTION_PREAUTH_MAX_FRAME_SIZE":
+				return "8KiB"
+			case "JUNCTION_FRAME_MIN_RATE":
+				return "100"
 			}
 			return ""
 		}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if l := cfg.Limits; l.MaxConnectionsPerIP != 9 || l.HandshakeTimeout != 3*time.Second || l.ConnectionRatePerIP != 7 || l.ConnectionBurstPerIP != 500 {
+	if l := cfg.Limits; l.MaxConnectionsPerIP != 9 || l.HandshakeTimeout != 3*time.Second || l.ConnectionRatePerIP != 7 || l.ConnectionBurstPerIP != 500 ||
+		l.PreAuthBudget != 2<<20 || l.PreAuthMaxFrameSize != 8<<10 || l.FrameTimeout != 0 || l.FrameMinRate != 100 {
 		t.Fatalf("limits from flags and env: %+v", l)
 	}
-	_, errs = parseConfig([]byte("limits:\n  handshake-timeout: 0s\n  connection-burst-per-ip: 0\n  max-connections-per-ip: -1\n"))
+	if d := cfg.Limits.frameTimeout(); d >= 0 {
+		t.Fatalf("--frame-timeout 0 reaches the protocols as %v, want negative (off)", d)
+	}
+	_, errs = parseConfig([]byte("limits:\n  handshake-timeout: 0s\n  connection-burst-per-ip: 0\n  max-connections-per-ip: -1\n" +
+		"  preauth-max-frame-size: 100\n  preauth-budget: 512\n  frame-timeout: -1s\n  frame-min-rate: 0\n"))
 	report := fmt.Sprint(errs)
-	for _, want := range []string{"line 2: limits.handshake-timeout", "line 3: limits.connection-burst-per-ip", "line 4: limits.max-connections-per-ip"} {
+	for _, want := range []string{"line 2: limits.handshake-timeout", "line 3: limits.connection-burst-per-ip", "line 4: limits.max-connections-per-ip",
+		"line 5: limits.preauth-max-frame-size", "line 7: limits.frame-timeout", "line 8: limits.frame-min-rate"} {
 		if !strings.Contains(report, want) {
 			t.Errorf("errors lack %q: %s", want, report)
 		}
+	}
+	if _, errs := parseConfig([]byte("limits:\n  preauth-budget: 1KiB\n")); !strings.Contains(fmt.Sprint(errs), "line 2: limits.preauth-budget") {
+		t.Errorf("a budget smaller than one pre-auth frame: %v", errs)
 	}
 }

@@ -223,6 +223,7 @@ func (in *instance) open(cfg Config) error {
 	log.Info().Int64("max_memory", bcfg.MaxMemory).Int64("go_memory_limit", goLimit).
 		Msg("memory budget for messages: past it each address applies its address-full-policy (default PAGE)")
 	bcfg.MaxAutoCreatedQueuesPerUser = cfg.Limits.MaxAutoCreatedQueues
+	bcfg.PreAuthBudget = int64(cfg.Limits.PreAuthBudget)
 	b, err := core.New(bcfg)
 	if err != nil {
 		if msgs != nil {
@@ -243,13 +244,16 @@ func (in *instance) startListeners(cfg Config) error {
 	log, b := in.log, in.broker
 	in.limits = cfg.Limits
 	ms, err := mqtt.New(mqtt.Config{
-		ConnectTimeout:   cfg.Limits.HandshakeTimeout,
-		MaxSubscriptions: unlimitedIfZero(cfg.Limits.MaxSubscriptions),
-		MaxPacketSize:    int(cfg.MQTT.MaxPacketSize),
-		MaxSessionExpiry: cfg.MQTT.SessionExpiry,
-		ReceiveMaximum:   cfg.MQTT.ReceiveMaximum,
-		MaxSessionBytes:  int64(cfg.MQTT.MaxSessionBytes),
-		Logger:           log.With().Str("component", "mqtt").Logger(),
+		ConnectTimeout:       cfg.Limits.HandshakeTimeout,
+		PreAuthMaxPacketSize: int(cfg.Limits.PreAuthMaxFrameSize),
+		FrameTimeout:         cfg.Limits.frameTimeout(),
+		FrameMinRate:         int64(cfg.Limits.FrameMinRate),
+		MaxSubscriptions:     unlimitedIfZero(cfg.Limits.MaxSubscriptions),
+		MaxPacketSize:        int(cfg.MQTT.MaxPacketSize),
+		MaxSessionExpiry:     cfg.MQTT.SessionExpiry,
+		ReceiveMaximum:       cfg.MQTT.ReceiveMaximum,
+		MaxSessionBytes:      int64(cfg.MQTT.MaxSessionBytes),
+		Logger:               log.With().Str("component", "mqtt").Logger(),
 	}, b)
 	if err != nil {
 		return fmt.Errorf("mqtt: %w", err)
@@ -260,16 +264,19 @@ func (in *instance) startListeners(cfg Config) error {
 		hb = -1
 	}
 	ss := stomp.New(stomp.Config{
-		ConnectTimeout:   cfg.Limits.HandshakeTimeout,
-		MaxSubscriptions: unlimitedIfZero(cfg.Limits.MaxSubscriptions),
-		MaxFrameSize:     int(cfg.Stomp.MaxFrameSize),
-		MaxHeaders:       cfg.Stomp.MaxHeaders,
-		MaxHeaderLength:  int(cfg.Stomp.MaxHeaderLength),
-		HeartBeatSend:    hb,
-		HeartBeatReceive: hb,
-		DefaultPrefetch:  cfg.Stomp.Prefetch,
-		ServerName:       "Junction/" + version,
-		Logger:           log.With().Str("component", "stomp").Logger(),
+		ConnectTimeout:      cfg.Limits.HandshakeTimeout,
+		PreAuthMaxFrameSize: int(cfg.Limits.PreAuthMaxFrameSize),
+		FrameTimeout:        cfg.Limits.frameTimeout(),
+		FrameMinRate:        int64(cfg.Limits.FrameMinRate),
+		MaxSubscriptions:    unlimitedIfZero(cfg.Limits.MaxSubscriptions),
+		MaxFrameSize:        int(cfg.Stomp.MaxFrameSize),
+		MaxHeaders:          cfg.Stomp.MaxHeaders,
+		MaxHeaderLength:     int(cfg.Stomp.MaxHeaderLength),
+		HeartBeatSend:       hb,
+		HeartBeatReceive:    hb,
+		DefaultPrefetch:     cfg.Stomp.Prefetch,
+		ServerName:          "Junction/" + version,
+		Logger:              log.With().Str("component", "stomp").Logger(),
 	}, b)
 	idle := cfg.AMQP.IdleTimeout
 	if idle == 0 {
@@ -285,6 +292,8 @@ func (in *instance) startListeners(cfg Config) error {
 		Logger:         log.With().Str("component", "amqp").Logger(),
 
 		HandshakeTimeout: cfg.Limits.HandshakeTimeout,
+		FrameTimeout:     cfg.Limits.frameTimeout(),
+		FrameMinRate:     int64(cfg.Limits.FrameMinRate),
 		MaxLinks:         unlimitedIfZero(cfg.Limits.MaxSubscriptions),
 	}, b)
 	// With users, the console and its API need a user who may manage.
