@@ -193,6 +193,7 @@ func TestPreAuthHugeDeclarations(t *testing.T) {
 				&preauthClient{name: "stomp-ws", dial: ws("v12.stomp"), hello: stompStream},
 				&preauthClient{name: "mqtt-ws", dial: ws("mqtt"), hello: mqttHello},
 				&preauthClient{name: "mqtt5-ws", dial: ws("mqtt"), hello: mqtt5Hello},
+				&preauthClient{name: "amqp-ws", dial: ws("amqp"), hello: amqpHello},
 			)
 		}
 	}
@@ -207,13 +208,13 @@ func TestPreAuthHugeDeclarations(t *testing.T) {
 			want = "ERROR\nmessage:malformed frame"
 		case "mqtt5", "mqtt5-ws":
 			want = "\x20\x03\x00\x95\x00"
-		case "amqp": // the SASL header and mechanisms, then sasl-outcome sys-perm (3)
+		case "amqp", "amqp-ws": // the SASL header and mechanisms, then sasl-outcome sys-perm (3)
 			want = "AMQP\x03\x01\x00\x00"
 		}
 		if !strings.HasPrefix(string(c.got), want) {
 			t.Fatalf("%s client got %q, want it to start with %q", c.name, c.got, want)
 		}
-		if c.name == "amqp" && !bytes.HasSuffix(c.got, []byte("\x00\x53\x44\xc0\x03\x01\x50\x03")) {
+		if strings.HasPrefix(c.name, "amqp") && !bytes.HasSuffix(c.got, []byte("\x00\x53\x44\xc0\x03\x01\x50\x03")) {
 			t.Fatalf("amqp client got % x, want a sasl-outcome with code 3 at the end", c.got)
 		}
 		if (c.name == "mqtt" || c.name == "mqtt-ws") && len(c.got) > 0 {
@@ -358,6 +359,7 @@ func TestFrameTimeoutFlags(t *testing.T) {
 		{"mqtt", "mqtt", tcp("mqtt"), mqttHello, mqttPublish, "\xe0\x02\x8d\x00"},
 		{"mqtt over websocket", "mqtt", ws("mqtt"), mqttHello, mqttPublish, "\xe0\x02\x8d\x00"},
 		{"amqp", "amqp", tcp("amqp"), amqpHello, amqpBegin, "amqp:resource-limit-exceeded"},
+		{"amqp over websocket", "amqp", ws("amqp"), amqpHello, amqpBegin, "amqp:resource-limit-exceeded"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, err := tc.dial()
@@ -400,7 +402,7 @@ func TestFrameTimeoutFlags(t *testing.T) {
 			}
 		})
 	}
-	for proto, n := range map[string]int{"stomp": 2, "mqtt": 2, "amqp": 1} {
+	for proto, n := range map[string]int{"stomp": 2, "mqtt": 2, "amqp": 2} {
 		line := fmt.Sprintf(`junction_frame_timeouts_total{protocol="%s"}`, proto)
 		if got := metric(t, in, line); got != fmt.Sprint(n) {
 			t.Errorf("%s = %q, want %d", line, got, n)
