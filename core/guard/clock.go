@@ -117,15 +117,32 @@ func (c *Clock) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// slackDiv sets how late a frame's or an idle deadline may fire: by at
+// most 1/slackDiv of its timeout. The slack lets a deadline set on the
+// connection stand for many reads (setting one costs about a
+// microsecond) while the deadline it stands for moves on with every
+// byte; a deadline never fires early.
+const slackDiv = 8
+
 // Arm prepares a read of the connection that may wait: it sets the read
 // deadline to the owner's or, during a frame, to the time the frame has
 // left if that comes first. It returns ErrFrameTimeout when the frame
 // has no time left. A front-end with a read path of its own calls Arm
 // before a read that may wait and Done after it.
+//
+// The deadline set on the connection must lie in [lo, hi]: never before
+// what is due (lo), and not much after it (hi, by the slack above; an
+// absolute owner's deadline is kept exactly). One already set that lies
+// there is kept, so a steady upload sets a new one only every so often.
 func (c *Clock) Arm() error {
-	dl, byFrame := c.owner, false
-	if c.idle > 0 {
-		dl = c.last.Add(c.idle)
+	var lo, hi time.Time
+	byFrame := false
+	switch {
+	case c.idle > 0:
+		lo = c.last.Add(c.idle)
+		hi = lo.Add(c.idle / slackDiv)
+	case !c.owner.IsZero():
+		lo, hi = c.owner, c.owner
 	}
 	c.waitStart = time.Time{}
 	if c.inFrame && c.rule.Timeout > 0 {
@@ -134,17 +151,19 @@ func (c *Clock) Arm() error {
 		if left <= 0 {
 			return ErrFrameTimeout
 		}
-		if fd := now.Add(left); dl.IsZero() || fd.Before(dl) {
-			dl, byFrame = fd, true
+		if fd := now.Add(left); lo.IsZero() || fd.Before(lo) {
+			lo, hi, byFrame = fd, fd.Add(c.rule.Timeout/slackDiv), true
 		}
 		c.waitStart = now
 	}
 	c.byFrame = byFrame
-	if !c.known || !dl.Equal(c.armed) {
-		if err := c.conn.SetReadDeadline(dl); err != nil {
+	keep := c.known && (lo.IsZero() && c.armed.IsZero() ||
+		!lo.IsZero() && !c.armed.IsZero() && !c.armed.Before(lo) && !c.armed.After(hi))
+	if !keep {
+		if err := c.conn.SetReadDeadline(hi); err != nil {
 			return err
 		}
-		c.armed, c.known = dl, true
+		c.armed, c.known = hi, true
 	}
 	return nil
 }

@@ -31,7 +31,9 @@
 // frame's bytes may take Rule.Timeout plus the frame's bytes received so
 // far divided by Rule.MinRate. A client that uploads a large body at
 // MinRate or faster always stays ahead of the bound; one that trickles a
-// frame a byte at a time is cut after Timeout. Only time spent waiting
+// frame a byte at a time is cut after Timeout (at most an eighth of it
+// later: the deadline set on the connection stands for many reads, so a
+// steady upload does not set one per read). Only time spent waiting
 // for the client counts: while the front-end is busy with the previous
 // frame (or waits for room in a full address) the clock does not run, so
 // back-pressure from the broker is never charged to the client. Between

@@ -289,3 +289,88 @@ func TestClockIdle(t *testing.T) {
 		t.Fatalf("idle deadline after %v", d)
 	}
 }
+
+// BenchmarkClockRead reads a loopback TCP stream in 16 KiB reads, straight
+// from the connection and through a Clock kept inside a frame (its worst
+// case: a deadline computed and set before every read).
+func BenchmarkClockRead(b *testing.B) {
+	for _, name := range []string{"direct", "clock"} {
+		b.Run(name, func(b *testing.B) {
+			l, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer l.Close()
+			go func() {
+				c, err := l.Accept()
+				if err != nil {
+					return
+				}
+				defer c.Close()
+				buf := make([]byte, 64<<10)
+				for {
+					if _, err := c.Write(buf); err != nil {
+						return
+					}
+				}
+			}()
+			nc, err := net.Dial("tcp", l.Addr().String())
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer nc.Close()
+			var r io.Reader = nc
+			if name == "clock" {
+				clk := NewClock(nc.(*net.TCPConn), Rule{Timeout: time.Minute, MinRate: 1})
+				clk.Start()
+				r = clk
+			}
+			buf := make([]byte, 16<<10)
+			b.SetBytes(int64(len(buf)))
+			b.ResetTimer()
+			for range b.N {
+				if _, err := io.ReadFull(r, buf); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// countingConn returns bytes at once and counts the deadlines set.
+type countingConn struct {
+	deadlines int
+	last      time.Time
+}
+
+func (c *countingConn) Read(p []byte) (int, error) { return len(p), nil }
+func (c *countingConn) SetReadDeadline(t time.Time) error {
+	c.deadlines++
+	c.last = t
+	return nil
+}
+
+// A deadline set on the connection stands for many reads of a steady
+// upload, and is never earlier than what the frame is due.
+func TestClockArmsRarely(t *testing.T) {
+	conn := &countingConn{}
+	clk := NewClock(conn, Rule{Timeout: time.Second, MinRate: 1 << 10})
+	clk.SetIdle(10 * time.Second)
+	clk.Start()
+	buf := make([]byte, 1<<10)
+	for i := range 1000 {
+		if _, err := clk.Read(buf); err != nil {
+			t.Fatal(err)
+		}
+		// Due when read i was armed: 1s + 1s per KiB received before
+		// it (no waiting to speak of), or the idle deadline 10s after the
+		// last byte, whichever is first.
+		due := time.Now().Add(min(time.Second+time.Duration(i)*time.Second, 10*time.Second))
+		if conn.last.Before(due.Add(-50 * time.Millisecond)) {
+			t.Fatalf("read %d: deadline %v before what is due %v", i, conn.last, due)
+		}
+	}
+	if conn.deadlines > 20 {
+		t.Fatalf("%d deadlines set for 1000 reads", conn.deadlines)
+	}
+}
