@@ -106,9 +106,8 @@ func TestPreAuthBudget(t *testing.T) {
 // large transfer uploaded steadily above FrameMinRate takes far longer
 // and is delivered.
 func TestFrameTimeout(t *testing.T) {
-	tb := startBroker(t, amqp.Config{FrameTimeout: 300 * time.Millisecond, FrameMinRate: 64 << 10, IdleTimeout: -1}, core.Config{})
-
 	t.Run("trickle", func(t *testing.T) {
+		tb := startBroker(t, amqp.Config{FrameTimeout: 300 * time.Millisecond, FrameMinRate: 64 << 10, IdleTimeout: -1}, core.Config{})
 		c := dialRaw(t, tb)
 		c.open(0)
 		begin := frames.Append(nil, frames.TypeAMQP, 1, &frames.Begin{NextOutgoingID: 0, IncomingWindow: 1000, OutgoingWindow: 1000}, nil)
@@ -140,6 +139,7 @@ func TestFrameTimeout(t *testing.T) {
 	})
 
 	t.Run("steady upload", func(t *testing.T) {
+		tb := startBroker(t, amqp.Config{FrameTimeout: time.Second, FrameMinRate: 32 << 10, IdleTimeout: -1}, core.Config{})
 		rs := tb.session(t, nil)
 		rcv := newReceiver(t, rs, "slow", nil)
 		c := dialRaw(t, tb)
@@ -148,17 +148,21 @@ func TestFrameTimeout(t *testing.T) {
 			Source: &frames.Source{}, Target: &frames.Target{Address: addr("slow")}}, nil)
 		expect[*frames.Attach](c)
 		expect[*frames.Flow](c)
-		body := bytes.Repeat([]byte{'s'}, 200<<10)
+		body := bytes.Repeat([]byte{'s'}, 240<<10) // one frame: the broker's max-frame-size is 256 KiB
 		settled := true
 		frame := frames.Append(nil, frames.TypeAMQP, 0, &frames.Transfer{Handle: 0, DeliveryID: u32(0), DeliveryTag: []byte{0}, Settled: &settled},
 			encodeMessage(&frames.Message{BodyKind: frames.BodyData, Data: [][]byte{body}}))
-		// 8 KiB every 50ms, about 160 KiB/s: some 1.3s in all.
+		// 8 KiB every 100ms, about 80 KiB/s: some 3s in all, past the 1s
+		// timeout but above the minimum rate.
 		start := time.Now()
 		for i := 0; i < len(frame); i += 8 << 10 {
-			time.Sleep(50 * time.Millisecond)
+			time.Sleep(100 * time.Millisecond)
 			if _, err := c.nc.Write(frame[i:min(i+8<<10, len(frame))]); err != nil {
 				t.Fatalf("upload cut after %v: %v", time.Since(start), err)
 			}
+		}
+		if d := time.Since(start); d < 2*time.Second {
+			t.Fatalf("the upload took only %v", d)
 		}
 		m, err := rcv.Receive(ctxT(t), nil)
 		if err != nil {

@@ -160,8 +160,6 @@ func publishPacket(topic string, payload []byte, v5 bool) []byte {
 // above FrameMinRate takes far longer and is delivered.
 func TestFrameTimeout(t *testing.T) {
 	tb := startGuarded(t, core.Config{}, mqtt.Config{FrameTimeout: 300 * time.Millisecond, FrameMinRate: 64 << 10})
-	good := tb.client(t, "good")
-	ch := inbox(t, good, "slow/#", 0)
 	for _, tc := range []struct {
 		name, connect string
 		v5            bool
@@ -193,20 +191,27 @@ func TestFrameTimeout(t *testing.T) {
 		})
 	}
 	t.Run("steady upload", func(t *testing.T) {
+		tb := startGuarded(t, core.Config{}, mqtt.Config{FrameTimeout: time.Second, FrameMinRate: 64 << 10})
+		good := tb.client(t, "good")
+		ch := inbox(t, good, "slow/#", 0)
 		nc := tb.dialRaw(t)
 		nc.Write([]byte("\x10\x0e\x00\x04MQTT\x04\x02\x00\x00\x00\x02up"))
 		if ack := readPacket(t, nc); ack[0] != 0x20 || ack[3] != 0 {
 			t.Fatalf("CONNACK %x", ack)
 		}
-		payload := bytes.Repeat([]byte{'s'}, 256<<10)
+		payload := bytes.Repeat([]byte{'s'}, 512<<10)
 		pkt := publishPacket("slow/big", payload, false)
-		// 8 KiB every 50ms, about 160 KiB/s: some 1.6s in all.
+		// 8 KiB every 50ms, about 160 KiB/s: some 3.2s in all, past the
+		// 1s timeout but above the minimum rate.
 		start := time.Now()
 		for i := 0; i < len(pkt); i += 8 << 10 {
 			time.Sleep(50 * time.Millisecond)
 			if _, err := nc.Write(pkt[i:min(i+8<<10, len(pkt))]); err != nil {
 				t.Fatalf("upload cut after %v: %v", time.Since(start), err)
 			}
+		}
+		if d := time.Since(start); d < 2*time.Second {
+			t.Fatalf("the upload took only %v", d)
 		}
 		if m := next(t, ch); !bytes.Equal(m.Payload(), payload) {
 			t.Fatalf("delivered %d bytes", len(m.Payload()))

@@ -104,12 +104,8 @@ func TestPreAuthBudget(t *testing.T) {
 // neither by the frame timeout nor by the heart-beat deadline: its bytes
 // prove the client alive.
 func TestFrameTimeout(t *testing.T) {
-	tb := startWith(t, core.Config{}, stomp.Config{FrameTimeout: 300 * time.Millisecond, FrameMinRate: 64 << 10,
-		HeartBeatReceive: 100 * time.Millisecond})
-	good := tb.dial(t)
-	gs := subscribe(t, good, "/queue/slow", gostomp.AckAuto)
-
 	t.Run("trickle", func(t *testing.T) {
+		tb := startWith(t, core.Config{}, stomp.Config{FrameTimeout: 300 * time.Millisecond, FrameMinRate: 64 << 10})
 		r := tb.raw(t)
 		r.connect("heart-beat:0,0\n")
 		stop := make(chan struct{})
@@ -130,20 +126,28 @@ func TestFrameTimeout(t *testing.T) {
 	})
 
 	t.Run("steady upload", func(t *testing.T) {
+		tb := startWith(t, core.Config{}, stomp.Config{FrameTimeout: time.Second, FrameMinRate: 64 << 10,
+			HeartBeatReceive: 500 * time.Millisecond})
+		good := tb.dial(t)
+		gs := subscribe(t, good, "/queue/slow", gostomp.AckAuto)
 		r := tb.raw(t)
-		// The client sends heart-beats every 100ms (it says), so the
-		// broker closes it after 200ms without data.
-		r.connect("heart-beat:100,0\n")
-		body := strings.Repeat("s", 256<<10)
+		// The client sends heart-beats every 500ms (it says), so the
+		// broker closes it after 1s without data.
+		r.connect("heart-beat:500,0\n")
+		body := strings.Repeat("s", 512<<10)
 		frame := fmt.Sprintf("SEND\ndestination:/queue/slow\nreceipt:done\ncontent-length:%d\n\n%s\x00", len(body), body)
-		// 8 KiB every 50ms, about 160 KiB/s: some 1.6s in all, past the
-		// 300ms timeout but above the minimum rate.
+		// 8 KiB every 50ms, about 160 KiB/s: some 3.2s in all, past the
+		// 1s frame timeout and the 1s heart-beat deadline, but above the
+		// minimum rate.
 		start := time.Now()
 		for i := 0; i < len(frame); i += 8 << 10 {
 			time.Sleep(50 * time.Millisecond)
 			if _, err := r.nc.Write([]byte(frame[i:min(i+8<<10, len(frame))])); err != nil {
 				t.Fatalf("upload cut after %v: %v", time.Since(start), err)
 			}
+		}
+		if d := time.Since(start); d < 2*time.Second {
+			t.Fatalf("the upload took only %v", d)
 		}
 		if f := r.frame(); !strings.HasPrefix(f, "RECEIPT\n") {
 			t.Fatalf("steady upload: want RECEIPT, got %q", f)

@@ -370,8 +370,18 @@ func TestFrameTimeoutFlags(t *testing.T) {
 			if _, err := c.Write([]byte(tc.hello)); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := c.Read(make([]byte, 1)); err != nil { // logged in
-				t.Fatalf("no answer to the login: %v", err)
+			first := make(chan error, 1)
+			go func() {
+				_, err := c.Read(make([]byte, 1))
+				first <- err
+			}()
+			select {
+			case err := <-first: // logged in
+				if err != nil {
+					t.Fatalf("no answer to the login: %v", err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("no answer to the login within 10s")
 			}
 			stop := make(chan struct{})
 			defer close(stop)

@@ -158,11 +158,11 @@ func TestClockCutsTrickle(t *testing.T) {
 // than Timeout and is not cut.
 func TestClockSparesSteadyUpload(t *testing.T) {
 	server, client := pipe(t)
-	clk := NewClock(server, Rule{Timeout: 100 * time.Millisecond, MinRate: 16 << 10})
+	clk := NewClock(server, Rule{Timeout: 300 * time.Millisecond, MinRate: 16 << 10})
 	go func() {
-		chunk := make([]byte, 1<<10)
-		for range 40 { // 40 KiB at 32 KiB/s: about 1.2s
-			time.Sleep(30 * time.Millisecond)
+		chunk := make([]byte, 4<<10)
+		for range 30 { // 120 KiB at 80 KiB/s: about 1.5s; each chunk earns 250ms
+			time.Sleep(50 * time.Millisecond)
 			if _, err := client.Write(chunk); err != nil {
 				return
 			}
@@ -174,7 +174,7 @@ func TestClockSparesSteadyUpload(t *testing.T) {
 	if err != nil {
 		t.Fatalf("steady upload cut after %d bytes, %v: %v", n, time.Since(start), err)
 	}
-	if n != 40<<10 {
+	if n != 120<<10 {
 		t.Fatalf("read %d bytes", n)
 	}
 }
@@ -265,9 +265,9 @@ func TestClockNextBuffered(t *testing.T) {
 func TestClockIdle(t *testing.T) {
 	server, client := pipe(t)
 	clk := NewClock(server, Rule{})
-	clk.SetIdle(200 * time.Millisecond)
+	clk.SetIdle(400 * time.Millisecond)
 	go func() {
-		for range 12 { // 600ms of bytes every 50ms
+		for range 20 { // 1s of bytes every 50ms
 			time.Sleep(50 * time.Millisecond)
 			if _, err := client.Write([]byte("x")); err != nil {
 				return
@@ -276,7 +276,7 @@ func TestClockIdle(t *testing.T) {
 	}()
 	buf := make([]byte, 1)
 	start := time.Now()
-	for i := range 12 {
+	for i := range 20 {
 		if _, err := clk.Read(buf); err != nil {
 			t.Fatalf("byte %d: %v after %v", i, err, time.Since(start))
 		}
@@ -285,7 +285,7 @@ func TestClockIdle(t *testing.T) {
 	if _, err := clk.Read(buf); !errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Fatalf("silence ended with %v, want the idle deadline", err)
 	}
-	if d := time.Since(last); d < 200*time.Millisecond {
+	if d := time.Since(last); d < 400*time.Millisecond {
 		t.Fatalf("idle deadline after %v", d)
 	}
 }
