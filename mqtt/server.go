@@ -235,11 +235,12 @@ func (s *Server) ServeConn(ctx context.Context, nc net.Conn) {
 		s.mu.Unlock()
 		s.mochi.Listeners.ClientsWg.Done()
 	}()
-	max := min(s.cfg.MaxPacketSize, s.cfg.PreAuthMaxPacketSize)
-	// readConnect reads exactly the packet: no read-ahead to charge.
-	cc.preauth = s.broker.PreAuth(max + 5)
+	limit := min(s.cfg.MaxPacketSize, s.cfg.PreAuthMaxPacketSize)
+	// readConnect reads exactly the packet (at most a 5-byte fixed
+	// header and limit-1 bytes): no read-ahead to charge.
+	cc.preauth = s.broker.PreAuth(limit + 5)
 	defer cc.preauth.Close()
-	pkt, err := readConnect(nc, max, cc.preauth)
+	pkt, err := readConnect(nc, limit, cc.preauth)
 	if err != nil {
 		s.refuseConnect(nc, err)
 		nc.Close()
