@@ -55,9 +55,10 @@ const connectChunk = 512
 
 // readConnect reads one CONNECT packet from r and returns it whole, fixed
 // header included. It reads no byte past the packet, and the body only as
-// it arrives: its buffer starts at 512 bytes and doubles while the
-// declared length is not reached, each growth charged to acct first (a
-// charge the budget cannot take fails with guard.ErrBudget). A packet
+// it arrives: the protocol name and level are read first into an array,
+// then the buffer starts at 512 bytes and doubles while the declared
+// length is not reached, each growth charged to acct first (a charge the
+// budget cannot take fails with guard.ErrBudget). A packet
 // larger than max (remaining length plus one, as mochi counts it) is
 // refused before its body is read, with a *connectRefusal whose TooLarge
 // is set; readConnect then reads at most the next nine bytes, up to the
@@ -91,17 +92,26 @@ func readConnect(r io.Reader, max int, acct *guard.Account) ([]byte, error) {
 	if remaining+1 > max {
 		return nil, &connectRefusal{TooLarge: remaining + 1, Level: peekLevel(r), err: errConnectTooLarge}
 	}
+	// The protocol name and level come first: they are read (at most
+	// nine bytes, into an array) before anything is allocated, so that a
+	// refusal for the budget answers in the client's version.
+	var vh [9]byte
+	k, lvl, err := readLevel(r, vh[:], remaining)
+	if err != nil {
+		return nil, err
+	}
 	size := n + min(remaining, connectChunk)
 	if err := acct.Charge(size); err != nil {
-		return nil, &connectRefusal{err: err}
+		return nil, &connectRefusal{Level: lvl, err: err}
 	}
 	buf := make([]byte, n, size)
 	copy(buf, hdr[:n])
+	buf = append(buf, vh[:k]...)
 	for len(buf) < n+remaining {
 		if len(buf) == cap(buf) {
 			grown := min(2*cap(buf), n+remaining)
 			if err := acct.Charge(grown - cap(buf)); err != nil {
-				return nil, &connectRefusal{Level: level(buf[n:]), err: err}
+				return nil, &connectRefusal{Level: lvl, err: err}
 			}
 			buf = append(make([]byte, 0, grown), buf...)
 		}
@@ -117,17 +127,27 @@ func readConnect(r io.Reader, max int, acct *guard.Account) ([]byte, error) {
 	return buf, nil
 }
 
-// level returns the protocol level in the start of a CONNECT's variable
-// header (protocol name, then level), or 0 if it is not there yet.
-func level(vh []byte) byte {
-	if len(vh) < 2 {
-		return 0
+// readLevel reads the start of a CONNECT's variable header into vh (at
+// least 9 bytes long), no further than remaining: the protocol name
+// ("MQTT" or "MQIsdp", with its length) and the protocol level. It
+// returns the bytes read and the level, 0 when the name is not one of
+// those (mochi refuses the CONNECT then).
+func readLevel(r io.Reader, vh []byte, remaining int) (int, byte, error) {
+	k := min(2, remaining)
+	if _, err := io.ReadFull(r, vh[:k]); err != nil {
+		return 0, 0, err
+	}
+	if k < 2 {
+		return k, 0, nil
 	}
 	name := int(binary.BigEndian.Uint16(vh))
-	if name > 6 || len(vh) < 2+name+1 {
-		return 0
+	if name != 4 && name != 6 || 2+name+1 > remaining {
+		return k, 0, nil
 	}
-	return vh[2+name]
+	if _, err := io.ReadFull(r, vh[2:2+name+1]); err != nil {
+		return 0, 0, err
+	}
+	return 2 + name + 1, vh[2+name], nil
 }
 
 // peekWait bounds the wait for the protocol level of a refused CONNECT:
@@ -143,15 +163,6 @@ func peekLevel(r io.Reader) byte {
 		d.SetReadDeadline(time.Now().Add(peekWait))
 	}
 	var vh [9]byte
-	if _, err := io.ReadFull(r, vh[:2]); err != nil {
-		return 0
-	}
-	name := int(binary.BigEndian.Uint16(vh[:2]))
-	if name != 4 && name != 6 {
-		return 0
-	}
-	if _, err := io.ReadFull(r, vh[2:2+name+1]); err != nil {
-		return 0
-	}
-	return vh[2+name]
+	_, lvl, _ := readLevel(r, vh[:], len(vh))
+	return lvl
 }

@@ -100,7 +100,7 @@ func TestReadConnectRefusals(t *testing.T) {
 		{"too large, header only", huge, 64 << 10, 0, 10<<20 + 1, 0, errConnectTooLarge},
 		{"just over the limit", connectPacket(5, 1024), 1024, 0, 1025, 5, errConnectTooLarge},
 		{"budget, level known", connectPacket(5, 4000), 64 << 10, 600, 0, 5, guard.ErrBudget},
-		{"budget at once", connectPacket(4, 4000), 64 << 10, 100, 0, 0, guard.ErrBudget},
+		{"budget at once, level read first", connectPacket(4, 4000), 64 << 10, 100, 0, 4, guard.ErrBudget},
 		{"not a CONNECT", []byte("\x30\x05\x00\x01ahi"), 64 << 10, 0, 0, 0, errNotConnect},
 		{"malformed length", []byte("\x10\xff\xff\xff\xff\x01"), 64 << 10, 0, 0, 0, errMalformedLength},
 	} {
