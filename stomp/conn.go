@@ -185,8 +185,9 @@ func (c *conn) serve(ctx context.Context) {
 	go c.writeLoop()
 	stop := context.AfterFunc(ctx, func() {
 		// Shutdown: wake the read loop; it says goodbye. A SEND waiting
-		// for room gives up.
-		c.nc.SetReadDeadline(time.Now())
+		// for room gives up. Through the clock, which sets the read
+		// deadlines: one set on nc directly could be replaced.
+		c.clock.Interrupt()
 		if s := c.live.Load(); s != nil {
 			s.Close()
 		}

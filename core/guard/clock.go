@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net"
 	"os"
+	"sync/atomic"
 	"time"
 )
 
@@ -36,13 +37,15 @@ type Conn interface {
 // owns that connection's read deadline: the front-end sets its own
 // deadline (heart-beats, keep-alive) through [Clock.SetReadDeadline], and
 // the Clock sets on the connection whichever comes first, its owner's or
-// the frame's. It is used by the connection's reading goroutine only.
-// Another goroutine may still set a deadline in the past on the
-// connection itself to wake a blocked read (at shutdown); that read then
-// fails and the connection ends.
+// the frame's. It is used by the connection's reading goroutine only,
+// but for Interrupt, which another goroutine calls to wake a read (at
+// shutdown): a deadline set on the connection directly could be replaced
+// by the Clock's own before the read waits.
 type Clock struct {
 	conn Conn
 	rule Rule
+
+	interrupted atomic.Bool // set by Interrupt: every read fails
 
 	owner   time.Time     // the owner's read deadline; zero: none
 	idle    time.Duration // or, when > 0, the owner's idle time after the last byte
@@ -76,6 +79,15 @@ func (c *Clock) SetReadDeadline(t time.Time) error {
 // as well send the bytes of a long frame. 0 leaves no deadline.
 func (c *Clock) SetIdle(d time.Duration) {
 	c.owner, c.idle, c.last = time.Time{}, d, time.Now()
+}
+
+// Interrupt makes the read under way, and every later one, fail with
+// os.ErrDeadlineExceeded. It may be called from any goroutine.
+func (c *Clock) Interrupt() {
+	c.interrupted.Store(true)
+	// After the flag: an Arm that sets a deadline after this one sees
+	// the flag once it has set its own (see Arm).
+	c.conn.SetReadDeadline(time.Now())
 }
 
 // Start marks the first byte of a frame as received, if no frame is
@@ -165,6 +177,11 @@ func (c *Clock) Arm() error {
 		}
 		c.armed, c.known = hi, true
 	}
+	// Checked after the deadline is set: an Interrupt that set its own
+	// before ours is seen here; one that comes later sets its own after.
+	if c.interrupted.Load() {
+		return os.ErrDeadlineExceeded
+	}
 	return nil
 }
 
@@ -181,7 +198,7 @@ func (c *Clock) Done(n int, err error) error {
 			c.waited += time.Since(c.waitStart)
 		}
 	}
-	if err != nil && c.byFrame && isTimeout(err) {
+	if err != nil && c.byFrame && isTimeout(err) && !c.interrupted.Load() {
 		return ErrFrameTimeout
 	}
 	return err

@@ -374,3 +374,31 @@ func TestClockArmsRarely(t *testing.T) {
 		t.Fatalf("%d deadlines set for 1000 reads", conn.deadlines)
 	}
 }
+
+// Interrupt wakes a read that waits without a deadline, and fails every
+// later read, even one whose Arm would set a deadline of its own.
+func TestClockInterrupt(t *testing.T) {
+	server, _ := pipe(t)
+	clk := NewClock(server, Rule{Timeout: time.Minute})
+	clk.Next(1) // a frame under way: Arm sets a deadline a minute away
+	done := make(chan error, 1)
+	go func() {
+		_, err := clk.Read(make([]byte, 1))
+		done <- err
+	}()
+	time.Sleep(20 * time.Millisecond) // let the read wait (not asserted)
+	clk.Interrupt()
+	select {
+	case err := <-done:
+		if !errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("interrupted read: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Interrupt did not wake the read")
+	}
+	clk.SetReadDeadline(time.Time{})
+	clk.Next(0)
+	if _, err := clk.Read(make([]byte, 1)); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("read after Interrupt: %v", err)
+	}
+}
