@@ -266,7 +266,9 @@ func (in *instance) openCluster(cfg Config, bcfg core.Config) error {
 		return err
 	}
 	acfg := core.Config{AddressSettings: cfg.AddressSettings, Logger: bcfg.Logger, Cluster: node.Cluster(),
-		Authenticator: bcfg.Authenticator, Authorizer: bcfg.Authorizer}
+		Authenticator: bcfg.Authenticator, Authorizer: bcfg.Authorizer,
+		// The access broker is the one the clients log in to.
+		PreAuthBudget: int64(cfg.Limits.PreAuthBudget)}
 	b, err := core.New(acfg)
 	if err != nil {
 		node.Close()
