@@ -33,6 +33,14 @@ type group struct {
 	activating bool
 	inflight   map[uint64][]func(error) // proposal id → completions
 	nextProp   uint64
+	// rejoining: this node came back with an empty log (Config.Join) and
+	// may have been a member that lost its data. Until it has applied
+	// what the group had committed when it heard from a leader
+	// (catchUpTo), it neither votes nor campaigns, and it caps the commit
+	// index leaders tell it (a leader that still counts the entries this
+	// node had before would otherwise make raft panic).
+	rejoining bool
+	catchUpTo uint64
 
 	// Read from any goroutine:
 	lead     atomic.Uint64 // current leader as this node knows it (0: none)

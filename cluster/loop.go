@@ -7,6 +7,7 @@ import (
 
 	"go.etcd.io/raft/v3"
 	pb "go.etcd.io/raft/v3/raftpb"
+	"go.etcd.io/raft/v3/tracker"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/junctionmq/junction/cluster/raftlog"
@@ -42,7 +43,9 @@ func (n *Node) run() {
 				break // see New: a node that lost its log waits
 			}
 			for _, g := range n.groups {
-				g.rn.Tick()
+				if !g.rejoining {
+					g.rn.Tick()
+				}
 			}
 		case <-balance.C:
 			n.balanceLeaders()
@@ -61,6 +64,7 @@ func (n *Node) run() {
 			n.fail(err)
 		}
 		for _, g := range n.groups {
+			g.maybeRejoined()
 			g.maybeActivate()
 			g.maybeSnapshot()
 		}
@@ -103,13 +107,84 @@ func (n *Node) stepInbox() {
 	n.inMu.Unlock()
 	noVote := time.Now().Before(n.noVoteUntil)
 	for _, x := range in {
-		t := x.msg.GetType()
-		if noVote && (t == pb.MsgVote || t == pb.MsgPreVote) {
+		g := n.group(x.group)
+		m := x.msg
+		t := m.GetType()
+		if g.rejoining {
+			if !g.rejoinStep(m) {
+				continue
+			}
+		} else if noVote && (t == pb.MsgVote || t == pb.MsgPreVote) {
 			continue
 		}
-		if err := n.group(x.group).rn.Step(x.msg); err != nil && err != raft.ErrStepPeerNotFound {
+		if t == pb.MsgAppResp && m.GetReject() && g.leading {
+			g.checkLostLog(m)
+		}
+		if err := g.rn.Step(m); err != nil && err != raft.ErrStepPeerNotFound {
 			n.log.Debug().Err(err).Uint64("group", x.group).Msg("raft step")
 		}
+	}
+}
+
+// rejoinStep filters a message for a group this node is rejoining (see
+// group.rejoining) and reports whether to step it.
+func (g *group) rejoinStep(m *pb.Message) bool {
+	switch m.GetType() {
+	case pb.MsgVote, pb.MsgPreVote:
+		return false
+	case pb.MsgHeartbeat, pb.MsgApp, pb.MsgSnap:
+		commit := m.GetCommit()
+		if s := m.GetSnapshot(); s != nil {
+			commit = max(commit, s.GetMetadata().GetIndex())
+		}
+		g.catchUpTo = max(g.catchUpTo, commit)
+		if m.GetType() == pb.MsgHeartbeat {
+			if last, _ := g.storage.LastIndex(); m.GetCommit() > last {
+				m.Commit = new(last)
+			}
+		}
+	}
+	return true
+}
+
+// checkLostLog sees a follower refuse entries below what it had
+// acknowledged: it lost its log (a node restarted with an empty data
+// directory, see rejoining). raft, which assumes no voter ever loses its
+// log, ignores such a refusal as stale and would never send the
+// follower its entries again; a new leader starts over with every
+// follower. So this leader hands the group to another voter that is up
+// to date.
+func (g *group) checkLostLog(m *pb.Message) {
+	from := m.GetFrom()
+	var lost bool
+	var best uint64
+	var bestMatch uint64
+	g.rn.WithProgress(func(id uint64, typ raft.ProgressType, pr tracker.Progress) {
+		switch {
+		case id == from:
+			lost = m.GetRejectHint() < pr.Match
+		case id != g.n.cfg.NodeID && typ == raft.ProgressTypePeer && pr.Match >= bestMatch:
+			best, bestMatch = id, pr.Match
+		}
+	})
+	if !lost {
+		return
+	}
+	if best == 0 {
+		g.n.log.Error().Uint64("group", g.id).Uint64("follower", from).Msg("a follower lost its log and no other voter can take over the group to resend it")
+		return
+	}
+	g.n.log.Warn().Uint64("group", g.id).Uint64("follower", from).Uint64("to", best).
+		Msg("a follower lost its log: handing the group to another voter, whose term starts it over")
+	g.rn.TransferLeader(best)
+}
+
+// maybeRejoined ends a group's rejoining once it has applied what the
+// group had committed when a leader first reached it (loop).
+func (g *group) maybeRejoined() {
+	if g.rejoining && g.catchUpTo > 0 && g.applied.Load() >= g.catchUpTo {
+		g.rejoining = false
+		g.n.log.Info().Uint64("group", g.id).Uint64("index", g.catchUpTo).Msg("caught up after rejoining with an empty log: voting again")
 	}
 }
 

@@ -215,11 +215,16 @@ func New(cfg Config) (*Node, error) {
 	}
 	if empty && cfg.Join {
 		// This node's log is empty and it joins a running cluster: maybe
-		// it was a member whose data was lost. Raft assumes a voter never
-		// forgets its vote; not voting for two election timeouts lets any
-		// election it took part in before end, so it cannot vote twice in
-		// one term.
+		// it was a member whose data was lost, which Raft does not allow
+		// for (a voter never forgets its log or its vote). Until it has
+		// caught up with what its groups had committed when it came back
+		// it acts as a learner would (see rejoining), and for four
+		// election timeouts it votes for nobody, so that any election it
+		// voted in before has ended.
 		n.noVoteUntil = time.Now().Add(4 * time.Duration(cfg.ElectionTicks) * cfg.Tick)
+		for _, g := range n.groups {
+			g.rejoining = true
+		}
 	}
 	newTr := cfg.transport
 	if newTr == nil {
