@@ -65,7 +65,12 @@
 // consume). Outcomes from clients: accepted acks; released returns the
 // message without counting an attempt; modified with delivery-failed
 // counts one; modified with undeliverable-here and rejected dead-letter
-// it.
+// it. A delivery's header carries core's failed attempts as
+// delivery-count; a message that may have been delivered before without
+// core counting it (recovered after a restart, or handed over by a
+// cluster failover) goes out with first-acquirer false and a
+// delivery-count of at least 1, since Qpid JMS and others read a
+// possible redelivery from the count alone.
 //
 // # Transactions
 //

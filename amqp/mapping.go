@@ -278,7 +278,16 @@ func parseUUID(s string) (encoding.UUID, bool) {
 // fields, its AMQP-only properties restored, and the delivery's count.
 func appendDelivery(dst []byte, d core.Delivery) []byte {
 	m := d.Message
-	hdr := frames.MessageHeader{Durable: m.Durable, Priority: m.Priority, DeliveryCount: d.DeliveryCount, FirstAcquirer: !d.Redelivered()}
+	// Qpid JMS (JMSRedelivered) and others read a possible redelivery
+	// from delivery-count alone, not from first-acquirer: a message that
+	// may have been delivered before core counted an attempt (recovered
+	// after a restart, or handed over by a failover) goes out with a
+	// count of at least 1, as RabbitMQ does.
+	dc := d.DeliveryCount
+	if dc == 0 && d.Redelivered() {
+		dc = 1
+	}
+	hdr := frames.MessageHeader{Durable: m.Durable, Priority: m.Priority, DeliveryCount: dc, FirstAcquirer: !d.Redelivered()}
 	if !m.Expiration.IsZero() {
 		ms := time.Until(m.Expiration).Milliseconds()
 		ttl := uint32(min(max(ms, 1), math.MaxUint32))
