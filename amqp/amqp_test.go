@@ -108,7 +108,7 @@ func TestQueueRoundTripAndMapping(t *testing.T) {
 		t.Errorf("properties %+v", p)
 	}
 	ap := got.ApplicationProperties
-	if ap["region"] != "eu" || ap["n"] != int64(3) || ap["f"] != 1.5 || ap["ok"] != true || ap["i32"] != int64(9) {
+	if ap["region"] != "eu" || ap["n"] != int64(3) || ap["f"] != 1.5 || ap["ok"] != true || ap["i32"] != int32(9) {
 		t.Errorf("application properties %v", ap)
 	}
 	if got.Annotations["x-opt-custom"] != "kept" {

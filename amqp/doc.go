@@ -78,6 +78,16 @@
 // transactions and discharges them; transfers and accepted outcomes in
 // transactional-state join the transaction.
 //
+// # Message sections
+//
 // The mapping of message sections onto core.Message fields is in
-// docs/protocol-mapping.md.
+// docs/protocol-mapping.md. Application properties become core
+// properties of core's types (for selectors and the other protocols);
+// when a value's AMQP type is not what core's type gives back (an int, a
+// symbol, a list...), the section is also kept as received, and an AMQP
+// consumer gets each value as it was encoded, while the message still
+// has the core property it was mapped to (appProperties). Values core
+// has no type for (decimals, lists, maps, arrays, described values) are
+// AMQP's only. Message annotations and the footer are kept as received;
+// delivery annotations are for one hop and are not passed on.
 package amqp

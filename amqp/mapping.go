@@ -24,6 +24,8 @@ const (
 	propGroupSequence   = internalPrefix + "GROUP_SEQUENCE"
 	propReplyToGroupID  = internalPrefix + "REPLY_TO_GROUP_ID"
 	propAnnotations     = internalPrefix + "MESSAGE_ANNOTATIONS"
+	propAppProperties   = internalPrefix + "APPLICATION_PROPERTIES"
+	propFooter          = internalPrefix + "FOOTER"
 	propBody            = internalPrefix + "BODY"
 )
 
@@ -94,6 +96,11 @@ func toCore(pm *frames.Message, addr string, rt core.RoutingType, now time.Time)
 			set(propReplyToGroupID, *p.ReplyToGroupID)
 		}
 	}
+	// Application properties become core properties of core's types,
+	// for selectors and the other protocols; when core's types would
+	// not give an AMQP consumer back what was sent (an int, a symbol, a
+	// list...), the section is kept as received too (see appProperties).
+	typed := false
 	for _, e := range pm.ApplicationProperties {
 		k, ok := e.Key.(string)
 		if !ok {
@@ -102,11 +109,21 @@ func toCore(pm *frames.Message, addr string, rt core.RoutingType, now time.Time)
 		if strings.HasPrefix(k, internalPrefix) {
 			continue
 		}
-		v, ok := coreValue(e.Value)
-		if !ok {
-			return nil, fmt.Errorf("%w: application property %q has type %T, which is not a simple type", core.ErrInvalidMessage, k, e.Value)
+		if !coreNative(e.Value) {
+			typed = true
 		}
-		set(k, v)
+		if v, ok := coreValue(e.Value); ok {
+			set(k, v)
+		}
+	}
+	if typed {
+		set(propAppProperties, append([]byte(nil), pm.RawApplicationProperties...))
+	}
+	// The footer (hashes, signatures of the bare message) goes on as
+	// received. Delivery annotations do not: they are for the next hop
+	// only (Part 3 §3.2.2), the broker.
+	if pm.RawFooter != nil {
+		set(propFooter, append([]byte(nil), pm.RawFooter...))
 	}
 	if pm.RawMessageAnnotations != nil {
 		set(propAnnotations, append([]byte(nil), pm.RawMessageAnnotations...))
@@ -154,10 +171,12 @@ func toCore(pm *frames.Message, addr string, rt core.RoutingType, now time.Time)
 	return m, nil
 }
 
-// coreValue converts an AMQP simple value to a core property value.
-// Integers become int64 (an unsigned long above MaxInt64 its decimal
-// text), floats float64, symbols, chars and UUIDs strings, timestamps
-// milliseconds since the epoch.
+// coreValue converts an AMQP value to a core property value. Integers
+// become int64 (an unsigned long above MaxInt64 its decimal text), floats
+// float64, symbols, chars and UUIDs strings, timestamps milliseconds
+// since the epoch. Decimals, lists, maps, arrays and described values
+// have no core counterpart: ok is false, and only AMQP consumers get
+// them (from the section kept as received).
 func coreValue(v any) (any, bool) {
 	switch x := v.(type) {
 	case nil, string, bool, int64, float64:
@@ -184,6 +203,18 @@ func coreValue(v any) (any, bool) {
 		return uuidText(x), true
 	}
 	return nil, false
+}
+
+// coreNative reports whether an AMQP value decodes to a core type that
+// encodes back to the same AMQP type (string, long, double, boolean,
+// binary, null), so that the core property alone gives an AMQP consumer
+// what was sent.
+func coreNative(v any) bool {
+	switch v.(type) {
+	case nil, string, bool, int64, float64, []byte:
+		return true
+	}
+	return false
 }
 
 func asInt(v any) (int64, bool) {
@@ -315,6 +346,10 @@ func appendDelivery(dst []byte, d core.Delivery) []byte {
 	fm := frames.Message{Header: &hdr, Properties: &props}
 	var bodyKind string
 	var app encoding.Map
+	var emitted map[string]bool
+	if raw, ok := m.Properties[propAppProperties].([]byte); ok {
+		app, emitted = appProperties(raw, m.Properties)
+	}
 	for k, v := range m.Properties {
 		switch k {
 		case propMessageID:
@@ -348,11 +383,16 @@ func appendDelivery(dst []byte, d core.Delivery) []byte {
 				fm.RawMessageAnnotations = b
 			}
 			continue
+		case propFooter:
+			if b, ok := v.([]byte); ok {
+				fm.RawFooter = b
+			}
+			continue
 		case propBody:
 			bodyKind, _ = v.(string)
 			continue
 		}
-		if hidden(k) {
+		if hidden(k) || emitted[k] {
 			continue
 		}
 		app = append(app, encoding.MapEntry{Key: k, Value: v})
@@ -372,6 +412,64 @@ func appendDelivery(dst []byte, d core.Delivery) []byte {
 		fm.BodyKind, fm.Data = frames.BodyData, [][]byte{m.Body}
 	}
 	return frames.AppendMessage(dst, &fm)
+}
+
+// appProperties returns the application properties of the section an
+// AMQP producer sent (raw, as received), each value exactly as encoded,
+// and the names it covers. A value counts only while the message still
+// has the core property it was mapped to, with that value: a property
+// changed since (a dead-letter's _AMQ_ORIG_*, say) is core's, written by
+// the caller with core's type. A value with no core counterpart (a
+// list, a decimal...) goes on unless core has a property of that name.
+func appProperties(raw []byte, props map[string]any) (encoding.Map, map[string]bool) {
+	var r encoding.Reader
+	r.Reset(raw)
+	if _, err := r.ReadDescriptor(); err != nil {
+		return nil, nil
+	}
+	entries, err := r.ReadMapRaw()
+	if err != nil {
+		return nil, nil // not written by toCore; core's properties stand
+	}
+	var vr encoding.Reader
+	out := make(encoding.Map, 0, len(entries))
+	emitted := make(map[string]bool, len(entries))
+	for _, e := range entries {
+		k, ok := e.Key.(string)
+		if !ok || hidden(k) || emitted[k] {
+			continue
+		}
+		enc := e.Value.(encoding.Raw)
+		vr.Reset(enc)
+		v, err := vr.ReadValue()
+		if err != nil {
+			continue
+		}
+		cur, has := props[k]
+		if cv, mapped := coreValue(v); mapped {
+			if !has || !sameValue(cur, cv) {
+				continue
+			}
+		} else if has {
+			continue
+		}
+		out = append(out, encoding.MapEntry{Key: k, Value: enc})
+		emitted[k] = true
+	}
+	return out, emitted
+}
+
+// sameValue compares two core property values; floats by their bits.
+func sameValue(a, b any) bool {
+	switch x := a.(type) {
+	case []byte:
+		y, ok := b.([]byte)
+		return ok && string(x) == string(y)
+	case float64:
+		y, ok := b.(float64)
+		return ok && math.Float64bits(x) == math.Float64bits(y)
+	}
+	return a == b
 }
 
 // hidden reports whether a core property is a front-end's bookkeeping

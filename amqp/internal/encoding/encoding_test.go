@@ -672,3 +672,43 @@ func TestMapGet(t *testing.T) {
 		t.Error("Get found an uncomparable key")
 	}
 }
+
+// ReadMapRaw keeps each value as it was encoded, and the writer copies a
+// Raw back as it is: a map read raw and written again is the same bytes,
+// even where re-encoding the decoded value would differ (a str32 that
+// fits a str8, an empty array's element type).
+func TestReadMapRawRoundTrip(t *testing.T) {
+	in := hx("d1 00000029 00000008" + // map32, size, 8 elements
+		"a1 01 61  b1 00000002 6869" + // "a": "hi" as str32
+		"a1 01 62  e0 02 00 71" + // "b": an empty array of int
+		"a1 01 63  00 a3 03 666f6f 52 05" + // "c": a described uint (descriptor :foo)
+		"a1 01 64  c0 04 02 54 ff 40") // "d": a list [int8(-1), null] in list8
+	var r Reader
+	r.Reset(in)
+	m, err := r.ReadMapRaw()
+	if err != nil || r.Len() != 0 {
+		t.Fatalf("ReadMapRaw: %v, %d left", err, r.Len())
+	}
+	want := []string{"b1 00000002 6869", "e0 02 00 71", "00 a3 03 666f6f 52 05", "c0 04 02 54 ff 40"}
+	for i, e := range m {
+		if raw, ok := e.Value.(Raw); !ok || !bytes.Equal(raw, hx(want[i])) {
+			t.Errorf("entry %d (%v): %T % x, want % x", i, e.Key, e.Value, e.Value, hx(want[i]))
+		}
+	}
+	var w Writer
+	if err := w.Value(Map{{Key: "b", Value: m[1].Value}}); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(w.B, hx("c1 08 02 a1 01 62 e0 02 00 71")) {
+		t.Errorf("raw value rewritten as % x", w.B)
+	}
+	// Sizes are checked as Skip checks them.
+	r.Reset(hx("c1 06 02 a1 01 61 b1 00"))
+	if _, err := r.ReadMapRaw(); !errors.Is(err, ErrTruncated) && !errors.Is(err, ErrInvalidSize) {
+		t.Errorf("truncated value: %v", err)
+	}
+	r.Reset(hx("40"))
+	if m, err := r.ReadMapRaw(); m != nil || err != nil {
+		t.Errorf("null: %v %v", m, err)
+	}
+}

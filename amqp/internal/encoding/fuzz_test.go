@@ -6,12 +6,30 @@ import (
 
 // FuzzDecode decodes arbitrary bytes with ReadValue. Whatever decodes must
 // be skippable to the same point, must encode without error, and must decode
-// again to an equal value, and re-encode to the same bytes.
+// again to an equal value, and re-encode to the same bytes. A map read
+// with ReadMapRaw and written back reads raw as the same entries.
 func FuzzDecode(f *testing.F) {
 	for _, tc := range decodeCases {
 		f.Add(hx(tc.in))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
+		if m, err := NewReader(data).ReadMapRaw(); err == nil {
+			// Written back and read raw again: the same keys, the same
+			// value bytes.
+			var w Writer
+			if err := w.Map(m); err != nil {
+				t.Fatalf("writing a raw map: %v", err)
+			}
+			m2, err := NewReader(w.B).ReadMapRaw()
+			if err != nil || len(m2) != len(m) {
+				t.Fatalf("a raw map written back (% x) reads as %v, %v", w.B, m2, err)
+			}
+			for i := range m {
+				if !equalValues(m[i].Key, m2[i].Key) || string(m[i].Value.(Raw)) != string(m2[i].Value.(Raw)) {
+					t.Fatalf("entry %d: %#v became %#v", i, m[i], m2[i])
+				}
+			}
+		}
 		r := NewReader(data)
 		v, err := r.ReadValue()
 		if err != nil {

@@ -476,6 +476,47 @@ func (r *Reader) ReadMap() (Map, error) {
 	return r.mapBody(c)
 }
 
+// ReadMapRaw reads a map like ReadMap but leaves each value encoded: an
+// entry's Value is a Raw aliasing the input, checked for its sizes (as
+// Skip checks) but not decoded. Keys are decoded.
+func (r *Reader) ReadMapRaw() (Map, error) {
+	c, err := r.code("map")
+	if err != nil || c == CodeNull {
+		return nil, err
+	}
+	if c != CodeMap8 && c != CodeMap32 {
+		return nil, typeError("map", c)
+	}
+	count, size, err := r.compoundHeader(c, "map")
+	if err != nil {
+		return nil, err
+	}
+	if count%2 != 0 {
+		return nil, fmt.Errorf("%w: map with an odd count %d", ErrInvalidSize, count)
+	}
+	if err := r.enter("map"); err != nil {
+		return nil, err
+	}
+	defer r.leave()
+	rest := r.limit(size)
+	var m Map
+	if count > 0 {
+		m = make(Map, count/2)
+	}
+	for i := range m {
+		if m[i].Key, err = r.ReadValue(); err != nil {
+			return nil, err
+		}
+		start := r.b
+		if err := r.Skip(); err != nil {
+			return nil, err
+		}
+		n := len(start) - len(r.b)
+		m[i].Value = Raw(start[:n:n])
+	}
+	return m, r.done(rest, "map")
+}
+
 // ReadDescriptor reads the 0x00 that starts a described value and its
 // descriptor, which it returns as a uint64 or a Symbol. The described value
 // follows.

@@ -68,6 +68,11 @@ func comparableEqual(a, b any) bool {
 	return a == b
 }
 
+// Raw is a value still encoded, constructor included. The writer
+// copies it as it is, so a value can be passed on exactly as it arrived
+// (see [Reader.ReadMapRaw]); it must hold exactly one valid value.
+type Raw []byte
+
 // Array is an AMQP array: a sequence of values of a single type. The writer
 // takes the element type from the first element and rejects arrays whose
 // elements are not all of that type.

@@ -120,6 +120,8 @@ func (e *encoder) value(v any, depth int) {
 		w.Symbol(v)
 	case []Symbol:
 		w.SymbolArray(v)
+	case Raw:
+		w.B = append(w.B, v...)
 	default:
 		if depth >= MaxDepth {
 			w.Null()

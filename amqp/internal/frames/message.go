@@ -59,6 +59,9 @@ type Message struct {
 	// RawMessageAnnotations is the message-annotations section exactly as
 	// received (descriptor included), nil if absent.
 	RawMessageAnnotations []byte
+	// RawApplicationProperties is the application-properties section
+	// exactly as received (descriptor included), nil if absent.
+	RawApplicationProperties []byte
 	// RawBody is every body section exactly as received, concatenated.
 	RawBody []byte
 	// RawFooter is the footer section exactly as received, nil if absent.
@@ -127,6 +130,7 @@ func ParseMessage(b []byte) (*Message, error) {
 			m.Properties, err = readProperties(&r, a)
 		case codeApplicationProperties:
 			m.ApplicationProperties, err = r.ReadMap()
+			m.RawApplicationProperties = b[start : len(b)-r.Len() : len(b)-r.Len()]
 		case codeData:
 			var d []byte
 			if r.PeekNull() {
@@ -243,7 +247,8 @@ func (p *MessageProperties) encode(w *encoding.Writer) {
 
 // AppendMessage encodes m and appends it to dst: header,
 // delivery-annotations, message-annotations (RawMessageAnnotations if set,
-// else MessageAnnotations), properties, application-properties, then the
+// else MessageAnnotations), properties, application-properties
+// (RawApplicationProperties if set, else ApplicationProperties), then the
 // body (RawBody if set, else from BodyKind with Data or Value), then
 // RawFooter. Empty maps are left out. Values that cannot be encoded are
 // written as null; use AppendMessageChecked to have them reported.
@@ -285,7 +290,9 @@ func AppendMessageChecked(dst []byte, m *Message) ([]byte, error) {
 		}
 		p.encode(&w)
 	}
-	if len(m.ApplicationProperties) > 0 {
+	if m.RawApplicationProperties != nil {
+		w.B = append(w.B, m.RawApplicationProperties...)
+	} else if len(m.ApplicationProperties) > 0 {
 		w.Descriptor(codeApplicationProperties)
 		check(w.Map(m.ApplicationProperties))
 	}

@@ -50,10 +50,13 @@ func TestMessageRoundTrip(t *testing.T) {
 		if m.MessageAnnotations != nil && got.RawMessageAnnotations == nil {
 			t.Error("RawMessageAnnotations not set")
 		}
+		if m.ApplicationProperties != nil && got.RawApplicationProperties == nil {
+			t.Error("RawApplicationProperties not set")
+		}
 		if m.BodyKind != BodyNone && got.RawBody == nil {
 			t.Error("RawBody not set")
 		}
-		got.RawMessageAnnotations, got.RawBody = nil, nil
+		got.RawMessageAnnotations, got.RawApplicationProperties, got.RawBody = nil, nil, nil
 		if !reflect.DeepEqual(got, m) {
 			t.Errorf("round trip of\n%#v gave\n%#v", m, got)
 		}
@@ -85,6 +88,7 @@ func TestMessageSections(t *testing.T) {
 	header := section(codeHeader, []any{true})
 	ma := section(codeMessageAnnotations, encoding.Map{{Key: encoding.Symbol("x-opt-a"), Value: "b"}})
 	props := section(codeProperties, []any{"id"})
+	ap := section(codeApplicationProperties, encoding.Map{{Key: "k", Value: int32(-7)}})
 	data1 := section(codeData, []byte("one"))
 	data2 := section(codeData, []byte("two"))
 	seq1 := section(codeAMQPSequence, []any{int32(1)})
@@ -92,7 +96,7 @@ func TestMessageSections(t *testing.T) {
 	value := section(codeAMQPValue, "v")
 	footer := section(codeFooter, encoding.Map{{Key: encoding.Symbol("sig"), Value: []byte("s")}})
 
-	in := cat(header, ma, props, data1, data2, footer)
+	in := cat(header, ma, props, ap, data1, data2, footer)
 	m, err := ParseMessage(in)
 	if err != nil {
 		t.Fatal(err)
@@ -103,15 +107,15 @@ func TestMessageSections(t *testing.T) {
 	if m.Properties.MessageID != "id" {
 		t.Errorf("message-id %v", m.Properties.MessageID)
 	}
-	if !bytes.Equal(m.RawMessageAnnotations, ma) || !bytes.Equal(m.RawBody, cat(data1, data2)) ||
-		!bytes.Equal(m.RawFooter, footer) {
-		t.Errorf("raw sections: % x | % x | % x", m.RawMessageAnnotations, m.RawBody, m.RawFooter)
+	if !bytes.Equal(m.RawMessageAnnotations, ma) || !bytes.Equal(m.RawApplicationProperties, ap) ||
+		!bytes.Equal(m.RawBody, cat(data1, data2)) || !bytes.Equal(m.RawFooter, footer) {
+		t.Errorf("raw sections: % x | % x | % x | % x", m.RawMessageAnnotations, m.RawApplicationProperties, m.RawBody, m.RawFooter)
 	}
 	if m.BodyKind != BodyData || len(m.Data) != 2 || string(m.Data[0]) != "one" || string(m.Data[1]) != "two" {
 		t.Errorf("data %q", m.Data)
 	}
 	// Data sections alias the input.
-	if &m.Data[0][0] != &in[len(header)+len(ma)+len(props)+5] {
+	if &m.Data[0][0] != &in[len(header)+len(ma)+len(props)+len(ap)+5] {
 		t.Error("data section was copied")
 	}
 	if !bytes.Equal(AppendMessage(nil, m), in) {
