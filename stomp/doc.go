@@ -20,6 +20,18 @@
 // waits in core while the address is full: the connection is not read
 // meanwhile, and its RECEIPT comes once there is room.
 //
+// # Heart-beats
+//
+// STOMP 1.1 and 1.2 negotiate each direction as the larger of what one
+// side can do and the other wants, or none when either says 0. The
+// broker can send, and wants to receive, as often as
+// [Config.HeartBeatSend] and [Config.HeartBeatReceive] (default 1s), so a
+// client gets the intervals it asks for, never faster than those;
+// CONNECTED's heart-beat header gives the negotiated intervals (the
+// broker's, then the client's). A client that sends nothing (no frame,
+// no heart-beat) for [Config.HeartBeatGrace] (1.5) times its interval
+// gets ERROR "heart-beat timeout" and the connection closes.
+//
 // # Destinations
 //
 //	/queue/NAME    anycast address NAME (point-to-point)

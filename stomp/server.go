@@ -25,12 +25,14 @@ type Config struct {
 	// MaxHeaderLength bounds one command or header line. Default 8 KiB.
 	MaxHeaderLength int
 	// HeartBeatSend is how often the server offers to send heart-beats;
-	// HeartBeatReceive is how often it asks the client for them. Default
-	// 10s each; negative disables.
+	// HeartBeatReceive is how often it asks the client for them. STOMP takes the larger of what one side
+	// can do and the other wants, so these are floors: each direction
+	// gets what the client asks, but never faster. Default 1s each, as
+	// fast as ActiveMQ and RabbitMQ honour; negative disables.
 	HeartBeatSend    time.Duration
 	HeartBeatReceive time.Duration
 	// HeartBeatGrace multiplies the negotiated client interval before a
-	// silent client is disconnected. Default 2.
+	// silent client is disconnected. Default 1.5 (ActiveMQ's).
 	HeartBeatGrace float64
 	// ConnectTimeout bounds the wait for the CONNECT frame. Default 10s.
 	ConnectTimeout time.Duration
@@ -76,10 +78,10 @@ func (c Config) withDefaults() Config {
 		c.MaxHeaderLength = 8 << 10
 	}
 	if c.HeartBeatSend == 0 {
-		c.HeartBeatSend = 10 * time.Second
+		c.HeartBeatSend = time.Second
 	}
 	if c.HeartBeatReceive == 0 {
-		c.HeartBeatReceive = 10 * time.Second
+		c.HeartBeatReceive = time.Second
 	}
 	if c.HeartBeatSend < 0 {
 		c.HeartBeatSend = 0
@@ -88,7 +90,7 @@ func (c Config) withDefaults() Config {
 		c.HeartBeatReceive = 0
 	}
 	if c.HeartBeatGrace < 1 {
-		c.HeartBeatGrace = 2
+		c.HeartBeatGrace = 1.5
 	}
 	if c.ConnectTimeout <= 0 {
 		c.ConnectTimeout = 10 * time.Second

@@ -75,7 +75,7 @@ type StompConfig struct {
 	MaxFrameSize    ByteSize      `yaml:"max-frame-size"`
 	MaxHeaders      int           `yaml:"max-headers"`
 	MaxHeaderLength ByteSize      `yaml:"max-header-length"`
-	HeartBeat       time.Duration `yaml:"heart-beat"`
+	HeartBeatMin    time.Duration `yaml:"heart-beat-min"`
 	Prefetch        int           `yaml:"prefetch"`
 }
 
@@ -92,7 +92,7 @@ func defaultConfig() Config {
 			MaxFrameSize:    10 << 20,
 			MaxHeaders:      1000,
 			MaxHeaderLength: 8 << 10,
-			HeartBeat:       10 * time.Second,
+			HeartBeatMin:    time.Second,
 			Prefetch:        1000,
 		},
 		MQTT: MQTTConfig{
@@ -373,7 +373,8 @@ var options = append([]option{
 	sizeOpt("stomp-max-frame-size", "stomp.max-frame-size", "largest STOMP frame accepted", func(c *Config) *ByteSize { return &c.Stomp.MaxFrameSize }),
 	intOpt("stomp-max-headers", "stomp.max-headers", "most headers in a STOMP frame", func(c *Config) *int { return &c.Stomp.MaxHeaders }),
 	sizeOpt("stomp-max-header-length", "stomp.max-header-length", "longest STOMP header line", func(c *Config) *ByteSize { return &c.Stomp.MaxHeaderLength }),
-	durationOpt("stomp-heart-beat", "stomp.heart-beat", "STOMP heart-beat interval offered and asked for (0 disables)", func(c *Config) *time.Duration { return &c.Stomp.HeartBeat }),
+	durationOpt("stomp-heart-beat-min", "stomp.heart-beat-min", "shortest STOMP heart-beat interval the broker agrees to, each way: a client gets the beats it asks for, never faster; one silent for 1.5 times its promised interval is disconnected (0 disables heart-beats)", func(c *Config) *time.Duration { return &c.Stomp.HeartBeatMin }),
+	durationOpt("stomp-heart-beat", "stomp.heart-beat-min", "deprecated: the former name of --stomp-heart-beat-min", func(c *Config) *time.Duration { return &c.Stomp.HeartBeatMin }),
 	intOpt("stomp-prefetch", "stomp.prefetch", "default STOMP subscription prefetch window", func(c *Config) *int { return &c.Stomp.Prefetch }),
 	stringOpt("mqtt", "mqtt.listen", "MQTT listen address (empty disables)", func(c *Config) *string { return &c.MQTT.Listen }),
 	sizeOpt("mqtt-max-packet-size", "mqtt.max-packet-size", "largest MQTT packet accepted", func(c *Config) *ByteSize { return &c.MQTT.MaxPacketSize }),
@@ -535,8 +536,8 @@ func (c *Config) validate() []fieldError {
 	if c.Stomp.MaxHeaderLength < 64 || c.Stomp.MaxHeaderLength > c.Stomp.MaxFrameSize {
 		bad("stomp.max-header-length", "must be between 64 bytes and max-frame-size")
 	}
-	if c.Stomp.HeartBeat < 0 {
-		bad("stomp.heart-beat", "must be >= 0")
+	if c.Stomp.HeartBeatMin < 0 {
+		bad("stomp.heart-beat-min", "must be >= 0")
 	}
 	if c.Stomp.Prefetch < 1 {
 		bad("stomp.prefetch", "must be at least 1")

@@ -93,7 +93,7 @@ func startProcAMQP(t *testing.T, bin, dataDir, configFile string, ev *journalEve
 func startProcWith(t *testing.T, bin, dataDir, configFile string, ev *journalEvents, mqttListen, amqpListen string) *brokerProc {
 	t.Helper()
 	cmd := exec.Command(bin, "--config", configFile, "--data-dir", dataDir, "--stomp", "127.0.0.1:0", "--mqtt", mqttListen, "--amqp", amqpListen, "--ws", "", "--all", "", "--console", "",
-		"--log-format", "json", "--log-level", "debug", "--stomp-heart-beat", "0")
+		"--log-format", "json", "--log-level", "debug", "--stomp-heart-beat-min", "0")
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

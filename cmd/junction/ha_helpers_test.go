@@ -168,7 +168,7 @@ func startHAProc(t testing.TB, bin, dataDir string, slot haSlot, extra ...string
 	t.Helper()
 	args := append([]string{"--ha", "shared-store", "--data-dir", dataDir,
 		"--stomp", slot.stomp, "--mqtt", slot.mqtt, "--amqp", slot.amqp, "--console", slot.console,
-		"--ws", "", "--all", "", "--log-format", "json", "--log-level", "debug", "--stomp-heart-beat", "0"}, extra...)
+		"--ws", "", "--all", "", "--log-format", "json", "--log-level", "debug", "--stomp-heart-beat-min", "0"}, extra...)
 	p := &haProc{cmd: exec.Command(bin, args...), slot: slot, log: newJSONLog(), done: make(chan struct{})}
 	stderr, err := p.cmd.StderrPipe()
 	if err != nil {

@@ -170,7 +170,7 @@ func TestConfigPrecedence(t *testing.T) {
 		"log level from flag":      cfg.LogLevel == "debug",
 		"frame size from flag":     cfg.Stomp.MaxFrameSize == 1<<20,
 		"prefetch stays default":   cfg.Stomp.Prefetch == 1000,
-		"heart-beat stays default": cfg.Stomp.HeartBeat == 10*time.Second,
+		"heart-beat stays default": cfg.Stomp.HeartBeatMin == time.Second,
 	}
 	for what, ok := range want {
 		if ok != true {
@@ -208,7 +208,7 @@ func TestConfigValidate(t *testing.T) {
 		"line 2: log-level",
 		"line 4: stomp.listen",
 		"line 5:", // max-headers: many
-		"line 6: stomp.heart-beat",
+		"line 6: stomp.heart-beat-min",
 		"line 7: field colour not found",
 		"line 9: address-settings.0",
 		"line 10: address-settings.1",

@@ -259,7 +259,7 @@ func (in *instance) startListeners(cfg Config) error {
 		return fmt.Errorf("mqtt: %w", err)
 	}
 	in.protocols = append(in.protocols, ms)
-	hb := cfg.Stomp.HeartBeat
+	hb := cfg.Stomp.HeartBeatMin
 	if hb == 0 {
 		hb = -1
 	}
