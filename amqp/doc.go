@@ -43,6 +43,20 @@
 // apache.org:no-local-filter:list apply; others are dropped from the
 // attach answer, which tells the client they are not in force.
 //
+// # Link names
+//
+// A link is its handle on its session; every attach starts a new link,
+// and none is looked up or resumed by name. Links that share a name (in
+// one session, as Qpid Proton's BlockingConnection names two receivers
+// on one address; in two sessions; in two directions) are each attached,
+// and no attach is refused or closes the connection over a name, although
+// the specification asks names to be unique per container pair and
+// direction. A name counts where it names something: a shared
+// subscription (its receivers share it) and a durable one (container-id
+// and link name; one consumer at a time, so a second receiver is refused
+// with amqp:resource-locked). Link stealing (amqp:link:stolen) cannot
+// arise, since a container has at most one connection.
+//
 // # Flow and delivery
 //
 // A client receiver's link credit is its consumer's core credit, kept

@@ -60,6 +60,20 @@ func (c *rawClient) header() [8]byte {
 // next reads the next non-empty frame's performative and payload.
 func (c *rawClient) next() (frames.Body, []byte) {
 	c.t.Helper()
+	_, perf, payload := c.nextFrame()
+	return perf, payload
+}
+
+// nextOnChannel reads the next non-empty frame's channel and
+// performative.
+func (c *rawClient) nextOnChannel() (uint16, frames.Body) {
+	c.t.Helper()
+	ch, perf, _ := c.nextFrame()
+	return ch, perf
+}
+
+func (c *rawClient) nextFrame() (uint16, frames.Body, []byte) {
+	c.t.Helper()
 	for {
 		var hb [8]byte
 		if _, err := io.ReadFull(c.br, hb[:]); err != nil {
@@ -78,7 +92,7 @@ func (c *rawClient) next() (frames.Body, []byte) {
 			c.t.Fatal(err)
 		}
 		if perf != nil {
-			return perf, payload
+			return h.Channel, perf, payload
 		}
 	}
 }

@@ -30,7 +30,7 @@ const textOf = b => {
   if (b.typecode === 0x75 && b.content) return Buffer.from(b.content).toString("utf8"); // data section
   return JSON.stringify(b);
 };
-const emit = (body, props) => process.stdout.write(JSON.stringify({ body, props }) + "\n");
+const emit = (body, props, extra = {}) => process.stdout.write(JSON.stringify({ body, props, ...extra }) + "\n");
 const die = (what, e) => { console.error(what, e && (e.stack || e.message || JSON.stringify(e))); process.exit(1); };
 // INTEROP_MQTT_VERSION=3.1.1 (run --against a broker without MQTT 5).
 const MQTT_V5 = (process.env.INTEROP_MQTT_VERSION || "5") === "5";
@@ -103,9 +103,21 @@ function recv(client, kind, name, opts) {
   const stopped = new Promise(r => { process.stdin.on("end", r); process.stdin.on("close", r); process.stdin.resume(); });
   if (client === "rhea") {
     const { conn } = rheaConnect(`interop-recv-${process.pid}`);
-    const rcv = conn.open_receiver({ source: { address: `${kind}://${name}` }, credit_window: opts.credit ?? 100 });
-    rcv.on("receiver_open", () => console.log("READY"));
-    rcv.on("message", ctx => emit(textOf(ctx.message.body), ctx.message.application_properties || {}));
+    // opts.receivers links on the connection's session (rhea names each
+    // uniquely), and opts.same_name_sessions more, each on a session of
+    // its own and all named "same-name"; every message line says which
+    // receiver got it. READY once all are attached.
+    const links = [];
+    for (let i = 0; i < (opts.receivers ?? 1); i++) links.push(conn);
+    for (let i = 0; i < (opts.same_name_sessions ?? 0); i++) links.push(conn.create_session());
+    let open = 0;
+    links.forEach((on, i) => {
+      const o = { source: { address: `${kind}://${name}` }, credit_window: opts.credit ?? 100 };
+      if (on !== conn) { o.name = "same-name"; on.begin(); }
+      const rcv = on.open_receiver(o);
+      rcv.on("receiver_open", () => { if (++open === links.length) console.log("READY"); });
+      rcv.on("message", ctx => emit(textOf(ctx.message.body), ctx.message.application_properties || {}, { receiver: i }));
+    });
     stopped.then(() => { conn.closed_by_us = true; conn.close(); setTimeout(() => process.exit(0), 200); });
   } else if (client === "mqttjs") {
     const c = mqttConnect(`interop-recv-${process.pid}`);
