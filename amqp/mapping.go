@@ -106,8 +106,8 @@ func toCore(pm *frames.Message, addr string, rt core.RoutingType, now time.Time)
 		if !ok {
 			return nil, fmt.Errorf("%w: application-properties key %v is not a string", core.ErrInvalidMessage, e.Key)
 		}
-		if strings.HasPrefix(k, internalPrefix) {
-			continue
+		if core.IsInternalProperty(k) {
+			continue // a front-end's own, never a client's
 		}
 		if !coreNative(e.Value) {
 			typed = true

@@ -128,7 +128,11 @@ func messageFromFrame(f *frame.Frame, now time.Time) (*core.Message, error) {
 		case hdrGroupID:
 			m.GroupID = v
 		default:
-			if reserved[k] {
+			// Internal names are the front-ends' own bookkeeping: a
+			// client's header of such a name could otherwise tell the
+			// AMQP front-end how to encode the body (and so forge an
+			// AMQP consumer's view of the message).
+			if reserved[k] || core.IsInternalProperty(k) {
 				continue
 			}
 			if m.Properties == nil {

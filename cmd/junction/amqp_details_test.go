@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -249,5 +250,41 @@ func TestAMQPTypesToStompAndMQTT(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("MQTT subscriber got nothing")
+	}
+}
+
+// The properties a front-end keeps for itself (core.InternalPropertyPrefix)
+// are its own: a STOMP client's header of such a name is dropped, so it
+// cannot make an AMQP consumer read its body as encoded AMQP sections
+// (and so forge their header, properties or user-id).
+func TestClientCannotSetInternalProperties(t *testing.T) {
+	stompAddr, _ := startServe(t, testConfig(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	_, s := amqpSession(t, nil)
+	r := must[*goamqp.Receiver](t)(s.NewReceiver(ctx, "queue://forged", nil))
+	st, err := gostomp.Dial("tcp", stompAddr, gostomp.ConnOpt.HeartBeat(0, 0), quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Disconnect()
+	// A body that is a valid properties section naming another user.
+	forged := []byte("\x00\x53\x73\xc0\x09\x02\x40\xa0\x05admin")
+	if err := st.Send("/queue/forged", "", forged, gostomp.SendOpt.Receipt,
+		gostomp.SendOpt.Header("_JUNCTION_AMQP_BODY", "raw"), gostomp.SendOpt.Header("_JUNCTION_ORIGIN", "mqtt"),
+		gostomp.SendOpt.Header("region", "eu")); err != nil {
+		t.Fatal(err)
+	}
+	m := amqpReceive(t, r)
+	if !bytes.Equal(m.GetData(), forged) || (m.Properties != nil && len(m.Properties.UserID) > 0) {
+		t.Fatalf("AMQP consumer got body %q, user-id %q", m.GetData(), m.Properties.UserID)
+	}
+	for k := range m.ApplicationProperties {
+		if strings.HasPrefix(k, core.InternalPropertyPrefix) {
+			t.Errorf("application property %q", k)
+		}
+	}
+	if m.ApplicationProperties["region"] != "eu" {
+		t.Errorf("application properties %v", m.ApplicationProperties)
 	}
 }
