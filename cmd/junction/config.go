@@ -77,6 +77,10 @@ type StompConfig struct {
 	MaxHeaderLength ByteSize      `yaml:"max-header-length"`
 	HeartBeatMin    time.Duration `yaml:"heart-beat-min"`
 	Prefetch        int           `yaml:"prefetch"`
+	// HeartBeat is heart-beat-min's former name, still read from files
+	// written for earlier versions (it was the interval offered and
+	// asked for, which the minimum now is at most).
+	HeartBeat *time.Duration `yaml:"heart-beat,omitempty"`
 }
 
 func defaultConfig() Config {
@@ -689,6 +693,9 @@ func parseConfig(data []byte) (Config, []error) {
 		} else {
 			errs = append(errs, err)
 		}
+	}
+	if hb := cfg.Stomp.HeartBeat; hb != nil {
+		cfg.Stomp.HeartBeatMin, cfg.Stomp.HeartBeat = *hb, nil
 	}
 	for _, fe := range cfg.validate() {
 		if line := lineOf(&root, fe.path); line > 0 {

@@ -20,6 +20,10 @@ func TestStompHeartBeatMin(t *testing.T) {
 	if err := os.WriteFile(file, []byte("stomp:\n  heart-beat-min: 3s\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	former := filepath.Join(t.TempDir(), "former.yaml")
+	if err := os.WriteFile(former, []byte("stomp:\n  heart-beat: 7s\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		what string
 		args []string
@@ -30,6 +34,7 @@ func TestStompHeartBeatMin(t *testing.T) {
 		{"flag", []string{"--stomp-heart-beat-min", "250ms"}, nil, 250 * time.Millisecond},
 		{"env", nil, map[string]string{"JUNCTION_STOMP_HEART_BEAT_MIN": "2s"}, 2 * time.Second},
 		{"yaml", []string{"--config", file}, nil, 3 * time.Second},
+		{"former yaml key", []string{"--config", former}, nil, 7 * time.Second},
 		{"former flag", []string{"--stomp-heart-beat", "0"}, nil, 0},
 		{"former env", nil, map[string]string{"JUNCTION_STOMP_HEART_BEAT": "5s"}, 5 * time.Second},
 	} {
