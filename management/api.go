@@ -671,9 +671,14 @@ func preview(body []byte) (text, encoding string, truncated bool) {
 
 func messageOf(bm core.BrowsedMessage) messageJSON {
 	m := bm.Message
-	props := m.Properties
-	if props == nil {
-		props = map[string]any{}
+	// A front-end's internal properties (the AMQP sections it keeps to
+	// deliver them as sent, ...) are its own business, as they are for
+	// every client.
+	props := make(map[string]any, len(m.Properties))
+	for k, v := range m.Properties {
+		if !core.IsInternalProperty(k) {
+			props[k] = v
+		}
 	}
 	body, enc, trunc := preview(m.Body)
 	return messageJSON{ID: m.ID, Address: m.Address, RoutingType: m.RoutingType.String(), Durable: m.Durable,

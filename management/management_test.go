@@ -346,7 +346,7 @@ func TestBrowseDoesNotConsume(t *testing.T) {
 	s := e.session(core.SessionOptions{})
 	big := append([]byte("a"), bytes.Repeat([]byte("é"), 700)...) // 1401 bytes: 1024 cuts an é
 	binary := []byte{0xff, 0x00, 0xfe, 'a'}
-	e.send(s, "inbox", []byte("hello"), map[string]any{"n": int64(7), "ok": true})
+	e.send(s, "inbox", []byte("hello"), map[string]any{"n": int64(7), "ok": true, core.InternalPropertyPrefix + "AMQP_BODY": []byte{0x00}})
 	e.send(s, "inbox", binary, nil)
 	e.send(s, "inbox", big, nil)
 
@@ -359,8 +359,8 @@ func TestBrowseDoesNotConsume(t *testing.T) {
 	if m0["body"] != "hello" || m0["bodyEncoding"] != "text" || num(m0["size"]) != 5 || m0["truncated"] != false {
 		t.Errorf("text message %v", m0)
 	}
-	if p := m0["properties"].(map[string]any); num(p["n"]) != 7 || p["ok"] != true {
-		t.Errorf("properties %v", p)
+	if p := m0["properties"].(map[string]any); num(p["n"]) != 7 || p["ok"] != true || len(p) != 2 {
+		t.Errorf("properties %v (a front-end's internal properties must not show)", p)
 	}
 	if m0["userId"] != "" && m0["userId"] != nil {
 		t.Errorf("user %v", m0["userId"])

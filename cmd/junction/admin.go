@@ -15,6 +15,7 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
 
 	gostomp "github.com/go-stomp/stomp/v3"
 	"github.com/go-stomp/stomp/v3/frame"
@@ -212,11 +213,22 @@ func printTable(w io.Writer, rows []map[string]any, cols []column) {
 			if i > 0 {
 				fmt.Fprint(tw, "\t")
 			}
-			fmt.Fprint(tw, pick(r, c.keys...))
+			fmt.Fprint(tw, cell(pick(r, c.keys...)))
 		}
 		fmt.Fprintln(tw)
 	}
 	tw.Flush()
+}
+
+// cell makes a value fit one table cell: control characters (a body
+// ending in a newline, a tab) are shown escaped, so that every row stays
+// one line and the columns line up.
+func cell(s string) string {
+	if !strings.ContainsFunc(s, unicode.IsControl) {
+		return s
+	}
+	q := strconv.Quote(s)
+	return q[1 : len(q)-1]
 }
 
 func printJSON(w io.Writer, v any) error {

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"flag"
 	"strings"
 	"testing"
 )
@@ -29,11 +31,18 @@ func TestAdminCommands(t *testing.T) {
 		return out
 	}
 
+	// --help lists the commands, then serve's flags.
+	var help bytes.Buffer
+	if err := run(context.Background(), []string{"--help"}, noEnv, &help, &help); !errors.Is(err, flag.ErrHelp) ||
+		!strings.Contains(help.String(), "junction cluster status") || !strings.Contains(help.String(), "-data-dir") {
+		t.Fatalf("junction --help: %v\n%s", err, help.String())
+	}
+
 	// serve's listen address works too (the two share JUNCTION_CONSOLE).
 	if out := must("queue", "ls", "--console", lastInstance.addrs["console"].String()); !strings.Contains(out, "NAME") {
 		t.Fatalf("queue ls by listen address:\n%s", out)
 	}
-	for _, body := range []string{"first", "second"} {
+	for _, body := range []string{"first", "second\n"} {
 		must("send", "--stomp", stompAddr, "--to", "/queue/cli.q", "--body", body, "--persistent", "--header", "kind=test")
 	}
 	if out := must("queue", "ls", "--console", console, "--filter", "cli."); !strings.Contains(out, "cli.q") || !strings.Contains(out, "DEPTH") {
@@ -43,9 +52,11 @@ func TestAdminCommands(t *testing.T) {
 	if err := json.Unmarshal([]byte(must("queue", "stat", "cli.q", "--console", console, "--json")), &stat); err != nil || stat["depth"] != 2.0 {
 		t.Fatalf("queue stat: %v %v", stat, err)
 	}
-	// Browsing does not consume.
-	if out := must("queue", "browse", "cli.q", "--console", console); !strings.Contains(out, "first") || !strings.Contains(out, "second") {
-		t.Fatalf("queue browse:\n%s", out)
+	// Browsing does not consume; a body ending in a newline keeps its
+	// row on one line.
+	if out := must("queue", "browse", "cli.q", "--console", console); !strings.Contains(out, "first") || !strings.Contains(out, `second\n`) ||
+		strings.Count(strings.TrimRight(out, "\n"), "\n") != 2 {
+		t.Fatalf("queue browse (a header and two rows):\n%s", out)
 	}
 	must("queue", "create", "cli.dest", "--console", console)
 	if out := must("queue", "move", "cli.q", "cli.dest", "--max", "1", "--console", console); !strings.Contains(out, "1") {

@@ -434,6 +434,11 @@ func envName(flag string) string {
 func loadConfig(args []string, getenv func(string) string, stderr io.Writer) (Config, error) {
 	fs := flag.NewFlagSet("junction serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, usage)
+		fmt.Fprintln(stderr, "\nflags of junction [serve] (each also an environment variable, and a key of the --config file):")
+		fs.PrintDefaults()
+	}
 	configFile := fs.String("config", getenv("JUNCTION_CONFIG"), "YAML configuration file")
 	values := make(map[string]*string, len(options))
 	def := defaultConfig()

@@ -34,10 +34,11 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
 	stop()
+	if errors.Is(err, flag.ErrHelp) {
+		os.Exit(0) // asked for: the usage is printed
+	}
 	if err != nil {
-		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(os.Stderr, "junction:", err)
-		}
+		fmt.Fprintln(os.Stderr, "junction:", err)
 		os.Exit(2)
 	}
 }
