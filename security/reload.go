@@ -2,6 +2,7 @@ package security
 
 import (
 	"context"
+	"errors"
 	"os"
 	"time"
 )
@@ -72,10 +73,23 @@ func (r *Reloader) Run(ctx context.Context) {
 	}
 }
 
+// ErrEmptyUsersFile: a reload found the users file empty. A file being
+// rewritten in place (truncated, then written) is empty for a moment,
+// and on a busy machine that moment can outlast a poll; so an empty file
+// is not taken to mean "no users" (write `users: {}` for that).
+var ErrEmptyUsersFile = errors.New("security: the users file is empty (not reloaded; to remove every user write \"users: {}\")")
+
+func (r *Reloader) load() (*Users, error) {
+	if fi, err := os.Stat(r.Path); err == nil && fi.Size() == 0 {
+		return nil, ErrEmptyUsersFile
+	}
+	return LoadUsers(r.Path)
+}
+
 // Reload loads the file now and installs it, reporting to OnReload or
 // OnError. It returns whether the new table was installed.
 func (r *Reloader) Reload() bool {
-	u, err := LoadUsers(r.Path)
+	u, err := r.load()
 	if err != nil {
 		if r.OnError != nil {
 			r.OnError(err)

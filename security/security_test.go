@@ -368,6 +368,17 @@ func TestReloader(t *testing.T) {
 		t.Errorf("%d reloads, want 1", reloads)
 	}
 	mu.Unlock()
+	// An empty file, as a rewrite in place leaves it for a moment (and
+	// for longer than a poll on a busy machine), is not "no users".
+	if err := os.WriteFile(path, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if r.Reload() {
+		t.Fatal("an empty users file was installed")
+	}
+	if !s.Authorize("bob", core.PermManage, "") {
+		t.Fatal("an empty file dropped the table")
+	}
 }
 
 func BenchmarkAuthorize(b *testing.B) {
