@@ -158,6 +158,20 @@ func (b *Broker) ProtocolStats() []ProtocolStats {
 	return out
 }
 
+// SubscriptionCount returns the number of subscriptions (multicast
+// queues: durable, non-durable and shared) of every protocol.
+func (b *Broker) SubscriptionCount() int {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	n := 0
+	for _, q := range b.queues {
+		if q.routing == Multicast {
+			n++
+		}
+	}
+	return n
+}
+
 // Started returns when the broker was created.
 func (b *Broker) Started() time.Time { return b.started }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -95,7 +96,12 @@ type Broker struct {
 	creating  map[string]chan struct{}  // guarded by mu: durable queues whose binding is being written (create.go)
 	started   time.Time
 
-	retained       retainedStore
+	retained retainedStore
+	records  clientRecords // guarded by mu (records.go)
+	// staleRecords are superseded retained messages and client records
+	// found during recovery, deleted once the replay is over (the
+	// journal is not written while it replays).
+	staleRecords   []uint64
 	msgs           MessageJournal
 	bindings       Journal
 	large          LargeStore
@@ -168,6 +174,7 @@ func New(cfg Config) (*Broker, error) {
 		started:   time.Now(),
 		done:      make(chan struct{}),
 		retained:  retainedStore{byAddr: make(map[string]*Message), ids: make(map[string]uint64)},
+		records:   clientRecords{byClient: make(map[string]map[string]clientRecord)},
 		run:       strconv.FormatUint(uint64(rand.Uint32()), 36),
 		msgs:      cfg.Messages,
 		bindings:  cfg.Bindings,
@@ -543,6 +550,22 @@ func removeQueue(qs []*Queue, q *Queue) []*Queue {
 	return qs
 }
 
+// subscriptionMatch reports whether a subscription bound to pattern
+// receives the messages of address. An address whose first word begins
+// with '$' (MQTT's $SYS topics) is a system address: a pattern whose
+// first word is a wildcard does not reach it, so "#" is not everything
+// the broker publishes about itself (MQTT-4.7.2-1); a pattern that names
+// the word ("$SYS.#") does.
+func subscriptionMatch(pattern, address string) bool {
+	if address != "" && address[0] == '$' {
+		first, _, _ := strings.Cut(pattern, ".")
+		if first == "*" || first == "#" || first == ">" {
+			return false
+		}
+	}
+	return wildcard.Match(pattern, address)
+}
+
 // multicastRoutes returns the subscriptions a multicast send to a
 // reaches, from a cache rebuilt when bindings change.
 func (b *Broker) multicastRoutes(a *address) []*Queue {
@@ -553,7 +576,7 @@ func (b *Broker) multicastRoutes(a *address) []*Queue {
 	b.mu.RLock()
 	qs := append([]*Queue(nil), a.multicast...)
 	for _, q := range b.wildSubs {
-		if wildcard.Match(q.address, a.name) {
+		if subscriptionMatch(q.address, a.name) {
 			qs = append(qs, q)
 		}
 	}

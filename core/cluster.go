@@ -98,6 +98,56 @@ type RemoteSession interface {
 	Close()
 }
 
+// Client records and marks in a cluster. The ports below are optional
+// parts of the Cluster port, which a Cluster implements to keep client
+// records (records.go) and delivery marks (Consumer.Mark) in its groups.
+// Without them an access broker keeps client records in its own memory
+// (they are lost when it stops and do not follow a client to another
+// node), and a mark stays with the mirror's copy of a delivery (it is
+// lost when the consumer closes or its group fails over).
+
+// RecordsCatalog is implemented by a Cluster that keeps client records
+// in its groups; its RemoteSessions then implement RecordsSession.
+type RecordsCatalog interface {
+	// ClientRecords is Broker.ClientRecordsOf in the group of clientID.
+	ClientRecords(clientID string) []ClientRecord
+	// ClientRecordHolders is Broker.ClientRecordHolders across the
+	// groups.
+	ClientRecordHolders() []string
+}
+
+// RecordsSession is implemented by the RemoteSessions of a Cluster that
+// implements RecordsCatalog: the session's client records, as
+// Session.SetClientRecord and Session.ClearClientRecords (done is never
+// nil).
+type RecordsSession interface {
+	SetClientRecord(key string, value []byte, done func(error))
+	ClearClientRecords(prefix string, done func(error))
+	// CommitRecords is Commit with client records of the session's
+	// client id (an empty Value deletes one) written in the same
+	// transaction; records live in the group of the client id, so a
+	// transaction with records may touch that group only
+	// (ErrCrossGroupTx otherwise).
+	CommitRecords(ctx context.Context, sends []*Message, acks []TxAck, records []ClientRecord) error
+}
+
+// MarkingUpstream is implemented by an Upstream that keeps a mirror's
+// marks (Consumer.Mark) with the upstream delivery, where the group
+// broker keeps (and journals) them; its deliveries then come with their
+// marks through MarkSink.
+type MarkingUpstream interface {
+	// Mark marks the upstream delivery tagged tag; done (never nil) gets
+	// the outcome once it is as durable as the group's messages.
+	Mark(tag uint64, mark uint32, done func(error))
+}
+
+// MarkSink is implemented by a Sink that takes the mark of a delivery
+// (Feed does): a group broker's delivery of a marked message goes
+// through DeliverMarked.
+type MarkSink interface {
+	DeliverMarked(tag uint64, m *Message, deliveryCount uint32, redelivered bool, mark uint32)
+}
+
 // Upstream is the consumer that feeds a mirror queue. Its methods may be
 // called from any goroutine, never with a core lock held.
 type Upstream interface {
@@ -175,9 +225,15 @@ type Feed struct{ q *Queue }
 // Deliver never blocks and calls no Upstream method, so the cluster may
 // call it from a group broker's delivery handler.
 func (f *Feed) Deliver(tag uint64, m *Message, deliveryCount uint32, redelivered bool) {
+	f.DeliverMarked(tag, m, deliveryCount, redelivered, 0)
+}
+
+// DeliverMarked is Deliver for a delivery marked upstream with mark
+// (MarkSink).
+func (f *Feed) DeliverMarked(tag uint64, m *Message, deliveryCount uint32, redelivered bool, mark uint32) {
 	q := f.q
 	now := time.Now()
-	r := &ref{msg: m.shallowCopy(), q: q, failures: deliveryCount, recovered: redelivered, tag: tag}
+	r := &ref{msg: m.shallowCopy(), q: q, failures: deliveryCount, recovered: redelivered, tag: tag, mark: mark}
 	var moves []move
 	q.mu.Lock()
 	if q.upWant > 0 {
@@ -342,7 +398,24 @@ func (t *Tx) clusterCommit(ctx context.Context) error {
 		}
 		m.UserID = t.s.opts.User
 	}
-	err := t.s.remote.Commit(ctx, t.sends, acks)
+	var err error
+	switch rs := t.s.recordsRemote(); {
+	case len(t.records) > 0 && rs != nil:
+		t.records = t.lastRecords()
+		recs := make([]ClientRecord, len(t.records))
+		for i, op := range t.records {
+			recs[i] = ClientRecord{Key: op.key, Value: op.value}
+		}
+		err = rs.CommitRecords(ctx, t.sends, acks, recs)
+		t.records = nil
+	default:
+		// Records an access broker keeps itself (see RecordsCatalog)
+		// take effect with the group's commit.
+		err = t.s.remote.Commit(ctx, t.sends, acks)
+		if err == nil {
+			t.applyRecords(nil, nil)
+		}
+	}
 	if err != nil {
 		t.rollback()
 		return fmt.Errorf("core: transaction rolled back: %w", err)

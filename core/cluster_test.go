@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 	"errors"
+	"fmt"
 	"reflect"
 	"sync"
 	"testing"
@@ -80,7 +81,11 @@ func (c *oneGroup) DurableSubscriptions(id string) []SubscriptionInfo {
 	return c.group().DurableSubscriptionsOf(id)
 }
 func (c *oneGroup) DurableClientIDs() []string { return c.group().DurableClientIDs() }
-func (c *oneGroup) Retained() []*Message       { return c.group().Retained() }
+func (c *oneGroup) ClientRecords(id string) []ClientRecord {
+	return c.group().ClientRecordsOf(id)
+}
+func (c *oneGroup) ClientRecordHolders() []string { return c.group().ClientRecordHolders() }
+func (c *oneGroup) Retained() []*Message          { return c.group().Retained() }
 
 // testRemote opens its group session lazily and again after a failover.
 type testRemote struct {
@@ -127,6 +132,18 @@ func (r *testRemote) Commit(ctx context.Context, sends []*Message, acks []TxAck)
 	}
 	return r.session().Commit(ctx, sends, acks)
 }
+func (r *testRemote) CommitRecords(ctx context.Context, sends []*Message, acks []TxAck, records []ClientRecord) error {
+	for i, a := range acks {
+		acks[i].Upstream = a.Upstream.(*testUpstream).current()
+	}
+	return r.session().CommitRecords(ctx, sends, acks, records)
+}
+func (r *testRemote) SetClientRecord(key string, value []byte, done func(error)) {
+	r.session().SetClientRecord(key, value, done)
+}
+func (r *testRemote) ClearClientRecords(prefix string, done func(error)) {
+	r.session().ClearClientRecords(prefix, done)
+}
 func (r *testRemote) Unsubscribe(name string) error { return r.session().Unsubscribe(name) }
 func (r *testRemote) CreateTemporaryQueue() (string, error) {
 	return r.session().CreateTemporaryQueue()
@@ -165,6 +182,12 @@ func (u *testUpstream) detach() {
 }
 
 func (u *testUpstream) reattach(t *testing.T) {
+	u.mu.Lock()
+	closed := u.closed
+	u.mu.Unlock()
+	if closed {
+		return // its consumer has gone
+	}
 	credit := u.feed.Lost(func(uint64) bool { return true })
 	up, err := u.r.session().Attach(u.o, u.feed)
 	if err != nil {
@@ -188,6 +211,13 @@ func (u *testUpstream) Drain() {
 	if up := u.current(); up != nil {
 		up.Drain()
 	}
+}
+func (u *testUpstream) Mark(tag uint64, mark uint32, done func(error)) {
+	if up := u.current(); up != nil {
+		up.(MarkingUpstream).Mark(tag, mark, done)
+		return
+	}
+	done(ErrUnavailable)
 }
 func (u *testUpstream) Settle(tag uint64, o Outcome) {
 	if up := u.current(); up != nil {
@@ -504,5 +534,80 @@ func TestShallowCopyCopiesEveryField(t *testing.T) {
 		if v.Type().Field(i).IsExported() && !reflect.DeepEqual(v.Field(i).Interface(), c.Field(i).Interface()) {
 			t.Errorf("shallowCopy drops %s", v.Type().Field(i).Name)
 		}
+	}
+}
+
+// Client records in a cluster live in the group: written through one
+// access broker, read through another, kept across a failover, and
+// written with a transaction's messages.
+func TestAccessBrokerClientRecords(t *testing.T) {
+	c := newOneGroup(t)
+	a1, a2 := newAccess(t, c), newAccess(t, c)
+	s := accessSession(t, a1, "mqtt/dev")
+	setRecord(t, s, "session", "v1")
+	if err := c.group().CreateAddress("jobs", Anycast); err != nil {
+		t.Fatal(err)
+	}
+	tx, _ := s.Begin()
+	tx.Send(&Message{Address: "jobs", RoutingType: Anycast, Durable: true, Body: []byte("m"), Priority: DefaultPriority})
+	tx.SetClientRecord("i/7", []byte{1})
+	if err := tx.Commit(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := recordsOf(s); fmt.Sprint(got) != "map[i/7:\x01 session:v1]" {
+		t.Fatalf("records %q", got)
+	}
+	if d := queueDepth(t, c.group(), "jobs"); d != 1 {
+		t.Fatalf("depth %d", d)
+	}
+	s.Close()
+	c.failover()
+	s2 := accessSession(t, a2, "mqtt/dev")
+	if got := recordsOf(s2); fmt.Sprint(got) != "map[i/7:\x01 session:v1]" {
+		t.Fatalf("after a failover, through another access broker: %q", got)
+	}
+	if got := a2.ClientRecordHolders(); len(got) != 1 || got[0] != "mqtt/dev" {
+		t.Fatalf("holders %v", got)
+	}
+	done := make(chan error, 1)
+	s2.ClearClientRecords("", func(err error) { done <- err })
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if got := c.group().ClientRecordHolders(); len(got) != 0 {
+		t.Fatalf("holders after clearing %v", got)
+	}
+}
+
+// A mark set on a mirror's delivery is kept upstream: the message comes
+// back with it to a new consumer, also after a failover.
+func TestAccessBrokerMarks(t *testing.T) {
+	c := newOneGroup(t)
+	a := newAccess(t, c)
+	s := accessSession(t, a, "dev")
+	opts := ConsumerOptions{Address: "cmd", RoutingType: Multicast, SubscriptionName: "cmd", Credit: 10}
+	cons, col := subscribe(t, s, opts)
+	if err := s.Send(context.Background(), &Message{Address: "cmd", RoutingType: Multicast, Durable: true, Body: []byte("x"), Priority: DefaultPriority}); err != nil {
+		t.Fatal(err)
+	}
+	d := col.next(t)
+	done := make(chan error, 1)
+	if err := cons.Mark(d.ID, 42, func(err error) { done <- err }); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if subs := s.DurableSubscriptions(); len(subs) != 1 || !sameMarks(subs[0].Marks, 42) {
+		t.Fatalf("subscriptions %+v", subs)
+	}
+	cons.Close()
+	cons, col = subscribe(t, s, opts)
+	if d := col.next(t); d.Mark != 42 || !d.Redelivered() {
+		t.Fatalf("redelivery mark %d", d.Mark)
+	}
+	c.failover()
+	if d := col.next(t); d.Mark != 42 || string(d.Message.Body) != "x" {
+		t.Fatalf("after a failover: %q mark %d", d.Message.Body, d.Mark)
 	}
 }

@@ -19,6 +19,11 @@ type Delivery struct {
 	// this message from this queue (AMQP's delivery-count; JMS's
 	// JMSXDeliveryCount is DeliveryCount+1).
 	DeliveryCount uint32
+	// Mark is what a consumer of this queue marked an earlier delivery of
+	// the message with (Consumer.Mark), kept with the message in its
+	// queue (journaled for a durable one) until it is acked; 0 when it
+	// was never marked.
+	Mark uint32
 	// Consumer the message was delivered to.
 	Consumer *Consumer
 
@@ -156,6 +161,53 @@ func (c *Consumer) compactLocked() {
 		clear(c.inflight[n:])
 		c.inflight = c.inflight[:n]
 	}
+}
+
+// Mark stamps in-flight delivery id with mark (not 0), which the
+// message keeps in its queue until it is acked: a later delivery of it
+// (after a release, the consumer's close, or a restart) carries it as
+// Delivery.Mark. A front-end whose protocol names a delivery by an id of
+// its own, which it must use again when it resends (MQTT's packet ids,
+// MQTT-4.4.0-1), marks the delivery with it. On a durable queue the mark
+// is journaled with the message: done, if not nil, is called once it is
+// on disk (at once otherwise) and must not block; with done nil it is
+// written without waiting. A mark means something only to the front-end
+// that set it: it is meant for queues one client reads (durable
+// subscriptions).
+func (c *Consumer) Mark(id uint64, mark uint32, done func(error)) error {
+	q := c.q
+	q.mu.Lock()
+	r := c.inflightLocked(id)
+	if r == nil {
+		q.mu.Unlock()
+		return ErrUnknownDelivery
+	}
+	r.mark = mark
+	q.mu.Unlock()
+	if q.up != nil {
+		// A mirror's delivery: the mark is kept upstream, where the
+		// message is (see MarkingUpstream).
+		if mu, ok := q.up.(MarkingUpstream); ok {
+			if done == nil {
+				done = func(error) {}
+			}
+			mu.Mark(r.tag, mark, done)
+		} else if done != nil {
+			done(nil)
+		}
+		return nil
+	}
+	q.b.persistMark(r, mark, done)
+	return nil
+}
+
+// inflightLocked returns in-flight delivery id, or nil.
+func (c *Consumer) inflightLocked(id uint64) *ref {
+	i := sort.Search(len(c.inflight), func(i int) bool { return c.inflight[i].id >= id })
+	if i == len(c.inflight) || c.inflight[i].id != id {
+		return nil
+	}
+	return c.inflight[i].r
 }
 
 // Ack consumes delivery id for good.

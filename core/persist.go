@@ -60,6 +60,7 @@ const (
 	recMessage       uint16 = 1 // message journal: a durable message and its queues
 	recAckRef        uint16 = 2 // update: the message was acked on one queue (payload: queue id)
 	recDeliveryCount uint16 = 3 // update: failed deliveries on one queue (queue id, count)
+	recMark          uint16 = 7 // update: a consumer's mark on one queue (queue id, mark; Consumer.Mark)
 )
 
 // JournalMessageType is the user type of a message record in the
@@ -163,6 +164,24 @@ func (b *Broker) persistCount(r *ref) {
 	b.msgs.Update(r.msg.ID, recDeliveryCount, p, false, b.logStoreErr)
 }
 
+// persistMark records r's mark (Consumer.Mark); done follows
+// SetClientRecord's contract.
+func (b *Broker) persistMark(r *ref, mark uint32, done func(error)) {
+	if !r.durable || b.msgs == nil {
+		if done != nil {
+			done(nil)
+		}
+		return
+	}
+	p := binary.AppendUvarint(nil, r.q.id)
+	p = binary.AppendUvarint(p, uint64(mark))
+	report := b.logStoreErr
+	if done != nil {
+		report = wrapPersist(done)
+	}
+	b.msgs.Update(r.msg.ID, recMark, p, done != nil, report)
+}
+
 func (b *Broker) logStoreErr(err error) {
 	if err != nil {
 		b.log.Error().Err(err).Msg("journal write failed")
@@ -229,6 +248,7 @@ func (b *Broker) recover() (RecoveryStats, error) {
 		m      *Message
 		queues []uint64
 		counts map[uint64]uint32
+		marks  map[uint64]uint32
 	}
 	var cur *pending
 	now := time.Now()
@@ -251,7 +271,7 @@ func (b *Broker) recover() (RecoveryStats, error) {
 		}
 		for _, qid := range cur.queues {
 			if q := byID[qid]; q != nil {
-				q.restore(cur.m, cur.counts[qid], now)
+				q.restore(cur.m, cur.counts[qid], cur.marks[qid], now)
 				st.Messages++
 			}
 		}
@@ -264,6 +284,9 @@ func (b *Broker) recover() (RecoveryStats, error) {
 		}
 		if ut == recDuplicateID {
 			return b.restoreDup(id, p)
+		}
+		if ut == recClientRecord {
+			return b.restoreClientRecord(id, p)
 		}
 		if ut == recPageCursor {
 			qid, c, err := decodeCursor(p)
@@ -317,6 +340,12 @@ func (b *Broker) recover() (RecoveryStats, error) {
 				cur.counts = make(map[uint64]uint32)
 			}
 			cur.counts[qid] = uint32(n)
+		case recMark:
+			qid, n := d.uvarint(), d.uvarint()
+			if cur.marks == nil {
+				cur.marks = make(map[uint64]uint32)
+			}
+			cur.marks[qid] = uint32(n)
 		default:
 			return fmt.Errorf("%w: update type %d", errCorruptRecord, ut)
 		}
@@ -329,6 +358,10 @@ func (b *Broker) recover() (RecoveryStats, error) {
 	for _, id := range orphans {
 		b.msgs.Delete(id, false, b.logStoreErr)
 	}
+	for _, id := range b.staleRecords {
+		b.msgs.Delete(id, false, b.logStoreErr)
+	}
+	b.staleRecords = nil
 	if err := b.recoverPages(byID, cursors, &st); err != nil {
 		return st, err
 	}
@@ -383,9 +416,10 @@ func (b *Broker) restoreQueue(rec queueRecord) (*Queue, error) {
 	return q, nil
 }
 
-// restore puts a recovered message back on q with its delivery count.
-func (q *Queue) restore(m *Message, failures uint32, now time.Time) {
-	r := &ref{msg: m, q: q, durable: true, failures: failures, recovered: true}
+// restore puts a recovered message back on q with its delivery count
+// and mark.
+func (q *Queue) restore(m *Message, failures, mark uint32, now time.Time) {
+	r := &ref{msg: m, q: q, durable: true, failures: failures, mark: mark, recovered: true}
 	q.mu.Lock()
 	q.addLocked(r, now) // no consumers yet: nothing to dispatch
 	q.mu.Unlock()

@@ -16,6 +16,7 @@ type ref struct {
 	q        *Queue
 	seq      uint64 // enqueue order within the queue
 	failures uint32 // failed delivery attempts so far
+	mark     uint32 // the consumer's mark of an earlier delivery (Consumer.Mark); 0 = none
 	due      int64  // unix nanos when scheduled; 0 when ready
 
 	durable   bool // on a durable queue, and journaled
@@ -168,6 +169,36 @@ func (q *Queue) limit(n int64) {
 func (q *Queue) full(m *Message) bool {
 	max := q.maxBytes.Load()
 	return max > 0 && q.bytes.Load()+int64(len(m.Body)) > max
+}
+
+// marks returns the marks of the messages q holds in memory (ready,
+// scheduled and in flight). Marked messages are never paged out: a mark
+// is set on a delivered message, which goes back to the ready lists.
+func (q *Queue) marks() []uint32 {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	var out []uint32
+	for p := range q.ready {
+		d := &q.ready[p]
+		for i := range d.len() {
+			if r := d.at(i); r.mark != 0 {
+				out = append(out, r.mark)
+			}
+		}
+	}
+	for _, r := range q.sched {
+		if r.mark != 0 {
+			out = append(out, r.mark)
+		}
+	}
+	for _, c := range q.consumers {
+		for _, sl := range c.inflight {
+			if sl.r != nil && sl.r.mark != 0 {
+				out = append(out, sl.r.mark)
+			}
+		}
+	}
+	return out
 }
 
 // hold accounts for a message joining the queue's memory.
@@ -585,7 +616,7 @@ func (q *Queue) deliverLocked(c *Consumer, r *ref) {
 	q.stats.inflight.Add(1)
 	c.s.msgsOut.Add(1)
 	c.s.bytesOut.Add(uint64(len(r.msg.Body)))
-	c.handler(Delivery{ID: r.deliveryID, Message: r.msg, DeliveryCount: r.failures, Consumer: c, recovered: r.recovered})
+	c.handler(Delivery{ID: r.deliveryID, Message: r.msg, DeliveryCount: r.failures, Mark: r.mark, Consumer: c, recovered: r.recovered})
 }
 
 // returnLocked puts an unacked message back after a failed or abandoned

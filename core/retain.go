@@ -3,6 +3,9 @@ package core
 import (
 	"fmt"
 	"sort"
+	"time"
+
+	"github.com/junctionmq/junction/core/wildcard"
 )
 
 // recRetained is the message journal's user type for a retained message
@@ -10,16 +13,18 @@ import (
 const recRetained uint16 = 4
 
 // retained is the last-value store: one message per address, journaled
-// when the broker has a message journal.
+// when the broker has a message journal (unless kept with
+// RetainInMemory).
 type retainedStore struct {
 	byAddr map[string]*Message // guarded by Broker.mu
-	ids    map[string]uint64   // guarded by Broker.mu: journal record of each
+	ids    map[string]uint64   // guarded by Broker.mu: journal record of each (0: in memory only)
 }
 
 // Retain keeps m as the retained message of its address, replacing the
 // previous one; an empty body clears it (MQTT's retain semantics). With a
 // journal it returns once the new value is on disk. m must not be changed
-// afterwards.
+// afterwards. A retained message past its Expiration is never handed
+// out, and is dropped when found.
 func (b *Broker) Retain(m *Message) error {
 	if err := validAddress(m.Address); err != nil {
 		return err
@@ -36,6 +41,23 @@ func (b *Broker) Retain(m *Message) error {
 			return fmt.Errorf("%w: retained message: %w", ErrPersistence, err)
 		}
 	}
+	b.setRetained(m, id)
+	return nil
+}
+
+// RetainInMemory is Retain without the journal: the value is lost on a
+// restart. It is for values a front-end publishes again anyway, such as
+// the broker's statistics under $SYS. In a cluster it is kept by this
+// (access) broker, for its own clients.
+func (b *Broker) RetainInMemory(m *Message) error {
+	if err := validAddress(m.Address); err != nil {
+		return err
+	}
+	b.setRetained(m, 0)
+	return nil
+}
+
+func (b *Broker) setRetained(m *Message, id uint64) {
 	b.mu.Lock()
 	old, had := b.retained.ids[m.Address]
 	if len(m.Body) == 0 {
@@ -49,22 +71,103 @@ func (b *Broker) Retain(m *Message) error {
 	if had && old != 0 {
 		b.msgs.Delete(old, false, b.logStoreErr)
 	}
-	return nil
 }
 
-// Retained returns the retained messages, ordered by address.
+// Retained returns the retained messages that have not expired, ordered
+// by address.
 func (b *Broker) Retained() []*Message {
+	return b.retainedMatching("", time.Now())
+}
+
+// RetainedCount returns how many retained messages the broker holds
+// (expired ones not yet dropped included).
+func (b *Broker) RetainedCount() int {
+	n := 0
 	if b.cluster != nil {
-		return b.cluster.Retained()
+		n = len(b.cluster.Retained())
 	}
 	b.mu.RLock()
-	out := make([]*Message, 0, len(b.retained.byAddr))
-	for _, m := range b.retained.byAddr {
-		out = append(out, m)
+	defer b.mu.RUnlock()
+	return n + len(b.retained.byAddr)
+}
+
+// RetainedFor returns the retained messages a subscription to pattern
+// (an address, or a wildcard pattern) made by this session receives:
+// those whose address it matches (see Broker's system-address rule),
+// that have not expired, and that the session's user may consume, each
+// decided for the message's own address (refusals counted and logged as
+// for any consume). Ordered by address.
+func (s *Session) RetainedFor(pattern string) []*Message {
+	ms := s.b.retainedMatching(pattern, time.Now())
+	if s.trusted() {
+		return ms
+	}
+	out := ms[:0]
+	for _, m := range ms {
+		if s.authorize(PermConsume, m.Address) == nil {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// retainedMatching returns the unexpired retained messages whose address
+// pattern matches ("" for all), ordered by address, and drops the
+// expired ones it finds. An access broker asks its cluster (whose group
+// brokers drop expired ones as they find them) and adds its own kept
+// in memory.
+func (b *Broker) retainedMatching(pattern string, now time.Time) []*Message {
+	var expired []*Message
+	var out []*Message
+	if b.cluster != nil {
+		for _, m := range b.cluster.Retained() {
+			if (pattern == "" || subscriptionMatch(pattern, m.Address)) && !m.Expired(now) {
+				out = append(out, m)
+			}
+		}
+	}
+	b.mu.RLock()
+	if pattern != "" && !wildcard.IsPattern(pattern) {
+		if m := b.retained.byAddr[pattern]; m != nil {
+			out = append(out, m)
+		}
+	} else {
+		for addr, m := range b.retained.byAddr {
+			if pattern == "" || subscriptionMatch(pattern, addr) {
+				out = append(out, m)
+			}
+		}
 	}
 	b.mu.RUnlock()
-	sort.Slice(out, func(i, j int) bool { return out[i].Address < out[j].Address })
-	return out
+	live := out[:0]
+	for _, m := range out {
+		if m.Expired(now) {
+			expired = append(expired, m)
+			continue
+		}
+		live = append(live, m)
+	}
+	for _, m := range expired {
+		b.dropRetained(m)
+	}
+	sort.Slice(live, func(i, j int) bool { return live[i].Address < live[j].Address })
+	return live
+}
+
+// dropRetained removes m if it is still its address's retained message.
+func (b *Broker) dropRetained(m *Message) {
+	b.mu.Lock()
+	if b.retained.byAddr[m.Address] != m {
+		b.mu.Unlock()
+		return
+	}
+	id := b.retained.ids[m.Address]
+	delete(b.retained.byAddr, m.Address)
+	delete(b.retained.ids, m.Address)
+	b.mu.Unlock()
+	if id != 0 {
+		b.msgs.Delete(id, false, b.logStoreErr)
+	}
 }
 
 // restoreRetained takes a retained record found at recovery; of two for
@@ -77,10 +180,10 @@ func (b *Broker) restoreRetained(id uint64, p []byte) error {
 	}
 	if old, ok := b.retained.ids[m.Address]; ok {
 		if old > id {
-			b.msgs.Delete(id, false, b.logStoreErr)
+			b.staleRecords = append(b.staleRecords, id)
 			return nil
 		}
-		b.msgs.Delete(old, false, b.logStoreErr)
+		b.staleRecords = append(b.staleRecords, old)
 	}
 	b.retained.byAddr[m.Address] = m
 	b.retained.ids[m.Address] = id

@@ -84,9 +84,9 @@ type Session struct {
 // NewSession opens a session. One with a Protocol is registered as a
 // connection until it closes.
 func (b *Broker) NewSession(opts SessionOptions) (*Session, error) {
-	s := &Session{b: b, opts: opts, id: b.sessionID.Add(1), opened: time.Now(),
-		consumers: make(map[*Consumer]struct{}), txs: make(map[*Tx]struct{}), temps: make(map[*Queue]struct{}),
-		closing: make(chan struct{})}
+	// The maps are made on first use: most connections never have a
+	// transaction or a temporary queue, and an idle one no consumer.
+	s := &Session{b: b, opts: opts, id: b.sessionID.Add(1), opened: time.Now(), closing: make(chan struct{})}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
@@ -363,6 +363,9 @@ func (s *Session) Subscribe(o ConsumerOptions) (*Consumer, error) {
 		c.close(false)
 		return nil, ErrSessionClosed
 	}
+	if s.consumers == nil {
+		s.consumers = make(map[*Consumer]struct{})
+	}
 	s.consumers[c] = struct{}{}
 	s.mu.Unlock()
 	if o.Credit > 0 {
@@ -421,8 +424,9 @@ func (s *Session) queueForPass(o ConsumerOptions, sel *selector.Selector, g *gra
 		}
 		return q, nil, nil
 	}
-	if err := wildcard.Validate(o.Address); err != nil {
-		return nil, nil, fmt.Errorf("%w: %q", ErrInvalidAddress, o.Address)
+	if o.Address == "" {
+		// Empty words are allowed: MQTT's empty levels ("/a" is ".a").
+		return nil, nil, fmt.Errorf("%w: empty address", ErrInvalidAddress)
 	}
 	if n := g.missing(o.Address, PermConsume); n != nil {
 		return nil, n, nil
@@ -686,6 +690,9 @@ func (s *Session) CreateTemporaryQueue() (string, error) {
 		b.deleteQueue(q)
 		return "", ErrSessionClosed
 	}
+	if s.temps == nil {
+		s.temps = make(map[*Queue]struct{})
+	}
 	s.temps[q] = struct{}{}
 	s.mu.Unlock()
 	return name, nil
@@ -753,10 +760,11 @@ func (s *Session) Close() {
 // Tx is a local transaction: sends and acks that take effect together on
 // Commit or not at all on Rollback. A Tx is used by one goroutine.
 type Tx struct {
-	s     *Session
-	sends []*Message
-	acks  []*ref
-	done  bool
+	s       *Session
+	sends   []*Message
+	acks    []*ref
+	records []recordOp // client records (records.go)
+	done    bool
 }
 
 // Begin starts a transaction.
@@ -767,6 +775,9 @@ func (s *Session) Begin() (*Tx, error) {
 		return nil, ErrSessionClosed
 	}
 	tx := &Tx{s: s}
+	if s.txs == nil {
+		s.txs = make(map[*Tx]struct{})
+	}
 	s.txs[tx] = struct{}{}
 	return tx, nil
 }
@@ -862,13 +873,13 @@ func (t *Tx) Commit(ctx context.Context) error {
 	}
 	// Duplicate ids: a transaction is all or nothing, so one duplicate
 	// fails it (dedup.go).
-	ids, err := t.claimDups(addrs)
+	dupIDs, err := t.claimDups(addrs)
 	if err != nil {
 		t.rollback()
 		return fmt.Errorf("core: transaction rolled back: %w", err)
 	}
-	err = t.journal(addrs, ids)
-	for i, e := range ids {
+	ids, olds, err := t.journal(addrs, dupIDs)
+	for i, e := range dupIDs {
 		if e != nil {
 			b.settleDup(addrs[i].name, e, err)
 		}
@@ -877,6 +888,7 @@ func (t *Tx) Commit(ctx context.Context) error {
 		t.rollback()
 		return fmt.Errorf("core: transaction rolled back: %w", err)
 	}
+	t.applyRecords(ids, olds)
 	for i, m := range t.sends {
 		if _, err := b.deliver(addrs[i], m, now, sendOpts{s: t.s, journaled: true}); err != nil {
 			// A queue filled up since the check above; the message is
@@ -929,14 +941,20 @@ func (t *Tx) claimDups(addrs []*address) ([]*dupEntry, error) {
 }
 
 // journal writes the durable part of the transaction as one unit, with
-// the duplicate ids of its durable messages.
-func (t *Tx) journal(addrs []*address, dupIDs []*dupEntry) error {
+// the duplicate ids of its durable messages and its client records. It
+// returns the journal ids of the client records written (see
+// applyRecords).
+func (t *Tx) journal(addrs []*address, dupIDs []*dupEntry) (recIDs []uint64, recOlds map[string]uint64, err error) {
 	b := t.s.b
 	if b.msgs == nil {
-		return nil
+		return nil, nil, nil
 	}
 	txID := b.txID.Add(1)
 	n := 0
+	if len(t.records) > 0 {
+		recIDs, recOlds = t.journalRecordsTx(txID)
+		n += len(t.records)
+	}
 	for i, m := range t.sends {
 		if !m.Durable {
 			continue
@@ -953,7 +971,7 @@ func (t *Tx) journal(addrs []*address, dupIDs []*dupEntry) error {
 		rec, err := b.messageRecord(m, ids)
 		if err != nil {
 			b.msgs.Rollback(txID, nil)
-			return err
+			return nil, nil, err
 		}
 		b.msgs.AppendTx(txID, m.ID, recMessage, rec)
 		if dupIDs != nil && dupIDs[i] != nil {
@@ -982,7 +1000,7 @@ func (t *Tx) journal(addrs []*address, dupIDs []*dupEntry) error {
 		n++
 	}
 	if n == 0 {
-		return nil
+		return nil, nil, nil
 	}
 	// No ctx escape here: once submitted the commit may succeed, and
 	// memory must agree with the journal. The journal completes it.
@@ -995,12 +1013,12 @@ func (t *Tx) journal(addrs []*address, dupIDs []*dupEntry) error {
 				r.msg.durableRefs.Add(1)
 			}
 		}
-		return fmt.Errorf("%w: %w", ErrPersistence, err)
+		return nil, nil, fmt.Errorf("%w: %w", ErrPersistence, err)
 	}
 	for _, id := range largeGone {
 		b.logStoreErr(b.large.Remove(id))
 	}
-	return nil
+	return recIDs, recOlds, nil
 }
 
 // Rollback drops the transaction's messages and returns its acked ones
@@ -1032,7 +1050,7 @@ func (t *Tx) rollback() {
 		q.mu.Unlock()
 		q.b.carryOut(moves)
 	}
-	t.sends, t.acks = nil, nil
+	t.sends, t.acks, t.records = nil, nil, nil
 }
 
 // SubscriptionInfo describes a durable subscription.
@@ -1040,6 +1058,10 @@ type SubscriptionInfo struct {
 	Name     string // the subscription name given at Subscribe
 	Address  string // the address or wildcard pattern it is bound to
 	Selector string // its selector as given at Subscribe; "" for none
+	// Marks are the marks (Consumer.Mark) of the messages it holds, in no
+	// order: the ids a front-end must not hand out again before those
+	// messages come back to it.
+	Marks []uint32
 }
 
 // DurableSubscriptions lists the durable subscriptions of the session's
@@ -1063,7 +1085,7 @@ func (b *Broker) DurableSubscriptionsOf(clientID string) []SubscriptionInfo {
 	var out []SubscriptionInfo
 	for name, q := range b.queues {
 		if q.clientID == clientID && strings.HasPrefix(name, prefix) {
-			out = append(out, SubscriptionInfo{Name: name[len(prefix):], Address: q.address, Selector: q.filter.String()})
+			out = append(out, SubscriptionInfo{Name: name[len(prefix):], Address: q.address, Selector: q.filter.String(), Marks: q.marks()})
 		}
 	}
 	return out

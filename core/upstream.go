@@ -43,7 +43,12 @@ func (g *GroupSession) Send(m *Message, done func(error)) {
 // tagged with their delivery ids.
 func (g *GroupSession) Attach(o ConsumerOptions, sink Sink) (Upstream, error) {
 	o.Credit = 0
+	ms, marks := sink.(MarkSink)
 	o.Handler = func(d Delivery) {
+		if marks && d.Mark != 0 {
+			ms.DeliverMarked(d.ID, d.Message, d.DeliveryCount, d.Redelivered(), d.Mark)
+			return
+		}
 		sink.Deliver(d.ID, d.Message, d.DeliveryCount, d.Redelivered())
 	}
 	c, err := g.s.Subscribe(o)
@@ -80,6 +85,53 @@ func (g *GroupSession) Commit(ctx context.Context, sends []*Message, acks []TxAc
 	return tx.Commit(ctx)
 }
 
+// CommitRecords is Commit with client records of the session's client
+// id in the transaction (RecordsSession).
+func (g *GroupSession) CommitRecords(ctx context.Context, sends []*Message, acks []TxAck, records []ClientRecord) error {
+	tx, err := g.s.Begin()
+	if err != nil {
+		return err
+	}
+	for _, r := range records {
+		if err := tx.SetClientRecord(r.Key, r.Value); err != nil {
+			tx.Rollback()
+			return err
+		}
+	}
+	for _, m := range sends {
+		if err := tx.Send(m); err != nil {
+			tx.Rollback()
+			return err
+		}
+	}
+	for _, a := range acks {
+		up, ok := a.Upstream.(groupUpstream)
+		if !ok || up.c.s != g.s {
+			tx.Rollback()
+			return fmt.Errorf("%w: ack of another session's delivery", ErrUnknownDelivery)
+		}
+		if err := tx.Ack(up.c, a.Tag); err != nil {
+			tx.Rollback()
+			return err
+		}
+	}
+	return tx.Commit(ctx)
+}
+
+// SetClientRecord is Session.SetClientRecord (RecordsSession).
+func (g *GroupSession) SetClientRecord(key string, value []byte, done func(error)) {
+	if err := g.s.SetClientRecord(key, value, done); err != nil {
+		done(err)
+	}
+}
+
+// ClearClientRecords is Session.ClearClientRecords (RecordsSession).
+func (g *GroupSession) ClearClientRecords(prefix string, done func(error)) {
+	if err := g.s.ClearClientRecords(prefix, done); err != nil {
+		done(err)
+	}
+}
+
 // Unsubscribe is Session.Unsubscribe.
 func (g *GroupSession) Unsubscribe(name string) error { return g.s.Unsubscribe(name) }
 
@@ -95,6 +147,13 @@ type groupUpstream struct{ c *Consumer }
 func (u groupUpstream) Flow(n int) { u.c.Flow(n) }
 func (u groupUpstream) Drain()     { u.c.Drain() }
 func (u groupUpstream) Close()     { u.c.Close() }
+
+// Mark is Consumer.Mark of the delivery tagged tag (MarkingUpstream).
+func (u groupUpstream) Mark(tag uint64, mark uint32, done func(error)) {
+	if err := u.c.Mark(tag, mark, done); err != nil {
+		done(err)
+	}
+}
 
 // Settle applies a mirror's outcome; an unknown tag (settled already,
 // or delivered before a release) is ignored.
