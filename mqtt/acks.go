@@ -1,155 +1,120 @@
 package mqtt
 
-import (
-	"errors"
-	"sync"
+import "sync"
 
-	mochi "github.com/mochi-mqtt/server/v2"
-	"github.com/mochi-mqtt/server/v2/packets"
+// ackQueue sends the answers to a client's QoS 1 and 2 packets (PUBACK,
+// PUBREC, PUBCOMP) in the order the packets arrived [MQTT-4.6.0-2]
+// [MQTT-4.6.0-3], although what they wait for completes out of order: a
+// publish routed into core is confirmed when core confirms it (after the
+// journal's sync when it reaches a durable queue), on the journal's
+// goroutine, while the next publishes are already being read. So one
+// publisher with many messages in flight shares the journal's syncs.
+//
+// The read loop reserves a slot per packet, in arrival order; whoever
+// completes a slot (the read loop itself, or a journal completion)
+// hands every completed slot at the head to the connection's writer.
+type ackQueue struct {
+	c *conn
 
-	"github.com/junctionmq/junction/core"
-)
-
-// acker sends the PUBACKs of a connection's pipelined QoS 1 publishes:
-// each is routed into core at once and acknowledged when core confirms it
-// (after the journal's sync when it reaches a durable queue), in the
-// order the publishes arrived [MQTT-4.6.0-2], by a goroutine of its own,
-// so that a slow client never holds up the journal's completions.
-type acker struct {
-	cl  *mochi.Client
-	br  *bridge
-	max int // pending publishes before the connection's reads wait
-
-	mu     sync.Mutex
-	cond   *sync.Cond
-	slots  []*ackSlot // guarded by mu, in arrival order
-	closed bool       // guarded by mu
-
-	wake chan struct{}
-	done chan struct{}
-	wg   sync.WaitGroup
+	mu    sync.Mutex
+	cond  *sync.Cond // on mu: slots freed; made when the read loop first waits
+	ring  []ackSlot  // guarded by mu: a ring of n slots from head
+	head  int        // guarded by mu
+	n     int        // guarded by mu
+	first uint64     // guarded by mu: the sequence number of the head slot
 }
 
 type ackSlot struct {
+	typ   byte // packets.Puback, Pubrec or Pubcomp
 	id    uint16
+	code  byte
 	ready bool
-	err   error
+	fail  bool // MQTT 3.1.1 has no negative answer: close the connection here
 }
 
-func newAcker(br *bridge, cl *mochi.Client, max int) *acker {
-	a := &acker{cl: cl, br: br, max: max, wake: make(chan struct{}, 1), done: make(chan struct{})}
-	a.cond = sync.NewCond(&a.mu)
-	a.wg.Add(1)
-	go a.loop()
-	return a
-}
-
-// reserve takes the next slot for packet id, waiting while max publishes
-// are pending (back-pressure on a client that pipelines too far). It
-// returns nil once the acker is closed.
-func (a *acker) reserve(id uint16) *ackSlot {
+// reserve takes the next slot, for an answer of type typ to packet id.
+// It returns the slot's sequence number, for complete.
+func (a *ackQueue) reserve(typ byte, id uint16) uint64 {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	for len(a.slots) >= a.max && !a.closed {
+	if a.n == len(a.ring) {
+		grown := make([]ackSlot, max(8, 2*len(a.ring)))
+		for i := range a.n {
+			grown[i] = a.ring[(a.head+i)%len(a.ring)]
+		}
+		a.ring, a.head = grown, 0
+	}
+	a.ring[(a.head+a.n)%len(a.ring)] = ackSlot{typ: typ, id: id}
+	a.n++
+	return a.first + uint64(a.n-1)
+}
+
+// pending returns how many answers are not yet handed to the writer.
+func (a *ackQueue) pending() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.n
+}
+
+// waitBelow blocks while n or more answers are pending, or until the
+// connection closes.
+func (a *ackQueue) waitBelow(n int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for a.n >= n && !a.c.closing() {
+		if a.cond == nil {
+			a.cond = sync.NewCond(&a.mu)
+		}
 		a.cond.Wait()
 	}
-	if a.closed {
-		return nil
-	}
-	s := &ackSlot{id: id}
-	a.slots = append(a.slots, s)
-	return s
 }
 
-// complete records the outcome of a slot's publish; called from core's
-// or the journal's goroutine, so it only marks and wakes.
-func (a *acker) complete(s *ackSlot, err error) {
+// wake ends waitBelow's wait (the connection is closing).
+func (a *ackQueue) wake() {
 	a.mu.Lock()
-	s.ready, s.err = true, err
-	a.mu.Unlock()
-	select {
-	case a.wake <- struct{}{}:
-	default:
-	}
-}
-
-func (a *acker) loop() {
-	defer a.wg.Done()
-	for {
-		select {
-		case <-a.done:
-			return
-		case <-a.wake:
-		}
-		a.mu.Lock()
-		n := 0
-		for n < len(a.slots) && a.slots[n].ready {
-			n++
-		}
-		ready := append([]*ackSlot(nil), a.slots[:n]...)
-		a.slots = a.slots[n:]
+	if a.cond != nil {
 		a.cond.Broadcast()
-		a.mu.Unlock()
-		if !a.send(ready) {
-			return
-		}
 	}
+	a.mu.Unlock()
 }
 
-// send writes the PUBACKs of ready slots, in one write; false once the
-// connection is being closed.
-func (a *acker) send(ready []*ackSlot) bool {
-	cc := corkOf(a.cl)
-	if len(ready) < 2 {
-		cc = nil // nothing to gather
-	}
-	if cc != nil {
-		cc.cork()
-	}
-	for _, s := range ready {
-		if s.err == nil {
-			a.cl.WritePacket(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Puback}, PacketID: s.id})
-			continue
-		}
-		reason := packets.ErrUnspecifiedError
-		if errors.Is(s.err, core.ErrUnauthorized) {
-			reason = packets.ErrNotAuthorized // core has logged it
-		} else if refusedFull(s.err) {
-			reason = packets.ErrQuotaExceeded // core has counted and logged it
-		} else {
-			a.br.log.Warn().Err(s.err).Str("client", a.cl.ID).Msg("mqtt publish not accepted")
-		}
-		if a.cl.Properties.ProtocolVersion == 5 {
-			a.cl.WritePacket(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Puback}, PacketID: s.id,
-				ReasonCode: reason.Code})
-			continue
-		}
-		// MQTT 3 has no negative acknowledgement: close the connection
-		// rather than confirm what was not stored (after the PUBACKs
-		// before it).
-		if cc != nil {
-			cc.uncork()
-		}
-		a.br.s.mochi.DisconnectClient(a.cl, packets.ErrUnspecifiedError)
-		return false
-	}
-	if cc != nil {
-		cc.uncork()
-	}
-	return true
-}
-
-// close stops the acker; pending publishes get no PUBACK (the client
-// resends them on its next connection).
-func (a *acker) close() {
+// complete records slot seq's reason code (fail: close the connection
+// instead of answering, for MQTT 3.1.1) and sends every completed answer
+// at the head, in order. It never blocks; it may be called from any
+// goroutine.
+func (a *ackQueue) complete(seq uint64, code byte, fail bool) {
+	closeConn := false
 	a.mu.Lock()
-	if a.closed {
+	i := int(seq - a.first)
+	if i < 0 || i >= a.n {
 		a.mu.Unlock()
 		return
 	}
-	a.closed = true
-	a.cond.Broadcast()
+	s := &a.ring[(a.head+i)%len(a.ring)]
+	s.code, s.fail, s.ready = code, fail, true
+	popped := 0
+	for a.n > 0 {
+		s := &a.ring[a.head]
+		if !s.ready {
+			break
+		}
+		if s.fail {
+			closeConn = true
+			a.n = 0 // the answers after it are never sent
+			break
+		}
+		a.c.out.Push(outItem{kind: itemAck, typ: s.typ, id: s.id, code: s.code})
+		*s = ackSlot{}
+		a.head = (a.head + 1) % len(a.ring)
+		a.n--
+		a.first++
+		popped++
+	}
+	if (popped > 0 || closeConn) && a.cond != nil {
+		a.cond.Broadcast()
+	}
 	a.mu.Unlock()
-	close(a.done)
-	a.wg.Wait()
+	if closeConn {
+		a.c.failClose()
+	}
 }

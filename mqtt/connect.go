@@ -1,168 +1,291 @@
 package mqtt
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
-	"fmt"
-	"io"
+	"strings"
 	"time"
 
+	"github.com/mochi-mqtt/server/v2/packets"
+
+	"github.com/junctionmq/junction/core"
 	"github.com/junctionmq/junction/core/guard"
 )
 
-// Reading the CONNECT packet before authentication. mochi's packet reader
-// allocates a packet's declared remaining length before it reads the
-// body, so a client that sends only a fixed header declaring 10 MiB makes
-// the broker allocate 10 MiB before it has said who it is. ServeConn
-// therefore reads the CONNECT itself with readConnect, within a small
-// limit and charging the broker's pre-authentication budget as the bytes
-// arrive, and hands mochi the packet read (corkConn replays it) only once
-// it is complete. readConnect needs nothing of mochi: a connection loop
-// of Junction's own can use it as it is.
+// errRefused ends a connection whose CONNECT was answered with a refusal
+// (or that was closed without an answer, as the spec has it for what is
+// not a valid CONNECT).
+var errRefused = errors.New("mqtt: connection refused")
 
-// connectRefusal says why readConnect refused a CONNECT, for the answer.
-type connectRefusal struct {
-	// Level is the protocol level of the CONNECT (3, 4 or 5) as far as
-	// it was read before the refusal; 0 when unknown.
-	Level byte
-	// TooLarge is the declared packet size (remaining length + 1) when
-	// it exceeds the limit; 0 otherwise.
-	TooLarge int
-	err      error
-}
-
-func (e *connectRefusal) Error() string {
-	if e.TooLarge > 0 {
-		return fmt.Sprintf("mqtt: CONNECT of %d bytes exceeds the limit before authentication", e.TooLarge)
-	}
-	return "mqtt: CONNECT refused: " + e.err.Error()
-}
-
-func (e *connectRefusal) Unwrap() error { return e.err }
-
-var (
-	// errNotConnect: the first packet is not a CONNECT [MQTT-3.1.0-1].
-	errNotConnect = errors.New("mqtt: the first packet is not CONNECT")
-	// errMalformedLength: a remaining length of more than four bytes.
-	errMalformedLength = errors.New("mqtt: malformed remaining length")
-	// errConnectTooLarge is wrapped by a connectRefusal with TooLarge.
-	errConnectTooLarge = errors.New("mqtt: CONNECT too large")
+// CONNACK return codes of MQTT 3.1 and 3.1.1.
+const (
+	connack3BadVersion     = 0x01 // unacceptable protocol level
+	connack3BadClientID    = 0x02 // identifier rejected
+	connack3Unavailable    = 0x03 // server unavailable
+	connack3BadCredentials = 0x04 // bad user name or password
+	connack3NotAuthorized  = 0x05 // not authorized
 )
 
-// connectChunk is the first buffer for a CONNECT's body; it doubles as
-// the bytes arrive, up to the declared length.
-const connectChunk = 512
-
-// readConnect reads one CONNECT packet from r and returns it whole, fixed
-// header included. It reads no byte past the packet, and the body only as
-// it arrives: the protocol name and level are read first into an array,
-// then the buffer starts at 512 bytes and doubles while the declared
-// length is not reached, each growth charged to acct first (a charge the
-// budget cannot take fails with guard.ErrBudget). A packet
-// larger than max (remaining length plus one, as mochi counts it) is
-// refused before its body is read, with a *connectRefusal whose TooLarge
-// is set; readConnect then reads at most the next nine bytes, up to the
-// protocol level, so the caller can answer in the client's version
-// (waiting for them at most peekWait).
-// Every other refusal (budget, not a CONNECT, malformed length) comes as
-// a *connectRefusal with the level read so far; errors of r (EOF, the
-// handshake deadline) are returned as they are.
-func readConnect(r io.Reader, max int, acct *guard.Account) ([]byte, error) {
-	var hdr [5]byte
-	if _, err := io.ReadFull(r, hdr[:2]); err != nil {
-		return nil, err
-	}
-	if hdr[0]>>4 != 1 {
-		return nil, &connectRefusal{err: errNotConnect}
-	}
-	// MQTT 3.1.1 §2.2.3 and 5 §1.5.5: a Variable Byte Integer of one to
-	// four bytes, least significant group first.
-	n, remaining, mult := 2, int(hdr[1]&0x7f), 128
-	for hdr[n-1]&0x80 != 0 {
-		if n == 5 {
-			return nil, &connectRefusal{err: errMalformedLength}
+// handshake reads the CONNECT, authenticates the client, takes over its
+// client id, opens or resumes its session and answers CONNACK. On error
+// the connection ends (after a CONNACK with a refusal code where the
+// protocol has one for the cause).
+func (c *conn) handshake() error {
+	s := c.s
+	deadline := time.Now().Add(s.cfg.ConnectTimeout)
+	c.rd.deadline = func() time.Time {
+		if c.closing() {
+			return stopDeadline
 		}
-		if _, err := io.ReadFull(r, hdr[n:n+1]); err != nil {
-			return nil, err
-		}
-		remaining += int(hdr[n]&0x7f) * mult
-		mult *= 128
-		n++
+		return deadline
 	}
-	if remaining+1 > max {
-		return nil, &connectRefusal{TooLarge: remaining + 1, Level: peekLevel(r), err: errConnectTooLarge}
+	// The CONNECT, read before the client is authenticated: within
+	// PreAuthMaxPacketSize, its bytes charged to the broker's
+	// pre-authentication budget as they arrive (preauth.go), and read
+	// exactly (no read-ahead to charge).
+	if err := c.rd.setDeadline(); err != nil {
+		return err
 	}
-	// The protocol name and level come first: they are read (at most
-	// nine bytes, into an array) before anything is allocated, so that a
-	// refusal for the budget answers in the client's version.
-	var vh [9]byte
-	k, lvl, err := readLevel(r, vh[:], remaining)
+	limit := min(s.cfg.MaxPacketSize, s.cfg.PreAuthMaxPacketSize)
+	acct := s.b.PreAuth(limit + 5)
+	defer acct.Close() // authenticated or refused: the bytes go back
+	pkt, err := readConnect(c.nc, limit, acct)
 	if err != nil {
-		return nil, err
+		return c.refuseConnect(err)
 	}
-	size := n + min(remaining, connectChunk)
-	if err := acct.Charge(size); err != nil {
-		return nil, &connectRefusal{Level: lvl, err: err}
+	first, _, hlen, _, _ := parseHeader(pkt)
+	if first != packets.Connect<<4 {
+		return errRefused // reserved flags set [MQTT-2.2.2-2]
 	}
-	buf := make([]byte, n, size)
-	copy(buf, hdr[:n])
-	buf = append(buf, vh[:k]...)
-	for len(buf) < n+remaining {
-		if len(buf) == cap(buf) {
-			grown := min(2*cap(buf), n+remaining)
-			if err := acct.Charge(grown - cap(buf)); err != nil {
-				return nil, &connectRefusal{Level: lvl, err: err}
-			}
-			buf = append(make([]byte, 0, grown), buf...)
+	body := pkt[hlen:]
+	name, level, ok := connectVersion(body)
+	if !ok || name != "MQTT" && name != "MQIsdp" {
+		return errRefused // [MQTT-3.1.2-1]
+	}
+	if !(name == "MQTT" && (level == 4 || level == 5)) && !(name == "MQIsdp" && level == 3) {
+		// [MQTT-3.1.2-2]: return code 0x01, in the 3.1.1 form every
+		// version's client understands, then close.
+		return c.refuse(connack3BadVersion, packets.ErrUnsupportedProtocolVersion, 4)
+	}
+	c.version = level
+	pk := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Connect, Remaining: len(body)}, ProtocolVersion: level}
+	if err := decode(&pk, body); err != nil {
+		if errors.Is(err, packets.ErrClientIdentifierNotValid) {
+			return c.refuse(connack3BadClientID, packets.ErrClientIdentifierNotValid, level)
 		}
-		m, err := r.Read(buf[len(buf):cap(buf)])
-		buf = buf[:len(buf)+m]
-		if err != nil && len(buf) < n+remaining {
-			if err == io.EOF {
-				err = io.ErrUnexpectedEOF
-			}
-			return nil, err
+		return c.refuse(0, malformed(err, "CONNECT").code, level)
+	}
+	if code := pk.ConnectValidate(); code != packets.CodeSuccess {
+		return c.refuse(0, code, level)
+	}
+	if level < 5 && pk.Connect.PasswordFlag && !pk.Connect.UsernameFlag {
+		return errRefused // [MQTT-3.1.2-22]
+	}
+	if level == 5 && pk.Properties.AuthenticationMethod != "" {
+		return c.refuse(0, packets.ErrBadAuthenticationMethod, level) // no enhanced authentication
+	}
+	// The packet is a view of the read buffer: copy what is kept.
+	c.clientID = strings.Clone(pk.Connect.ClientIdentifier)
+	assigned := false
+	if c.clientID == "" {
+		if level == 3 || level == 4 && !pk.Connect.Clean {
+			// 3.1 needs an id; 3.1.1 assigns one only to a clean session
+			// [MQTT-3.1.3-8].
+			return c.refuse(connack3BadClientID, packets.ErrClientIdentifierNotValid, level)
+		}
+		c.clientID, assigned = s.assignID(), true
+	}
+	login, password := string(pk.Connect.Username), string(pk.Connect.Password)
+	actx, cancel := context.WithDeadline(context.Background(), deadline)
+	c.user, err = s.b.AuthenticateFrom(actx, c.nc.RemoteAddr().String(), login, password)
+	cancel()
+	if err != nil {
+		// Credentials that do not pass are a bad user name or password;
+		// no credentials where some are needed, not authorized.
+		if pk.Connect.UsernameFlag {
+			return c.refuse(connack3BadCredentials, packets.ErrBadUsernameOrPassword, level)
+		}
+		return c.refuse(connack3NotAuthorized, packets.ErrNotAuthorized, level)
+	}
+	if pk.Connect.WillFlag {
+		if !validTopic(pk.Connect.WillTopic) {
+			return c.refuse(0, packets.ErrTopicNameInvalid, level)
+		}
+		if int(pk.Connect.WillQos) > s.cfg.MaxQoS {
+			return c.refuse(0, packets.ErrQosNotSupported, level)
+		}
+		c.will = willOf(&pk, c.user)
+	}
+	// The session: expiry, keep-alive, flow.
+	requested := pk.Properties.SessionExpiryInterval
+	if level < 5 {
+		requested = 0
+		if !pk.Connect.Clean {
+			requested = ^uint32(0) // until the broker's cap
 		}
 	}
-	return buf, nil
+	c.setExpiry(requested)
+	c.keepAlive = time.Duration(pk.Connect.Keepalive) * time.Second
+	serverKeepAlive := false
+	if max := s.cfg.MaxKeepAlive; level == 5 && max > 0 && (c.keepAlive == 0 || c.keepAlive > max) {
+		c.keepAlive, serverKeepAlive = max, true
+	}
+	c.window = s.cfg.ReceiveMaximum
+	if rm := int(pk.Properties.ReceiveMaximum); rm > 0 {
+		c.window = min(c.window, rm) // [MQTT-3.3.4-9]
+	}
+	c.maxOut = int(pk.Properties.MaximumPacketSize)
+
+	// The client id: a connection holding it is taken over.
+	away, err := s.claim(c)
+	if err != nil {
+		if errors.Is(err, errServerClosing) {
+			return errRefused
+		}
+		return c.refuse(connack3Unavailable, packets.ErrServerUnavailable, level)
+	}
+	c.claimed = true
+	sess, err := c.openSession(deadline)
+	if err != nil {
+		s.log.Warn().Err(err).Str("client", c.clientID).Msg("mqtt: no core session")
+		return c.refuse(connack3Unavailable, packets.ErrServerUnavailable, level)
+	}
+	c.sess = sess
+	c.live.Store(sess)
+	if c.closing() {
+		sess.Close() // stopped meanwhile: stop did not see the session
+	}
+	if c.will != nil && s.b.Authorizing() {
+		// A will the user may not send is dropped, as a refused QoS 0
+		// publish would be.
+		if sess.AuthorizeSend(TopicToAddress(c.will.topic), core.Multicast) != nil {
+			c.will = nil
+		}
+	}
+	present, state, err := c.startSession(pk.Connect.Clean, away)
+	if err != nil {
+		s.log.Warn().Err(err).Str("client", c.clientID).Msg("mqtt: session state not stored")
+		return c.refuse(connack3Unavailable, packets.ErrServerUnavailable, level)
+	}
+
+	ack := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Connack}, ProtocolVersion: level, SessionPresent: present}
+	if level == 5 {
+		p := &ack.Properties
+		if requested > c.expiry {
+			p.SessionExpiryInterval, p.SessionExpiryIntervalFlag = c.expiry, true
+		}
+		p.ReceiveMaximum = uint16(s.cfg.ReceiveMaximum)
+		if s.cfg.MaxQoS < 2 {
+			p.MaximumQos, p.MaximumQosFlag = byte(s.cfg.MaxQoS), true
+		}
+		p.RetainAvailable, p.RetainAvailableFlag = 1, true
+		p.MaximumPacketSize = uint32(s.cfg.MaxPacketSize)
+		if assigned {
+			p.AssignedClientID = c.clientID
+		}
+		p.TopicAliasMaximum = uint16(s.cfg.TopicAliasMaximum)
+		p.WildcardSubAvailable, p.WildcardSubAvailableFlag = 1, true
+		p.SubIDAvailable, p.SubIDAvailableFlag = 1, true
+		p.SharedSubAvailable, p.SharedSubAvailableFlag = 1, true
+		if serverKeepAlive {
+			p.ServerKeepAlive, p.ServerKeepAliveFlag = uint16(min(c.keepAlive/time.Second, 65535)), true
+		}
+	}
+	c.out.Push(outItem{kind: itemRaw, b: encodePacket(&ack)})
+	c.connected = true
+	if present {
+		c.resume(state)
+	}
+	return nil
 }
 
-// readLevel reads the start of a CONNECT's variable header into vh (at
-// least 9 bytes long), no further than remaining: the protocol name
-// ("MQTT" or "MQIsdp", with its length) and the protocol level. It
-// returns the bytes read and the level, 0 when the name is not one of
-// those (mochi refuses the CONNECT then).
-func readLevel(r io.Reader, vh []byte, remaining int) (int, byte, error) {
-	k := min(2, remaining)
-	if _, err := io.ReadFull(r, vh[:k]); err != nil {
-		return 0, 0, err
+// connectVersion reads the protocol name and level at the start of a
+// CONNECT's body.
+func connectVersion(body []byte) (name string, level byte, ok bool) {
+	if len(body) < 2 {
+		return "", 0, false
 	}
-	if k < 2 {
-		return k, 0, nil
+	n := int(binary.BigEndian.Uint16(body))
+	if len(body) < 2+n+1 {
+		return "", 0, false
 	}
-	name := int(binary.BigEndian.Uint16(vh))
-	if name != 4 && name != 6 || 2+name+1 > remaining {
-		return k, 0, nil
-	}
-	if _, err := io.ReadFull(r, vh[2:2+name+1]); err != nil {
-		return 0, 0, err
-	}
-	return 2 + name + 1, vh[2+name], nil
+	return string(body[2 : 2+n]), body[2+n], true
 }
 
-// peekWait bounds the wait for the protocol level of a refused CONNECT:
-// a client that sends a large CONNECT sends its start at once.
-const peekWait = 500 * time.Millisecond
+// CONNACKs for CONNECTs refused before they are read whole: MQTT 5 with
+// a reason code and no properties, MQTT 3.1.1 with a return code.
+var (
+	connackTooLarge     = []byte{0x20, 0x03, 0x00, packets.ErrPacketTooLarge.Code, 0x00}
+	connackBusy         = []byte{0x20, 0x03, 0x00, packets.ErrServerBusy.Code, 0x00}
+	connackUnavailable3 = []byte{0x20, 0x02, 0x00, connack3Unavailable}
+)
 
-// peekLevel reads the variable header of a refused CONNECT up to its
-// protocol level ("MQTT" or "MQIsdp", at most nine bytes) and returns
-// the level, or 0 if it does not come within peekWait (when r has read
-// deadlines; the connection is closed after the refusal anyway).
-func peekLevel(r io.Reader) byte {
-	if d, ok := r.(interface{ SetReadDeadline(time.Time) error }); ok {
-		d.SetReadDeadline(time.Now().Add(peekWait))
+// refuseConnect answers a CONNECT that readConnect refused, in the
+// client's version when it is known, and counts the refusal (core's
+// pre-authentication statistics); a CONNECT cut short (EOF, the connect
+// timeout) gets no answer. MQTT 3.1.1 has no return code for a packet
+// too large: the client is just closed.
+func (c *conn) refuseConnect(err error) error {
+	var r *connectRefusal
+	if !errors.As(err, &r) {
+		return err
 	}
-	var vh [9]byte
-	_, lvl, _ := readLevel(r, vh[:], len(vh))
-	return lvl
+	var answer []byte
+	switch {
+	case r.TooLarge > 0:
+		c.s.b.CountPreAuthRefusal("mqtt", core.PreAuthFrameTooLarge)
+		if r.Level == 5 {
+			answer = connackTooLarge
+		}
+	case errors.Is(err, guard.ErrBudget):
+		c.s.b.CountPreAuthRefusal("mqtt", core.PreAuthBudget)
+		switch r.Level {
+		case 5:
+			answer = connackBusy
+		case 3, 4:
+			answer = connackUnavailable3
+		}
+	}
+	c.s.log.Debug().Err(err).Str("remote", c.nc.RemoteAddr().String()).Msg("mqtt CONNECT refused")
+	if answer != nil {
+		c.out.Finish(outItem{kind: itemRaw, b: answer}, time.Second)
+	}
+	return errRefused
+}
+
+// refuse answers a CONNECT with a refusal and ends the handshake: MQTT 5
+// with reason code v5 (when it is a CONNACK reason), 3.1 and 3.1.1 with
+// return code v3; with v3 0 an MQTT 3 client is just closed (its
+// protocol has no code for the cause). level is the form of the answer.
+func (c *conn) refuse(v3 byte, v5 packets.Code, level byte) error {
+	ack := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Connack}, ProtocolVersion: level}
+	switch {
+	case level == 5:
+		ack.ReasonCode = v5.Code
+	case v3 != 0:
+		ack.ReasonCode = v3
+	default:
+		return errRefused
+	}
+	c.out.Finish(outItem{kind: itemRaw, b: encodePacket(&ack)}, time.Second)
+	return errRefused
+}
+
+// openSession opens the connection's core session, waiting a little for
+// the session of the id to be let go of (a previous connection's
+// teardown, or its expiry running at this moment).
+func (c *conn) openSession(deadline time.Time) (*core.Session, error) {
+	opts := core.SessionOptions{
+		User: c.user, ClientID: clientIDPrefix + c.clientID,
+		Protocol: "mqtt", RemoteAddr: c.nc.RemoteAddr().String(),
+		Close: func() { c.stop(stopAdmin) },
+	}
+	for {
+		sess, err := c.s.b.NewSession(opts)
+		if !errors.Is(err, core.ErrClientIDInUse) || time.Now().After(deadline) {
+			return sess, err
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }

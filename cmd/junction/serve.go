@@ -253,6 +253,7 @@ func (in *instance) startListeners(cfg Config) error {
 		MaxSessionExpiry:     cfg.MQTT.SessionExpiry,
 		ReceiveMaximum:       cfg.MQTT.ReceiveMaximum,
 		MaxSessionBytes:      int64(cfg.MQTT.MaxSessionBytes),
+		Version:              version,
 		Logger:               log.With().Str("component", "mqtt").Logger(),
 	}, b)
 	if err != nil {

@@ -1,0 +1,350 @@
+package mqtt
+
+import (
+	"errors"
+	"io"
+	"net"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/junctionmq/junction/core/guard"
+)
+
+// Reading packets. An MQTT packet is a first byte (type and flags), a
+// remaining length of one to four bytes (MQTT 3.1.1 §2.2.3, 5 §1.5.5),
+// then that many bytes. packetReader hands the connection's read loop
+// one packet at a time, and holds as little memory as the traffic
+// needs:
+//
+//   - While a plain TCP connection is idle it holds no buffer at all: it
+//     waits until the socket is readable (syscall.RawConn) and only then
+//     takes a buffer from a pool, reads what is waiting, and gives the
+//     buffer back once every byte of it has been handed out. Other
+//     connections (TLS, WebSocket, the one-port listener's) wait in a
+//     read into a small buffer of their own, and use a pooled one while
+//     data keeps coming.
+//   - A packet larger than the buffer gets an allocation of its own,
+//     sized from its remaining length (which is checked against the
+//     limit first), so the buffers never grow and an idle connection
+//     never keeps a large one.
+//
+// The body of a small packet is a view of the buffer, valid until the
+// next call; the caller copies what it keeps (a PUBLISH is copied once,
+// into the allocation that becomes the message's body).
+
+// readBufSize is the size of the pooled read buffers: many small
+// packets per read while data flows.
+const readBufSize = 16 << 10
+
+// smallBufSize is the buffer of a connection that cannot wait without
+// one (not plain TCP), while it is idle.
+const smallBufSize = 512
+
+var readPool = sync.Pool{New: func() any { return new([readBufSize]byte) }}
+
+// errPacketTooLarge: a packet's declared size is over the limit.
+var errPacketTooLarge = errors.New("mqtt: packet too large")
+
+// errMalformedLength: a remaining length of more than four bytes.
+var errMalformedLength = errors.New("mqtt: malformed remaining length")
+
+type packetReader struct {
+	nc  net.Conn
+	raw syscall.RawConn // nil: not plain TCP, reads block in nc.Read
+
+	pooled *[readBufSize]byte // the pooled buffer while data flows; nil otherwise
+	small  []byte             // non-TCP: the buffer an idle read waits in, made on first use
+	buf    []byte             // pooled[:] or small, or nil
+	r, w   int                // unread bytes are buf[r:w]
+
+	// max is the largest packet accepted: first byte, length and body.
+	max int
+	// deadline, if not zero, is set before each read that waits for the
+	// peer (the keep-alive's).
+	deadline func() time.Time
+	// rule bounds how long a packet may take to arrive once begun; the
+	// clock applying it is made when first needed.
+	rule    guard.Rule
+	clock   *guard.Clock
+	inFrame bool
+}
+
+func newPacketReader(nc net.Conn) packetReader {
+	pr := packetReader{nc: nc}
+	// Only a plain TCP connection: a wrapper's SyscallConn would bypass
+	// what it holds itself (bytes it peeked, TLS records).
+	if tc, ok := nc.(*net.TCPConn); ok {
+		pr.raw, _ = tc.SyscallConn()
+	}
+	return pr
+}
+
+// release gives back the pooled buffer, if it holds one and every byte
+// of it has been handed out.
+func (pr *packetReader) release() {
+	if pr.pooled != nil && pr.r == pr.w {
+		readPool.Put(pr.pooled)
+		pr.pooled, pr.buf = nil, nil
+		pr.r, pr.w = 0, 0
+	}
+}
+
+// close gives back the pooled buffer whatever it holds.
+func (pr *packetReader) close() {
+	if pr.pooled != nil {
+		readPool.Put(pr.pooled)
+		pr.pooled, pr.buf = nil, nil
+	}
+	pr.r, pr.w = 0, 0
+}
+
+// next reads one packet: its first byte and its body. The body is a view
+// of the read buffer, valid until the next call, unless owned is set (it
+// was read into an allocation of its own, which the caller may keep).
+func (pr *packetReader) next() (first byte, body []byte, owned bool, err error) {
+	// The fixed header: at most five bytes.
+	for {
+		if n := pr.w - pr.r; n >= 2 {
+			first, length, hlen, ok, err := parseHeader(pr.buf[pr.r:pr.w])
+			if err != nil {
+				return 0, nil, false, err
+			}
+			if ok {
+				if hlen+length > pr.max {
+					return first, nil, false, errPacketTooLarge
+				}
+				first, body, owned, err = pr.body(first, hlen, length)
+				if err == nil {
+					pr.endFrame()
+				}
+				return first, body, owned, err
+			}
+		}
+		if err := pr.fill(); err != nil {
+			return 0, nil, false, err
+		}
+	}
+}
+
+// parseHeader decodes a fixed header at the start of b: the first byte,
+// the remaining length and the header's size; ok is false when b does
+// not hold all of it yet.
+func parseHeader(b []byte) (first byte, length, hlen int, ok bool, err error) {
+	first = b[0]
+	mult := 1
+	for i := 1; i < len(b); i++ {
+		length += int(b[i]&0x7f) * mult
+		if b[i]&0x80 == 0 {
+			return first, length, i + 1, true, nil
+		}
+		if i == 4 {
+			return first, 0, 0, false, errMalformedLength
+		}
+		mult *= 128
+	}
+	return first, 0, 0, false, nil
+}
+
+// body returns the body of a packet whose header (hlen bytes) is at
+// buf[r:].
+func (pr *packetReader) body(first byte, hlen, length int) (byte, []byte, bool, error) {
+	total := hlen + length
+	if pr.w-pr.r >= total {
+		b := pr.buf[pr.r+hlen : pr.r+total : pr.r+total]
+		pr.r += total
+		return first, b, false, nil
+	}
+	if total <= readBufSize {
+		// It fits a pooled buffer: gather it there.
+		if err := pr.ensurePooled(); err != nil {
+			return 0, nil, false, err
+		}
+		for pr.w-pr.r < total {
+			if err := pr.readMore(true); err != nil {
+				return 0, nil, false, err
+			}
+		}
+		pr.endFrame()
+		b := pr.buf[pr.r+hlen : pr.r+total : pr.r+total]
+		pr.r += total
+		return first, b, false, nil
+	}
+	// A large packet: an allocation of its own, the part already read
+	// copied in and the rest read straight into it.
+	b := make([]byte, length)
+	n := copy(b, pr.buf[pr.r+hlen:pr.w])
+	pr.r = pr.w
+	pr.release()
+	for n < length {
+		m, err := pr.readConn(b[n:], true)
+		n += m
+		if err != nil && n < length {
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return 0, nil, false, err
+		}
+	}
+	pr.endFrame()
+	return first, b, true, nil
+}
+
+// ensurePooled moves the unread bytes to the start of a pooled buffer.
+func (pr *packetReader) ensurePooled() error {
+	if pr.pooled != nil {
+		if pr.r > 0 {
+			pr.w = copy(pr.buf, pr.buf[pr.r:pr.w])
+			pr.r = 0
+		}
+		return nil
+	}
+	p := readPool.Get().(*[readBufSize]byte)
+	n := copy(p[:], pr.buf[pr.r:pr.w])
+	pr.pooled, pr.buf, pr.r, pr.w = p, p[:], 0, n
+	return nil
+}
+
+// readMore reads into the free end of the buffer; inFrame: part of a
+// packet is buffered (its frame clock runs).
+func (pr *packetReader) readMore(inFrame bool) error {
+	n, err := pr.readConn(pr.buf[pr.w:], inFrame)
+	pr.w += n
+	if n > 0 {
+		return nil
+	}
+	if err == nil || err == io.EOF {
+		if pr.w > pr.r {
+			return io.ErrUnexpectedEOF
+		}
+		return io.EOF
+	}
+	return err
+}
+
+// fill reads more bytes when fewer than a whole fixed header are
+// buffered.
+func (pr *packetReader) fill() error {
+	if pr.r == pr.w {
+		pr.release()
+		pr.r, pr.w = 0, 0
+		if pr.raw != nil {
+			return pr.rawFill()
+		}
+		if pr.buf == nil {
+			if pr.small == nil {
+				pr.small = make([]byte, smallBufSize)
+			}
+			pr.buf = pr.small
+		}
+		return pr.readMore(false)
+	}
+	// A partial header: make room after it.
+	if len(pr.buf)-pr.r < 5 {
+		if err := pr.ensurePooled(); err != nil {
+			return err
+		}
+	}
+	return pr.readMore(true)
+}
+
+func (pr *packetReader) setDeadline() error {
+	if pr.deadline == nil {
+		return nil
+	}
+	d := pr.deadline()
+	if pr.clock != nil {
+		// The clock owns the connection's deadline once it exists.
+		pr.clock.SetReadDeadline(d)
+		return pr.clock.Arm()
+	}
+	return pr.nc.SetReadDeadline(d)
+}
+
+// readConn reads from the connection under the read deadline and, while
+// a packet is under way (inFrame), its frame clock (core/guard): a
+// packet must arrive within Rule.Timeout plus the time its bytes earn
+// at Rule.MinRate, or the read fails with guard.ErrFrameTimeout. The
+// clock is made the first time a packet is not read whole at once.
+func (pr *packetReader) readConn(p []byte, inFrame bool) (int, error) {
+	if !inFrame || pr.rule.Timeout <= 0 {
+		if err := pr.setDeadline(); err != nil {
+			return 0, err
+		}
+		return pr.nc.Read(p)
+	}
+	if pr.clock == nil {
+		pr.clock = guard.NewClock(pr.nc, pr.rule)
+	}
+	if !pr.inFrame {
+		pr.clock.Start()
+		pr.inFrame = true
+	}
+	if pr.deadline != nil {
+		pr.clock.SetReadDeadline(pr.deadline())
+	}
+	if err := pr.clock.Arm(); err != nil {
+		return 0, err
+	}
+	n, err := pr.nc.Read(p)
+	return n, pr.clock.Done(n, err)
+}
+
+// endFrame tells the frame clock that the packet under way is complete.
+func (pr *packetReader) endFrame() {
+	if pr.inFrame {
+		pr.clock.End()
+		pr.inFrame = false
+	}
+}
+
+// rawFill waits until the socket is readable, holding no buffer, then
+// reads what is waiting into a pooled one.
+func (pr *packetReader) rawFill() error {
+	if err := pr.setDeadline(); err != nil {
+		return err
+	}
+	var p *[readBufSize]byte
+	var n int
+	var err error
+	rerr := pr.raw.Read(func(fd uintptr) bool {
+		p = readPool.Get().(*[readBufSize]byte)
+		for {
+			n, err = syscall.Read(int(fd), p[:])
+			if err != syscall.EINTR {
+				break
+			}
+		}
+		if err == syscall.EAGAIN {
+			readPool.Put(p)
+			p = nil
+			return false // wait for the socket, holding no buffer
+		}
+		return true
+	})
+	switch {
+	case rerr != nil: // closed, or past the read deadline
+		if p != nil {
+			readPool.Put(p)
+		}
+		return &net.OpError{Op: "read", Net: "tcp", Source: pr.nc.LocalAddr(), Addr: pr.nc.RemoteAddr(), Err: unwrapOp(rerr)}
+	case err != nil:
+		readPool.Put(p)
+		return &net.OpError{Op: "read", Net: "tcp", Source: pr.nc.LocalAddr(), Addr: pr.nc.RemoteAddr(), Err: os.NewSyscallError("read", err)}
+	case n <= 0:
+		readPool.Put(p)
+		return io.EOF
+	}
+	pr.pooled, pr.buf, pr.r, pr.w = p, p[:], 0, n
+	return nil
+}
+
+// unwrapOp returns the error inside a *net.OpError (the raw read's).
+func unwrapOp(err error) error {
+	var oe *net.OpError
+	if errors.As(err, &oe) {
+		return oe.Err
+	}
+	return err
+}
