@@ -109,6 +109,7 @@ type conn struct {
 	will       *will
 	willOK     bool // a DISCONNECT said to publish the will (0x04)
 	willSent   bool
+	stateKept  bool // core holds records or durable subscriptions of this session
 	subs       map[string]*subscription
 	aliases    []string // topic aliases set by the client; index alias-1
 	inMu       sync.Mutex
@@ -157,10 +158,8 @@ func (c *conn) stop(cause stopCause) {
 	c.nc.SetReadDeadline(stopDeadline)
 	// A publish waiting in core for room (address-full-policy BLOCK)
 	// holds the read loop: closing the session ends the wait.
-	if cause == stopShutdown || cause == stopAdmin {
-		if s := c.live.Load(); s != nil {
-			s.Close()
-		}
+	if s := c.live.Load(); s != nil {
+		s.Close()
 	}
 	c.acks.wake()
 }
@@ -346,19 +345,33 @@ func (c *conn) end(err error) {
 	}
 	c.nc.Close()
 	c.rd.close()
+	if !c.claimed {
+		return // the handshake failed before the client id was this connection's
+	}
 	if c.sess == nil {
-		// The handshake failed before the session was made.
-		if c.claimed {
-			c.s.release(c)
-		}
+		c.s.releaseAway(c, nil)
 		return
 	}
-	takenOver := stopCause(c.cause.Load()) == stopTakenOver
-	if !graceful || c.willOK {
-		c.publishWill(takenOver)
+	cause := stopCause(c.cause.Load())
+	// The will [MQTT-3.1.2-8]: due unless the client said goodbye (MQTT
+	// 5's 0x04 asks for it anyway). At a shutdown it stays in core, and
+	// the next start publishes it, as after a crash.
+	var pending *will
+	if w := c.will; w != nil && (!graceful || c.willOK) && cause != stopShutdown {
+		switch {
+		case cause == stopTakenOver && w.delay > 0:
+			// The session goes on with the new connection before the
+			// delay ends: no will [MQTT-3.1.3-9].
+		case w.delay > 0 && c.persistent:
+			pending = w // published by the away session, if the client is not back
+		default:
+			c.s.publishWill(w)
+		}
+		if pending == nil {
+			c.willSent = true
+		}
 	}
-	c.leave()
-	c.s.release(c)
+	c.s.releaseAway(c, c.leave(cause, pending))
 }
 
 // reason is the DISCONNECT reason code (0: none) for an MQTT 5 client
@@ -477,16 +490,16 @@ func (c *conn) onPublish(pk *packets.Packet) error {
 	if !validTopic(topic) {
 		return protocolError(packets.ErrTopicNameInvalid, "PUBLISH to %q", topic)
 	}
-	if qos > 0 {
-		if err := c.inboundRoom(qos); err != nil {
-			return err
-		}
-	}
 	if qos == 2 && c.hasQoS2(pk.PacketID) {
 		// A resend of a publish already taken: answer again, route
 		// nothing [MQTT-4.3.3].
 		c.acks.complete(c.acks.reserve(packets.Pubrec, pk.PacketID), 0, false)
 		return nil
+	}
+	if qos > 0 {
+		if err := c.inboundRoom(qos); err != nil {
+			return err
+		}
 	}
 	f := fieldsOf(pk, topic)
 	m := f.message(time.Now())

@@ -255,7 +255,10 @@ func parseState(recs []core.ClientRecord) sessionState {
 func (c *conn) startSession(clean bool, away *awaySession) (bool, sessionState, error) {
 	st := parseState(c.sess.ClientRecords())
 	now := time.Now()
-	present := st.has && now.Before(st.session.deadline(c.s.started))
+	// A session whose last connection is still recorded as holding it
+	// was taken over just now (a crash's are counted from the start, by
+	// their away session, which ends them in time).
+	present := st.has && (st.session.disconnected.IsZero() || now.Before(st.session.deadline(now)))
 	if clean || !present {
 		// [MQTT-3.1.2-6] (3.1.1), [MQTT-3.1.2-4] (5): a clean start
 		// discards what was there. The previous session ends: a will it
@@ -300,6 +303,7 @@ func (c *conn) startSession(clean bool, away *awaySession) (bool, sessionState, 
 		set(recWill, nil)
 	}
 	wg.Wait()
+	c.stateKept = c.persistent || c.will != nil || present
 	if present {
 		c.inMu.Lock()
 		for _, id := range st.qos2 {
@@ -359,73 +363,66 @@ func (c *conn) resume(st sessionState) {
 
 // leave lets go of the session as the connection ends: a persistent
 // session waits in core for the client (its deliveries in flight go back
-// to their queues, marked), an ephemeral one is discarded.
-func (c *conn) leave() {
+// to their queues, marked), an ephemeral one is discarded. It returns the
+// away session a persistent one becomes (nil otherwise), with the will
+// still due after its delay (pending).
+func (c *conn) leave(cause stopCause, pending *will) *awaySession {
 	c.outMu.Lock()
 	c.inflight, c.reserved = nil, nil
 	c.outMu.Unlock()
-	s := c.s
+	// Closing the session detaches the consumers. The records are then
+	// written through a session of the broker's own with the client id:
+	// stop may have closed the connection's already.
+	c.sess.Close()
+	keepWill := c.will != nil && !c.willSent
 	if !c.persistent {
-		for _, sub := range c.subs {
-			if sub.durable {
-				sub.cons.Close()
-				c.sess.Unsubscribe(sub.filter)
+		if !c.stateKept && !keepWill {
+			return nil // nothing in core to clean up
+		}
+		c.s.withClientID(c.clientID, func(sess *core.Session) {
+			// A resumed session that ends now leaves durable
+			// subscriptions and records.
+			for _, info := range sess.DurableSubscriptions() {
+				sess.Unsubscribe(info.Name)
 			}
-		}
-		// A resumed session that ends now may have left durable
-		// subscriptions this connection never attached.
-		for _, info := range c.sess.DurableSubscriptions() {
-			c.sess.Unsubscribe(info.Name)
-		}
-		c.sess.ClearClientRecords("", nil)
-		c.sess.Close()
-		return
+			if !keepWill {
+				sess.ClearClientRecords("", nil)
+				return
+			}
+			// A will kept for the next start (a shutdown), and nothing else.
+			for _, r := range sess.ClientRecords() {
+				if r.Key != recWill {
+					sess.SetClientRecord(r.Key, nil, nil)
+				}
+			}
+		})
+		return nil
 	}
 	now := time.Now()
 	rec := sessionRecord{expiry: c.expiry, disconnected: now, user: c.user}
-	c.sess.SetClientRecord(recSession, rec.encode(), nil)
-	var pending *will
-	if w := c.will; w != nil && !c.willSent {
-		pending = w
-	}
-	c.sess.Close()
-	if s.isClosing() {
-		return // the next start picks it up from the records
-	}
-	var willAt time.Time
+	c.s.withClientID(c.clientID, func(sess *core.Session) {
+		sess.SetClientRecord(recSession, rec.encode(), nil)
+		if c.will != nil && !keepWill {
+			sess.SetClientRecord(recWill, nil, nil)
+		}
+	})
+	a := &awaySession{s: c.s, clientID: c.clientID, will: pending, deadline: rec.deadline(now)}
 	if pending != nil {
-		willAt = now.Add(time.Duration(pending.delay) * time.Second)
+		a.willAt = now.Add(time.Duration(pending.delay) * time.Second)
 	}
-	s.awayFrom(c.clientID, rec.deadline(now), pending, willAt)
+	return a
 }
 
-// publishWill publishes the connection's will as it ends without a
-// DISCONNECT (or with MQTT 5's 0x04) [MQTT-3.1.2-8]: now, from the
-// client's own session, unless it has a will delay and its session
-// lives on (then the away session publishes it when the delay ends, if
-// the client is not back), or the connection was taken over by another
-// that continues the session.
-func (c *conn) publishWill(takenOver bool) {
-	w := c.will
-	if w == nil {
+// withClientID runs f with a session of the broker's own holding the
+// MQTT client id (for its durable subscriptions and records), unless
+// another session holds it.
+func (s *Server) withClientID(clientID string, f func(*core.Session)) {
+	sess, err := s.b.NewSession(core.SessionOptions{ClientID: clientIDPrefix + clientID})
+	if err != nil {
 		return
 	}
-	if w.delay > 0 && c.persistent {
-		return // leave() hands it to the away session
-	}
-	if takenOver && w.delay > 0 {
-		return
-	}
-	c.willSent = true
-	if err := c.sendWill(c.sess, w); err != nil {
-		c.s.log.Warn().Err(err).Str("client", c.clientID).Msg("mqtt: will not published")
-	}
-	c.sess.SetClientRecord(recWill, nil, nil)
-}
-
-// sendWill sends w through sess.
-func (c *conn) sendWill(sess *core.Session, w *will) error {
-	return sendWill(c.s.b, sess, w)
+	defer sess.Close()
+	f(sess)
 }
 
 func sendWill(b *core.Broker, sess *core.Session, w *will) error {
@@ -444,8 +441,9 @@ func sendWill(b *core.Broker, sess *core.Session, w *will) error {
 	return nil
 }
 
-// publishWill publishes a will of a session without a connection, as its
-// user, from a session of the broker's own.
+// publishWill publishes a will, as its client's user (whose permission
+// to send it was checked at CONNECT), from a session of the broker's
+// own: the client's connection is gone, or going.
 func (s *Server) publishWill(w *will) {
 	sess, err := s.b.NewSession(core.SessionOptions{User: w.owner})
 	if err != nil {
@@ -461,27 +459,48 @@ func (s *Server) publishWill(w *will) {
 type awaySession struct {
 	s        *Server
 	clientID string
-	will     *will // held back by its delay; nil once published
+	deadline time.Time // when it expires
+	will     *will     // held back by its delay; nil once published
+	willAt   time.Time
 
 	expiry *time.Timer
 	willT  *time.Timer
 	busy   sync.WaitGroup // a timer's work in progress
 }
 
-// awayFrom registers the session of clientID as away: it ends at
-// deadline, and its will (if any) is published at willAt, or as the
-// session ends if that comes first.
-func (s *Server) awayFrom(clientID string, deadline time.Time, w *will, willAt time.Time) {
-	a := &awaySession{s: s, clientID: clientID, will: w}
+// releaseAway forgets c as its client id's connection, once it has let
+// go of its core session, wakes a connection waiting to take over, and
+// registers a (the session c leaves, if persistent) as away, unless that
+// connection continues it.
+func (s *Server) releaseAway(c *conn, a *awaySession) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closing || s.byID[clientID] != nil {
-		return // back already, or the next start picks it up
+	if s.byID[c.clientID] == c {
+		delete(s.byID, c.clientID)
 	}
-	s.away[clientID] = a
-	a.expiry = time.AfterFunc(max(0, time.Until(deadline)), func() { a.fire(true) })
-	if w != nil && willAt.Before(deadline) {
-		a.willT = time.AfterFunc(max(0, time.Until(willAt)), func() { a.fire(false) })
+	if c.gone != nil {
+		close(c.gone)
+	} else if a != nil && !s.closing {
+		s.awayLocked(a)
+	}
+}
+
+// awayFrom registers the session of clientID, which no connection holds,
+// as away: it ends at deadline, and its will (if any) is published at
+// willAt, or as the session ends if that comes first.
+func (s *Server) awayFrom(clientID string, deadline time.Time, w *will, willAt time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.closing && s.byID[clientID] == nil {
+		s.awayLocked(&awaySession{s: s, clientID: clientID, deadline: deadline, will: w, willAt: willAt})
+	}
+}
+
+func (s *Server) awayLocked(a *awaySession) {
+	s.away[a.clientID] = a
+	a.expiry = time.AfterFunc(max(0, time.Until(a.deadline)), func() { a.fire(true) })
+	if a.will != nil && a.willAt.Before(a.deadline) {
+		a.willT = time.AfterFunc(max(0, time.Until(a.willAt)), func() { a.fire(false) })
 	}
 }
 

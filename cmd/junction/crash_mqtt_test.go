@@ -15,7 +15,9 @@ import (
 // send QoS 1 messages, each confirmed by its PUBACK; the broker is killed
 // with SIGKILL at a random moment and restarted; the device reconnects
 // and drains its session. Every confirmed message must arrive (lost = 0),
-// byte for byte (corrupt = 0), and nothing unsent (unexpected = 0).
+// byte for byte (corrupt = 0), and nothing unsent (unexpected = 0); the
+// device's CONNACK after the restart says its session is present
+// [MQTT-3.2.2-2].
 func TestCrashKill9MQTT(t *testing.T) {
 	bin, data, conf, rounds, ev := crashSetup(t, "")
 	total := 0
@@ -26,6 +28,13 @@ func TestCrashKill9MQTT(t *testing.T) {
 }
 
 func mqttConnect(t *testing.T, addr, id string, clean bool, h paho.MessageHandler) (paho.Client, error) {
+	c, _, err := mqttConnectSP(t, addr, id, clean, h)
+	return c, err
+}
+
+// mqttConnectSP is mqttConnect that also reports CONNACK's session
+// present flag.
+func mqttConnectSP(t *testing.T, addr, id string, clean bool, h paho.MessageHandler) (paho.Client, bool, error) {
 	t.Helper()
 	o := paho.NewClientOptions().AddBroker("tcp://" + addr).SetClientID(id).SetCleanSession(clean).
 		SetAutoReconnect(false).SetConnectRetry(false).SetConnectTimeout(5 * time.Second).
@@ -33,9 +42,9 @@ func mqttConnect(t *testing.T, addr, id string, clean bool, h paho.MessageHandle
 	c := paho.NewClient(o)
 	tok := c.Connect()
 	if !tok.WaitTimeout(10 * time.Second) {
-		return nil, fmt.Errorf("connect %s: timeout", id)
+		return nil, false, fmt.Errorf("connect %s: timeout", id)
 	}
-	return c, tok.Error()
+	return c, tok.(*paho.ConnectToken).SessionPresent(), tok.Error()
 }
 
 func crashRoundMQTT(t *testing.T, bin, data, conf string, round int, ev *journalEvents) int {
@@ -95,9 +104,12 @@ func crashRoundMQTT(t *testing.T, bin, data, conf string, round int, ev *journal
 
 	p2 := startProcMQTT(t, bin, data, conf, ev)
 	got := make(chan paho.Message, 100000)
-	dev, err = mqttConnect(t, p2.mqttAddr, device, false, func(_ paho.Client, m paho.Message) { got <- m })
+	dev, present, err := mqttConnectSP(t, p2.mqttAddr, device, false, func(_ paho.Client, m paho.Message) { got <- m })
 	if err != nil {
 		t.Fatalf("reconnect: %v\n%s", err, p2.log())
+	}
+	if !present {
+		t.Fatalf("round %d: session present 0 after kill -9\n%s", round, p2.log())
 	}
 	received := map[string]int{}
 	var unexpected, corrupt int
