@@ -72,7 +72,7 @@ type Session struct {
 	txs       map[*Tx]struct{}       // guarded by mu
 	temps     map[*Queue]struct{}    // guarded by mu: temporary queues to delete on Close
 	closed    bool                   // guarded by mu
-	closing   chan struct{}          // closed by Close: ends waits for room
+	closing   chan struct{}          // guarded by mu: made by closingChan, closed by Close: ends waits for room
 
 	az sessionAuthz // authorization cache and logged refusals (authz.go)
 
@@ -86,7 +86,7 @@ type Session struct {
 func (b *Broker) NewSession(opts SessionOptions) (*Session, error) {
 	// The maps are made on first use: most connections never have a
 	// transaction or a temporary queue, and an idle one no consumer.
-	s := &Session{b: b, opts: opts, id: b.sessionID.Add(1), opened: time.Now(), closing: make(chan struct{})}
+	s := &Session{b: b, opts: opts, id: b.sessionID.Add(1), opened: time.Now()}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
@@ -186,7 +186,7 @@ func (s *Session) send(ctx context.Context, m *Message, done func(error)) error 
 	o := sendOpts{done: done, s: s, wait: !s.opts.NoWait}
 	pending, err := s.b.routeWith(m, now, o)
 	for errors.Is(err, errBlocked) {
-		s.b.waitRoom(s.closing, ctx.Done())
+		s.b.waitRoom(s.closingChan(), ctx.Done())
 		if err := s.check(); err != nil {
 			return err
 		}
@@ -203,6 +203,20 @@ func (s *Session) send(ctx context.Context, m *Message, done func(error)) error 
 		done(nil)
 	}
 	return nil
+}
+
+// closingChan returns a channel closed when the session closes, made on
+// first use: only a send waiting for room needs one.
+func (s *Session) closingChan() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closing == nil {
+		s.closing = make(chan struct{})
+		if s.closed {
+			close(s.closing)
+		}
+	}
+	return s.closing
 }
 
 func (s *Session) check() error {
@@ -721,7 +735,9 @@ func (s *Session) Close() {
 		return
 	}
 	s.closed = true
-	close(s.closing)
+	if s.closing != nil {
+		close(s.closing)
+	}
 	txs := s.txs
 	cs := s.consumers
 	temps := s.temps

@@ -88,12 +88,17 @@ type inflight struct {
 // conn is one client connection.
 type conn struct {
 	s   *Server
+	ctx context.Context // ServeConn's: its end stops the connection
 	nc  net.Conn
 	rd  packetReader
 	out *outbound.Writer[outItem]
+	// working waits for the worker doing the connection's work (inWorker).
+	working sync.WaitGroup
+	err     error // why the connection ends (errIdle: it has nothing to read for now)
 
 	// Set by the handshake, then read-only:
-	version   byte // 3 (3.1), 4 (3.1.1) or 5
+	connectBy time.Time // the CONNECT's deadline; zero once handled
+	version   byte      // 3 (3.1), 4 (3.1.1) or 5
 	clientID  string
 	user      string
 	keepAlive time.Duration // 0: none
@@ -111,11 +116,8 @@ type conn struct {
 	willSent   bool
 	stateKept  bool // core holds records or durable subscriptions of this session
 	subs       map[string]*subscription
-	aliases    []string // topic aliases set by the client; index alias-1
-	inMu       sync.Mutex
-	inQoS2     map[uint16]bool // guarded by inMu: packet ids of the client's QoS 2 publishes awaiting PUBREL
-	qos1In     atomic.Int32    // the client's QoS 1 publishes not yet acknowledged
-	acks       ackQueue
+	aliases    []string                // topic aliases set by the client; index alias-1
+	in         atomic.Pointer[inbound] // made at the first QoS 1 or 2 publish (inbound)
 
 	// Shared between the read loop and the writer, guarded by outMu:
 	outMu    sync.Mutex
@@ -123,29 +125,46 @@ type conn struct {
 	reserved map[uint16]bool      // ids marked in core whose messages have not come back yet
 	nextID   uint16
 
-	// The writer's (the encoder's state; outbound calls it from one
-	// goroutine at a time):
-	enc encoderState
+	// The writer's (outbound calls the encoder from one goroutine at a
+	// time):
+	enc     *encoderState // made at the first delivery
+	wclosed bool          // itemClose was written: nothing more goes
 
-	live     atomic.Pointer[core.Session] // sess, for stop from other goroutines
-	cause    atomic.Uint32                // stopCause of a stop from another goroutine
-	stopped  atomic.Bool                  // stop has closed the network connection
-	gone     chan struct{}                // guarded by s.mu: closed by Server.release; made by a waiting claim
-	released bool                         // guarded by s.mu
+	live    atomic.Pointer[core.Session] // sess, for stop from other goroutines
+	cause   atomic.Uint32                // stopCause of a stop from another goroutine
+	stopped atomic.Bool                  // stop has closed the network connection
+	gone    chan struct{}                // guarded by s.mu: closed by Server.releaseAway; made by a waiting claim
 }
 
-func newConn(s *Server, nc net.Conn) *conn {
-	c := &conn{s: s, nc: nc, rd: newPacketReader(nc), version: 4}
-	c.rd.rule = guard.Rule{Timeout: s.cfg.FrameTimeout, MinRate: s.cfg.FrameMinRate}
-	c.acks.c = c
-	c.out = outbound.New[outItem](nc, c, outbound.Config{WriteTimeout: s.cfg.WriteTimeout, HighWater: 1024})
-	c.enc.markDone = func(err error) {
-		if err != nil {
-			c.s.log.Warn().Err(err).Str("client", c.clientID).Msg("mqtt: packet id not journaled")
-		}
-		c.enc.marks.Done()
+// inbound is the state of a client's QoS 1 and 2 publishes, made at the
+// first: an idle connection, or one that only subscribes, has none.
+type inbound struct {
+	acks ackQueue
+	mu   sync.Mutex
+	qos2 map[uint16]bool // guarded by mu: the client's QoS 2 publishes awaiting PUBREL
+	qos1 atomic.Int32    // the client's QoS 1 publishes not yet acknowledged
+}
+
+// inb returns the connection's inbound state, making it (the read loop
+// alone makes it).
+func (c *conn) inb() *inbound {
+	if in := c.in.Load(); in != nil {
+		return in
 	}
-	return c
+	in := &inbound{}
+	in.acks.c = c
+	c.in.Store(in)
+	return in
+}
+
+// init sets a new connection up (ServeConn made it).
+func (c *conn) init() {
+	c.rd.init(c.nc)
+	c.rd.rule = guard.Rule{Timeout: c.s.cfg.FrameTimeout, MinRate: c.s.cfg.FrameMinRate}
+	c.rd.deadline = c
+	c.connectBy = time.Now().Add(c.s.cfg.ConnectTimeout)
+	c.version = 4
+	c.out = outbound.New[outItem](c.nc, c, outbound.Config{WriteTimeout: c.s.cfg.WriteTimeout, HighWater: 1024})
 }
 
 // stop ends the connection from another goroutine: its read loop sees
@@ -161,7 +180,9 @@ func (c *conn) stop(cause stopCause) {
 	if s := c.live.Load(); s != nil {
 		s.Close()
 	}
-	c.acks.wake()
+	if in := c.in.Load(); in != nil {
+		in.acks.wake()
+	}
 }
 
 // stopDeadline is the read deadline of a connection being stopped: long
@@ -171,29 +192,72 @@ var stopDeadline = time.Unix(1, 0)
 // closing reports whether the connection is being stopped.
 func (c *conn) closing() bool { return c.stopped.Load() }
 
-// serve runs the connection: handshake, packets, end.
-func (c *conn) serve() {
-	err := c.handshake()
-	if err == nil {
-		err = c.readLoop()
-	}
-	c.end(err)
+// Workers. A connection's goroutine (the caller's of ServeConn, which
+// an idle connection keeps) does nothing but wait: for data, with no
+// buffer (packetReader.waitIdle), and for a worker, a goroutine that
+// does the connection's work (its setup, its packets until it has
+// nothing more to read, its end) and exits. A goroutine's stack grows
+// for the deepest call it makes and shrinks only at a garbage
+// collection, which an idle broker seldom has: done on the connection's
+// goroutine, the CONNECT's work alone would leave every idle connection
+// with a stack of 4 or 8 KiB, where waiting fits in 2 KiB.
+const (
+	workOpen  = iota // conn.open
+	workRun          // conn.work, its error in c.err
+	workClose        // conn.close
+)
+
+// inWorker runs one kind of work in a worker, and waits for it. It
+// makes no closure (go copies the arguments), so that this goroutine's
+// stack stays as small as waiting needs.
+func (c *conn) inWorker(kind int) {
+	c.working.Add(1)
+	go c.worker(kind)
+	c.working.Wait()
 }
 
-// readLoop reads and handles packets until the connection ends.
-func (c *conn) readLoop() error {
-	c.rd.max = c.s.cfg.MaxPacketSize
-	// The spec's 1.5 times the keep-alive, from the last bytes read
-	// [MQTT-3.1.2-24]; none for a keep-alive of 0.
-	grace := c.keepAlive * 3 / 2
-	c.rd.deadline = func() time.Time {
-		switch {
-		case c.closing():
-			return stopDeadline
-		case grace == 0:
-			return time.Time{}
+func (c *conn) worker(kind int) {
+	defer c.working.Done()
+	switch kind {
+	case workOpen:
+		c.open()
+	case workRun:
+		c.err = c.work()
+	case workClose:
+		c.close()
+	}
+}
+
+// serve runs the connection until it ends; c.err then says why. A
+// connection that is not plain TCP cannot wait without a buffer: its
+// worker reads until the end.
+func (c *conn) serve() {
+	if c.rd.yield = c.rd.raw != nil; c.rd.yield {
+		// Wait for the CONNECT here, not in a worker.
+		if c.err = c.rd.waitIdle(); c.err != nil {
+			return
 		}
-		return time.Now().Add(grace)
+	}
+	for {
+		c.inWorker(workRun)
+		if c.err != errIdle {
+			return
+		}
+		if c.err = c.rd.waitIdle(); c.err != nil {
+			return
+		}
+	}
+}
+
+// work reads and handles packets: the CONNECT first, then the rest,
+// until the connection ends, or until it has nothing more to read
+// (errIdle, with packetReader.yield set).
+func (c *conn) work() error {
+	if !c.connected {
+		if err := c.handshake(); err != nil {
+			return err
+		}
+		c.readPhase()
 	}
 	for {
 		first, body, owned, err := c.rd.next()
@@ -208,6 +272,29 @@ func (c *conn) readLoop() error {
 			return err
 		}
 	}
+}
+
+// readDeadline is the deadline of a read (packetReader): the connect
+// timeout's until CONNECT is handled, then the keep-alive's, 1.5 times it
+// from the last bytes read [MQTT-3.1.2-24] (none for a keep-alive of 0);
+// long past once the connection is being stopped.
+func (c *conn) readDeadline() time.Time {
+	switch {
+	case c.closing():
+		return stopDeadline
+	case c.connectBy != (time.Time{}):
+		return c.connectBy
+	case c.keepAlive == 0:
+		return time.Time{}
+	}
+	return time.Now().Add(c.keepAlive * 3 / 2)
+}
+
+// readPhase sets the reader up for the packets after CONNECT: the
+// maximum packet size, the keep-alive's deadline.
+func (c *conn) readPhase() {
+	c.rd.max = c.s.cfg.MaxPacketSize
+	c.connectBy = time.Time{}
 }
 
 // decode decodes body into pk with mochi's decoders. A panic of a
@@ -266,7 +353,7 @@ func (c *conn) handle(first byte, body []byte, owned bool) error {
 		if !owned {
 			// The message keeps the packet: one allocation, which the
 			// body, the topic and the properties all point into.
-			body = append(make([]byte, 0, len(body)), body...)
+			body = append([]byte(nil), body...)
 		}
 		if err := decode(&pk, body); err != nil {
 			return malformed(err, "PUBLISH")
@@ -493,7 +580,8 @@ func (c *conn) onPublish(pk *packets.Packet) error {
 	if qos == 2 && c.hasQoS2(pk.PacketID) {
 		// A resend of a publish already taken: answer again, route
 		// nothing [MQTT-4.3.3].
-		c.acks.complete(c.acks.reserve(packets.Pubrec, pk.PacketID), 0, false)
+		acks := &c.inb().acks
+		acks.complete(acks.reserve(packets.Pubrec, pk.PacketID), 0, false)
 		return nil
 	}
 	if qos > 0 {
@@ -529,12 +617,13 @@ func (c *conn) onPublish(pk *packets.Packet) error {
 		}
 		return c.answer(pk, err)
 	}
-	seq := c.acks.reserve(packets.Puback, pk.PacketID)
-	c.qos1In.Add(1)
+	in := c.inb()
+	seq := in.acks.reserve(packets.Puback, pk.PacketID)
+	in.qos1.Add(1)
 	c.sess.SendAsync(m, func(err error) {
 		code, fail := c.refusal(err, 1)
-		c.qos1In.Add(-1)
-		c.acks.complete(seq, code, fail)
+		in.qos1.Add(-1)
+		in.acks.complete(seq, code, fail)
 	})
 	return nil
 }
@@ -545,16 +634,17 @@ func (c *conn) onPublish(pk *packets.Packet) error {
 // client, which was never told, is made to wait.
 func (c *conn) inboundRoom(qos byte) error {
 	max := c.s.cfg.ReceiveMaximum
+	in := c.inb()
 	if c.version == 5 {
-		c.inMu.Lock()
-		n := len(c.inQoS2)
-		c.inMu.Unlock()
-		if int(c.qos1In.Load())+n >= max {
+		in.mu.Lock()
+		n := len(in.qos2)
+		in.mu.Unlock()
+		if int(in.qos1.Load())+n >= max {
 			return protocolError(packets.ErrReceiveMaximum, "QoS %d PUBLISH", qos)
 		}
 		return nil
 	}
-	c.acks.waitBelow(max)
+	in.acks.waitBelow(max)
 	if c.closing() {
 		return net.ErrClosed
 	}
@@ -573,7 +663,8 @@ func (c *conn) answer(pk *packets.Packet, err error) error {
 		typ = packets.Pubrec
 	}
 	code, fail := c.refusal(err, qos)
-	c.acks.complete(c.acks.reserve(typ, pk.PacketID), code, fail)
+	acks := &c.inb().acks
+	acks.complete(acks.reserve(typ, pk.PacketID), code, fail)
 	return nil
 }
 
@@ -584,13 +675,14 @@ func (c *conn) answer(pk *packets.Packet, err error) error {
 // crash can route it twice.
 func (c *conn) qos2(pk *packets.Packet, m *core.Message) error {
 	id, retain := pk.PacketID, pk.FixedHeader.Retain
-	seq := c.acks.reserve(packets.Pubrec, id)
-	c.inMu.Lock()
-	if c.inQoS2 == nil {
-		c.inQoS2 = make(map[uint16]bool)
+	in := c.inb()
+	seq := in.acks.reserve(packets.Pubrec, id)
+	in.mu.Lock()
+	if in.qos2 == nil {
+		in.qos2 = make(map[uint16]bool)
 	}
-	c.inQoS2[id] = true
-	c.inMu.Unlock()
+	in.qos2[id] = true
+	in.mu.Unlock()
 	done := func(err error) {
 		if err == nil && retain {
 			err = c.s.b.Retain(m)
@@ -601,7 +693,7 @@ func (c *conn) qos2(pk *packets.Packet, m *core.Message) error {
 			c.forgetQoS2(id)
 		}
 		code, fail := c.refusal(err, 2)
-		c.acks.complete(seq, code, fail)
+		in.acks.complete(seq, code, fail)
 	}
 	switch {
 	case c.persistent:
@@ -645,18 +737,26 @@ func (c *conn) sendWithRecord(m *core.Message, key string) error {
 
 // hasQoS2 reports whether the client's QoS 2 publish id awaits PUBREL.
 func (c *conn) hasQoS2(id uint16) bool {
-	c.inMu.Lock()
-	defer c.inMu.Unlock()
-	return c.inQoS2[id]
+	in := c.in.Load()
+	if in == nil {
+		return false
+	}
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.qos2[id]
 }
 
 // forgetQoS2 forgets the client's QoS 2 publish id, reporting whether it
 // was known.
 func (c *conn) forgetQoS2(id uint16) bool {
-	c.inMu.Lock()
-	defer c.inMu.Unlock()
-	had := c.inQoS2[id]
-	delete(c.inQoS2, id)
+	in := c.in.Load()
+	if in == nil {
+		return false
+	}
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	had := in.qos2[id]
+	delete(in.qos2, id)
 	return had
 }
 
@@ -666,16 +766,17 @@ func qos2Key(id uint16) string { return "i/" + strconv.Itoa(int(id)) }
 // and PUBREL for the client's QoS 2 publishes.
 func (c *conn) onAck(pk *packets.Packet) error {
 	id := pk.PacketID
+	acks := &c.inb().acks
 	switch pk.FixedHeader.Type {
 	case packets.Pubrel:
-		seq := c.acks.reserve(packets.Pubcomp, id)
+		seq := acks.reserve(packets.Pubcomp, id)
 		if !c.forgetQoS2(id) {
 			// [MQTT-4.3.3-11]: 0x92 packet identifier not found.
-			c.acks.complete(seq, packets.ErrPacketIdentifierNotFound.Code, false)
+			acks.complete(seq, packets.ErrPacketIdentifierNotFound.Code, false)
 			return nil
 		}
 		if !c.persistent {
-			c.acks.complete(seq, 0, false)
+			acks.complete(seq, 0, false)
 			return nil
 		}
 		// The id is forgotten on disk before PUBCOMP: the client may use
@@ -684,7 +785,7 @@ func (c *conn) onAck(pk *packets.Packet) error {
 			if err != nil {
 				c.s.log.Warn().Err(err).Str("client", c.clientID).Msg("mqtt: PUBREL not journaled")
 			}
-			c.acks.complete(seq, 0, false)
+			acks.complete(seq, 0, false)
 		})
 		return nil
 	case packets.Puback, packets.Pubcomp:
@@ -726,14 +827,14 @@ func (c *conn) onAck(pk *packets.Packet) error {
 			c.out.Kick()
 			return nil
 		}
-		seq := c.acks.reserve(packets.Pubrel, id)
+		seq := acks.reserve(packets.Pubrel, id)
 		switch {
 		case !known:
 			code := byte(0)
 			if c.version == 5 {
 				code = packets.ErrPacketIdentifierNotFound.Code
 			}
-			c.acks.complete(seq, code, false)
+			acks.complete(seq, code, false)
 		case e.mark && e.cons != nil:
 			// PUBREL only once core knows the client has the message: a
 			// restart then resends PUBREL, not the message.
@@ -741,12 +842,12 @@ func (c *conn) onAck(pk *packets.Packet) error {
 				if err != nil {
 					c.s.log.Warn().Err(err).Str("client", c.clientID).Msg("mqtt: PUBREC not journaled")
 				}
-				c.acks.complete(seq, 0, false)
+				acks.complete(seq, 0, false)
 			}); err != nil {
-				c.acks.complete(seq, 0, false)
+				acks.complete(seq, 0, false)
 			}
 		default:
-			c.acks.complete(seq, 0, false)
+			acks.complete(seq, 0, false)
 		}
 		return nil
 	}

@@ -1,7 +1,6 @@
 package mqtt
 
 import (
-	"context"
 	"encoding/binary"
 	"errors"
 	"strings"
@@ -33,13 +32,7 @@ const (
 // protocol has one for the cause).
 func (c *conn) handshake() error {
 	s := c.s
-	deadline := time.Now().Add(s.cfg.ConnectTimeout)
-	c.rd.deadline = func() time.Time {
-		if c.closing() {
-			return stopDeadline
-		}
-		return deadline
-	}
+	deadline := c.connectBy
 	// The CONNECT, read before the client is authenticated: within
 	// PreAuthMaxPacketSize, its bytes charged to the broker's
 	// pre-authentication budget as they arrive (preauth.go), and read
@@ -97,9 +90,7 @@ func (c *conn) handshake() error {
 		c.clientID, assigned = s.assignID(), true
 	}
 	login, password := string(pk.Connect.Username), string(pk.Connect.Password)
-	actx, cancel := context.WithDeadline(context.Background(), deadline)
-	c.user, err = s.b.AuthenticateFrom(actx, c.nc.RemoteAddr().String(), login, password)
-	cancel()
+	c.user, err = s.b.AuthenticateFrom(c.ctx, c.nc.RemoteAddr().String(), login, password)
 	if err != nil {
 		// Credentials that do not pass are a bad user name or password;
 		// no credentials where some are needed, not authorized.

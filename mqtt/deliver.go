@@ -23,19 +23,14 @@ import (
 
 // encoderState is the writer's own state.
 type encoderState struct {
-	pub       publish
-	subIDs    [1]int
 	lastAddr  string // the last address converted, and its topic
 	lastTopic string
 	// marks counts the marks not yet on disk; the write waits for them.
 	marks    sync.WaitGroup
-	markDone func(error)
+	markDone func(error) // made on first use
 	// qos0 are the QoS 0 deliveries appended since the last write: acked
 	// once written.
 	qos0 []qos0Ack
-	// closed: an MQTT 3.1.1 publish could not be taken; the connection
-	// closes once what came before is written, and nothing after goes.
-	closed bool
 }
 
 type qos0Ack struct {
@@ -46,7 +41,7 @@ type qos0Ack struct {
 
 // Append encodes one item (outbound.Encoder).
 func (c *conn) Append(buf []byte, it outItem, held bool) ([]byte, bool) {
-	if c.enc.closed {
+	if c.wclosed {
 		return buf, true
 	}
 	switch it.kind {
@@ -55,7 +50,7 @@ func (c *conn) Append(buf []byte, it outItem, held bool) ([]byte, bool) {
 	case itemAck:
 		return appendAck(buf, it.typ, it.id, it.code, c.version), true
 	case itemClose:
-		c.enc.closed = true
+		c.wclosed = true
 		if len(buf) == 0 {
 			c.nc.Close() // what came before is written already
 		}
@@ -66,12 +61,22 @@ func (c *conn) Append(buf []byte, it outItem, held bool) ([]byte, bool) {
 
 // BeforeWrite waits for the marks of the packet ids about to leave
 // (outbound.Encoder).
-func (c *conn) BeforeWrite() { c.enc.marks.Wait() }
+func (c *conn) BeforeWrite() {
+	if c.enc != nil {
+		c.enc.marks.Wait()
+	}
+}
 
 // Written acknowledges the QoS 0 deliveries just written and returns
 // their credit (outbound.Encoder).
 func (c *conn) Written() {
-	e := &c.enc
+	if c.wclosed {
+		c.nc.Close()
+	}
+	e := c.enc
+	if e == nil {
+		return
+	}
 	for i := 0; i < len(e.qos0); {
 		a := e.qos0[i]
 		if !a.upTo {
@@ -92,9 +97,6 @@ func (c *conn) Written() {
 	}
 	clear(e.qos0)
 	e.qos0 = e.qos0[:0]
-	if e.closed {
-		c.nc.Close()
-	}
 }
 
 // settle acknowledges a delivery that is not sent (expired, or too large
@@ -107,7 +109,7 @@ func settle(d core.Delivery) {
 // topicFor converts an address to a topic, remembering the last one: a
 // connection's deliveries often come from one address.
 func (c *conn) topicFor(addr string) string {
-	e := &c.enc
+	e := c.enc
 	if addr != e.lastAddr {
 		e.lastAddr, e.lastTopic = addr, AddressToTopic(addr)
 	}
@@ -116,6 +118,9 @@ func (c *conn) topicFor(addr string) string {
 
 // appendDelivery encodes a delivery from core or a retained message.
 func (c *conn) appendDelivery(buf []byte, it outItem, held bool) ([]byte, bool) {
+	if c.enc == nil {
+		c.enc = &encoderState{}
+	}
 	var d core.Delivery
 	m := it.m
 	if it.kind == itemDelivery {
@@ -131,19 +136,20 @@ func (c *conn) appendDelivery(buf []byte, it outItem, held bool) ([]byte, bool) 
 	}
 	opts := it.sub.options()
 	qos := min(opts.qos(), messageQoS(m))
-	p := &c.enc.pub
+	var pub publish
+	var subIDs [1]int
+	p := &pub
 	p.topic = c.topicFor(m.Address)
 	p.payload = m.Body
-	p.qos, p.dup, p.id = qos, false, 0
+	p.qos = qos
 	// A retained message sent for a new subscription has its flag set;
 	// a live one has it only with retain-as-published [MQTT-3.3.1-12].
 	p.retain = it.kind == itemRetained || opts.retainAsPublished() && m.Properties[PropRetain] == true
-	p.subIDs = nil
 	if c.version == 5 {
 		fillPublish(p, m, now)
 		if id := opts.id(); id > 0 {
-			c.enc.subIDs[0] = id
-			p.subIDs = c.enc.subIDs[:]
+			subIDs[0] = id
+			p.subIDs = subIDs[:]
 		}
 	}
 	if c.maxOut > 0 && p.size(c.version) > c.maxOut {
@@ -182,7 +188,7 @@ func (c *conn) appendDelivery(buf []byte, it outItem, held bool) ([]byte, bool) 
 		p.id = id
 		if e.mark && !marked {
 			c.enc.marks.Add(1)
-			if err := d.Consumer.Mark(d.ID, uint32(id), c.enc.markDone); err != nil {
+			if err := d.Consumer.Mark(d.ID, uint32(id), c.markDone()); err != nil {
 				c.enc.marks.Done()
 			}
 		}
@@ -195,6 +201,19 @@ func (c *conn) appendDelivery(buf []byte, it outItem, held bool) ([]byte, bool) 
 		c.enc.qos0 = append(c.enc.qos0, qos0Ack{cons: d.Consumer, id: d.ID, upTo: !it.sub.qos1.Load()})
 	}
 	return buf, true
+}
+
+// markDone returns the completion of the writer's marks.
+func (c *conn) markDone() func(error) {
+	if c.enc.markDone == nil {
+		c.enc.markDone = func(err error) {
+			if err != nil {
+				c.s.log.Warn().Err(err).Str("client", c.clientID).Msg("mqtt: packet id not journaled")
+			}
+			c.enc.marks.Done()
+		}
+	}
+	return c.enc.markDone
 }
 
 // allocIDLocked returns a packet id in use by no delivery in flight and

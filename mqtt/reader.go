@@ -47,12 +47,25 @@ var readPool = sync.Pool{New: func() any { return new([readBufSize]byte) }}
 // errPacketTooLarge: a packet's declared size is over the limit.
 var errPacketTooLarge = errors.New("mqtt: packet too large")
 
+// errIdle: every byte read has been handed out and the reader yields
+// (packetReader.yield) rather than wait for more.
+var errIdle = errors.New("mqtt: no more to read for now")
+
 // errMalformedLength: a remaining length of more than four bytes.
 var errMalformedLength = errors.New("mqtt: malformed remaining length")
 
 type packetReader struct {
 	nc  net.Conn
 	raw syscall.RawConn // nil: not plain TCP, reads block in nc.Read
+	// rawFill's, tryRaw's and waitIdle's callbacks, and what they read.
+	rawFn  func(fd uintptr) bool
+	tryFn  func(fd uintptr) bool
+	waitFn func(fd uintptr) bool
+	waited bool
+	peek   [1]byte
+	rawBuf *[readBufSize]byte
+	rawN   int
+	rawErr error
 
 	pooled *[readBufSize]byte // the pooled buffer while data flows; nil otherwise
 	small  []byte             // non-TCP: the buffer an idle read waits in, made on first use
@@ -61,9 +74,13 @@ type packetReader struct {
 
 	// max is the largest packet accepted: first byte, length and body.
 	max int
-	// deadline, if not zero, is set before each read that waits for the
-	// peer (the keep-alive's).
-	deadline func() time.Time
+	// deadline, if set, gives the deadline set before each read that
+	// waits for the peer (the CONNECT's, then the keep-alive's).
+	deadline deadliner
+	// yield makes next return errIdle instead of waiting for more data
+	// when every byte read has been handed out and the socket has no
+	// more (plain TCP only): the caller waits with waitIdle.
+	yield bool
 	// rule bounds how long a packet may take to arrive once begun; the
 	// clock applying it is made when first needed.
 	rule    guard.Rule
@@ -71,14 +88,23 @@ type packetReader struct {
 	inFrame bool
 }
 
-func newPacketReader(nc net.Conn) packetReader {
-	pr := packetReader{nc: nc}
+func newPacketReader(nc net.Conn) *packetReader {
+	pr := &packetReader{}
+	pr.init(nc)
+	return pr
+}
+
+// init sets pr up to read nc.
+func (pr *packetReader) init(nc net.Conn) {
+	pr.nc = nc
 	// Only a plain TCP connection: a wrapper's SyscallConn would bypass
 	// what it holds itself (bytes it peeked, TLS records).
 	if tc, ok := nc.(*net.TCPConn); ok {
 		pr.raw, _ = tc.SyscallConn()
+		// Made here (in a worker), not in waitIdle's goroutine: making
+		// them allocates.
+		pr.rawFn, pr.tryFn, pr.waitFn = pr.readRaw, pr.readNow, pr.waitReady
 	}
-	return pr
 }
 
 // release gives back the pooled buffer, if it holds one and every byte
@@ -166,7 +192,6 @@ func (pr *packetReader) body(first byte, hlen, length int) (byte, []byte, bool, 
 				return 0, nil, false, err
 			}
 		}
-		pr.endFrame()
 		b := pr.buf[pr.r+hlen : pr.r+total : pr.r+total]
 		pr.r += total
 		return first, b, false, nil
@@ -187,7 +212,6 @@ func (pr *packetReader) body(first byte, hlen, length int) (byte, []byte, bool, 
 			return 0, nil, false, err
 		}
 	}
-	pr.endFrame()
 	return first, b, true, nil
 }
 
@@ -230,6 +254,9 @@ func (pr *packetReader) fill() error {
 		pr.release()
 		pr.r, pr.w = 0, 0
 		if pr.raw != nil {
+			if pr.yield {
+				return pr.tryRaw()
+			}
 			return pr.rawFill()
 		}
 		if pr.buf == nil {
@@ -249,17 +276,31 @@ func (pr *packetReader) fill() error {
 	return pr.readMore(true)
 }
 
+// deadliner says when a read must have returned.
+type deadliner interface {
+	readDeadline() time.Time
+}
+
 func (pr *packetReader) setDeadline() error {
 	if pr.deadline == nil {
 		return nil
 	}
-	d := pr.deadline()
 	if pr.clock != nil {
 		// The clock owns the connection's deadline once it exists.
-		pr.clock.SetReadDeadline(d)
-		return pr.clock.Arm()
+		pr.clock.SetReadDeadline(pr.deadline.readDeadline())
+		if err := pr.clock.Arm(); err != nil {
+			return err
+		}
+	} else if err := pr.nc.SetReadDeadline(pr.deadline.readDeadline()); err != nil {
+		return err
 	}
-	return pr.nc.SetReadDeadline(d)
+	// A stop that set its deadline while this one was computed must not
+	// be overridden: the deadline is read again (it is long past once
+	// the connection is being stopped).
+	if d := pr.deadline.readDeadline(); d == stopDeadline {
+		return pr.nc.SetReadDeadline(d)
+	}
+	return nil
 }
 
 // readConn reads from the connection under the read deadline and, while
@@ -281,10 +322,7 @@ func (pr *packetReader) readConn(p []byte, inFrame bool) (int, error) {
 		pr.clock.Start()
 		pr.inFrame = true
 	}
-	if pr.deadline != nil {
-		pr.clock.SetReadDeadline(pr.deadline())
-	}
-	if err := pr.clock.Arm(); err != nil {
+	if err := pr.setDeadline(); err != nil {
 		return 0, err
 	}
 	n, err := pr.nc.Read(p)
@@ -299,30 +337,82 @@ func (pr *packetReader) endFrame() {
 	}
 }
 
+// waitIdle waits, holding no buffer and reading nothing, until a plain
+// TCP connection has data or its read deadline passes (set by the last
+// tryRaw), for a reader that yields. The connection's goroutine waits
+// here, so it is kept shallow: everything else happens in the worker
+// (conn.serve).
+func (pr *packetReader) waitIdle() error {
+	pr.waited = false
+	if err := pr.raw.Read(pr.waitFn); err != nil {
+		return &net.OpError{Op: "read", Net: "tcp", Source: pr.nc.LocalAddr(), Addr: pr.nc.RemoteAddr(), Err: unwrapOp(err)}
+	}
+	return nil
+}
+
+// waitReady is waitIdle's callback. The first time it looks (reading
+// nothing) whether data came since the worker's last read: the poller
+// forgets an event that came before the wait began. With none, the
+// poller waits for the socket and calls it again: ready.
+func (pr *packetReader) waitReady(fd uintptr) bool {
+	if pr.waited {
+		return true
+	}
+	pr.waited = true
+	_, _, err := syscall.Recvfrom(int(fd), pr.peek[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+	return err != syscall.EAGAIN // data, an end or an error: the worker's read tells
+}
+
+// tryRaw reads what a plain TCP connection has, without waiting: with
+// nothing there, it sets the read deadline for the wait to come and
+// returns errIdle.
+func (pr *packetReader) tryRaw() error {
+	if err := pr.raw.Read(pr.tryFn); err != nil {
+		return &net.OpError{Op: "read", Net: "tcp", Source: pr.nc.LocalAddr(), Addr: pr.nc.RemoteAddr(), Err: unwrapOp(err)}
+	}
+	p, n, err := pr.rawBuf, pr.rawN, pr.rawErr
+	pr.rawBuf, pr.rawErr = nil, nil
+	switch {
+	case err == syscall.EAGAIN:
+		if err := pr.setDeadline(); err != nil {
+			return err
+		}
+		return errIdle
+	case err != nil:
+		return &net.OpError{Op: "read", Net: "tcp", Source: pr.nc.LocalAddr(), Addr: pr.nc.RemoteAddr(), Err: os.NewSyscallError("read", err)}
+	case n <= 0:
+		readPool.Put(p)
+		return io.EOF
+	}
+	pr.pooled, pr.buf, pr.r, pr.w = p, p[:], 0, n
+	return nil
+}
+
+// readNow is tryRaw's callback: it reads what the socket has into a
+// pooled buffer, or records EAGAIN; it never asks to wait.
+func (pr *packetReader) readNow(fd uintptr) bool {
+	p := readPool.Get().(*[readBufSize]byte)
+	n, err := syscall.Read(int(fd), p[:])
+	for err == syscall.EINTR {
+		n, err = syscall.Read(int(fd), p[:])
+	}
+	if err != nil {
+		readPool.Put(p)
+		p = nil
+	}
+	pr.rawBuf, pr.rawN, pr.rawErr = p, n, err
+	return true
+}
+
 // rawFill waits until the socket is readable, holding no buffer, then
 // reads what is waiting into a pooled one.
 func (pr *packetReader) rawFill() error {
 	if err := pr.setDeadline(); err != nil {
 		return err
 	}
-	var p *[readBufSize]byte
-	var n int
-	var err error
-	rerr := pr.raw.Read(func(fd uintptr) bool {
-		p = readPool.Get().(*[readBufSize]byte)
-		for {
-			n, err = syscall.Read(int(fd), p[:])
-			if err != syscall.EINTR {
-				break
-			}
-		}
-		if err == syscall.EAGAIN {
-			readPool.Put(p)
-			p = nil
-			return false // wait for the socket, holding no buffer
-		}
-		return true
-	})
+	rerr := pr.raw.Read(pr.rawFn)
+	p, n, err := pr.rawBuf, pr.rawN, pr.rawErr
+	pr.rawBuf, pr.rawErr = nil, nil
 	switch {
 	case rerr != nil: // closed, or past the read deadline
 		if p != nil {
@@ -338,6 +428,22 @@ func (pr *packetReader) rawFill() error {
 	}
 	pr.pooled, pr.buf, pr.r, pr.w = p, p[:], 0, n
 	return nil
+}
+
+// readRaw is rawFill's callback: it reads what the socket has into a
+// pooled buffer, taken only once there is something to read.
+func (pr *packetReader) readRaw(fd uintptr) bool {
+	p := readPool.Get().(*[readBufSize]byte)
+	n, err := syscall.Read(int(fd), p[:])
+	for err == syscall.EINTR {
+		n, err = syscall.Read(int(fd), p[:])
+	}
+	if err == syscall.EAGAIN {
+		readPool.Put(p)
+		return false // wait for the socket, holding no buffer
+	}
+	pr.rawBuf, pr.rawN, pr.rawErr = p, n, err
+	return true
 }
 
 // unwrapOp returns the error inside a *net.OpError (the raw read's).

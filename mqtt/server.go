@@ -160,7 +160,10 @@ type Server struct {
 	conns   map[*conn]struct{}      // guarded by mu: connections in ServeConn
 	byID    map[string]*conn        // guarded by mu: the connection holding each MQTT client id
 	away    map[string]*awaySession // guarded by mu: persistent sessions without a connection
-	wg      sync.WaitGroup          // ServeConn calls, timers' work and the $SYS loop
+	// ctxs are the contexts ServeConn was given, each watched once for
+	// all the connections it serves (not once per connection).
+	ctxs map[context.Context]*ctxWatch // guarded by mu
+	wg   sync.WaitGroup                // ServeConn calls, timers' work and the $SYS loop
 
 	done      chan struct{} // closed by Close
 	closeOnce sync.Once
@@ -174,6 +177,7 @@ func New(cfg Config, b *core.Broker) (*Server, error) {
 	s := &Server{
 		cfg: cfg, b: b, log: cfg.Logger, started: time.Now(),
 		conns: make(map[*conn]struct{}), byID: make(map[string]*conn), away: make(map[string]*awaySession),
+		ctxs: make(map[context.Context]*ctxWatch),
 		done: make(chan struct{}),
 	}
 	if err := s.restore(); err != nil {
@@ -190,25 +194,86 @@ func New(cfg Config, b *core.Broker) (*Server, error) {
 // cancelled (then the connection is closed, after DISCONNECT 0x8B on
 // MQTT 5).
 func (s *Server) ServeConn(ctx context.Context, nc net.Conn) {
-	c := newConn(s, nc)
+	c := &conn{s: s, nc: nc, ctx: ctx}
+	// This goroutine only waits (see conn.serve); the work runs in
+	// workers.
+	c.inWorker(workOpen)
+	if c.err != nil {
+		return // refused: the server is closing
+	}
+	c.serve()
+	c.inWorker(workClose)
+}
+
+// open prepares a connection and registers it.
+func (c *conn) open() {
+	s := c.s
+	c.init()
+	c.rd.setDeadline() // the CONNECT's, for the wait to come
 	s.mu.Lock()
-	if s.closing {
+	if s.closing || c.ctx.Err() != nil {
 		s.mu.Unlock()
-		nc.Close()
+		c.nc.Close()
+		c.err = errServerClosing
 		return
 	}
 	s.conns[c] = struct{}{}
+	s.watchLocked(c.ctx)
 	s.wg.Add(1)
 	s.mu.Unlock()
-	defer func() {
-		s.mu.Lock()
-		delete(s.conns, c)
-		s.mu.Unlock()
-		s.wg.Done()
-	}()
-	stop := context.AfterFunc(ctx, func() { c.stop(stopShutdown) })
-	defer stop()
-	c.serve()
+}
+
+// close ends a connection (conn.end) and forgets it.
+func (c *conn) close() {
+	c.end(c.err)
+	s := c.s
+	s.mu.Lock()
+	delete(s.conns, c)
+	s.unwatchLocked(c.ctx)
+	s.mu.Unlock()
+	s.wg.Done()
+}
+
+// ctxWatch stops the connections of a context when it ends.
+type ctxWatch struct {
+	n    int         // connections served with the context
+	stop func() bool // context.AfterFunc's
+}
+
+// watchLocked counts a connection of ctx, watching ctx from its first.
+func (s *Server) watchLocked(ctx context.Context) {
+	w := s.ctxs[ctx]
+	if w == nil {
+		w = &ctxWatch{}
+		w.stop = context.AfterFunc(ctx, func() { s.stopAll(ctx) })
+		s.ctxs[ctx] = w
+	}
+	w.n++
+}
+
+// unwatchLocked forgets a connection of ctx, and ctx with its last.
+func (s *Server) unwatchLocked(ctx context.Context) {
+	if w := s.ctxs[ctx]; w != nil {
+		if w.n--; w.n == 0 {
+			w.stop()
+			delete(s.ctxs, ctx)
+		}
+	}
+}
+
+// stopAll stops the connections served with ctx, which has ended.
+func (s *Server) stopAll(ctx context.Context) {
+	s.mu.Lock()
+	var cs []*conn
+	for c := range s.conns {
+		if c.ctx == ctx {
+			cs = append(cs, c)
+		}
+	}
+	s.mu.Unlock()
+	for _, c := range cs {
+		c.stop(stopShutdown)
+	}
 }
 
 // Close disconnects every MQTT client (MQTT 5 clients get DISCONNECT
@@ -300,20 +365,6 @@ func (s *Server) claim(c *conn) (*awaySession, error) {
 			return nil, errTakeoverTimeout
 		}
 	}
-}
-
-// release forgets c as its client id's connection once it has let go of
-// its core session, and wakes a connection waiting to take over.
-func (s *Server) release(c *conn) {
-	s.mu.Lock()
-	if s.byID[c.clientID] == c {
-		delete(s.byID, c.clientID)
-	}
-	if c.gone != nil {
-		close(c.gone)
-	}
-	c.released = true
-	s.mu.Unlock()
 }
 
 var (

@@ -304,15 +304,14 @@ func (c *conn) startSession(clean bool, away *awaySession) (bool, sessionState, 
 	}
 	wg.Wait()
 	c.stateKept = c.persistent || c.will != nil || present
-	if present {
-		c.inMu.Lock()
+	if present && len(st.qos2) > 0 {
+		in := c.inb()
+		in.mu.Lock()
+		in.qos2 = make(map[uint16]bool, len(st.qos2))
 		for _, id := range st.qos2 {
-			if c.inQoS2 == nil {
-				c.inQoS2 = make(map[uint16]bool)
-			}
-			c.inQoS2[id] = true
+			in.qos2[id] = true
 		}
-		c.inMu.Unlock()
+		in.mu.Unlock()
 	}
 	return present, st, firstErr
 }

@@ -314,9 +314,9 @@ func (w *Writer[T]) run() {
 		kicked := w.kicked
 		w.kicked = false
 		if len(batch) == 0 && !kicked {
-			// Nothing new: done until the next push. batch is empty;
-			// it is the spare slice again (w.queue has the other).
-			w.spare = batch[:0]
+			// Nothing new: done until the next push. The queue's
+			// slices go too, so that an idle connection holds none.
+			w.queue, w.spare = nil, nil
 			w.running = false
 			if w.cond != nil {
 				w.cond.Broadcast()
