@@ -26,7 +26,7 @@ type MemFS struct {
 	snapshot *MemFS // taken at crashAt
 	snapRand *rand.Rand
 	freezeAt []int    // take a Clone right after each of these ops
-	frozen   []*MemFS // taken at freezeAt, in op order
+	frozen   []Freeze // taken at freezeAt, in op order
 }
 
 type memWrite struct {
@@ -78,18 +78,38 @@ func (m *MemFS) Snapshot() *MemFS {
 	return m.snapshot
 }
 
-// FreezeAt arranges for a Clone of m to be taken right after each of the
-// given mutating operations (numbered as Ops counts them), replacing earlier
-// freeze points. Frozen returns the copies taken so far.
-func (m *MemFS) FreezeAt(ops ...int) {
+// Freeze is a copy of a MemFS (see Clone) taken right after its Op-th
+// mutating operation.
+type Freeze struct {
+	Op int
+	FS *MemFS
+}
+
+// FreezeAfter arranges for a Clone of m to be taken right after each of
+// the n-th mutating operations from now (1 is the next one; points below 1
+// are ignored), replacing earlier freeze points, and returns the number of
+// operations performed so far: the points are base+n. The points are fixed
+// under the lock that counts operations, so none is missed while other
+// goroutines (a journal's writer, preparer, reclaim) operate on m; reading
+// Ops and then setting absolute points would race with them. Frozen returns
+// the copies taken so far.
+func (m *MemFS) FreezeAfter(n ...int) (base int) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.freezeAt, m.frozen = slices.Sorted(slices.Values(ops)), nil
+	m.freezeAt, m.frozen = nil, nil
+	for _, k := range n {
+		if k >= 1 {
+			m.freezeAt = append(m.freezeAt, m.ops+k)
+		}
+	}
+	slices.Sort(m.freezeAt)
+	m.freezeAt = slices.Compact(m.freezeAt)
+	return m.ops
 }
 
 // Frozen returns the copies taken at the freeze points reached so far, in
-// order.
-func (m *MemFS) Frozen() []*MemFS {
+// op order, each with the operation it was taken after.
+func (m *MemFS) Frozen() []Freeze {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return slices.Clone(m.frozen)
@@ -102,7 +122,7 @@ func (m *MemFS) opLocked() {
 		m.snapshot = m.cloneLocked(m.snapRand)
 	}
 	if slices.Contains(m.freezeAt, m.ops) {
-		m.frozen = append(m.frozen, m.copyLocked())
+		m.frozen = append(m.frozen, Freeze{Op: m.ops, FS: m.copyLocked()})
 	}
 }
 

@@ -2,8 +2,12 @@ package fs
 
 import (
 	"bytes"
+	"encoding/binary"
+	"errors"
 	"fmt"
+	"runtime"
 	"testing"
+	"time"
 )
 
 // memImage returns the contents of name in m.
@@ -87,5 +91,63 @@ func TestCrashClonePages(t *testing.T) {
 	}
 	if got := memImage(t, m.CrashClone(), "/d/a"); !bytes.Equal(got[:4*ps], fill(4*ps, 'z')) {
 		t.Errorf("the original lost writes made after Clone: %q", got)
+	}
+}
+
+// TestFreezeAfter sets freeze points while another goroutine is operating
+// on the file system, as a journal's writer and preparer do while a crash
+// test starts a run: no point may be missed, and each copy must be the
+// file system right after the operation it is labelled with.
+func TestFreezeAfter(t *testing.T) {
+	m := NewCrashableMem()
+	m.MkdirAll("/d")
+	f, _ := m.Create("/d/a") // op 1
+	stop := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		// Iteration i writes i (op 2+2i), then syncs (op 3+2i): the copy
+		// taken after op k holds (k-2)/2.
+		for i := uint64(0); i < 1<<22; i++ {
+			select {
+			case <-stop:
+				done <- nil
+				return
+			default:
+			}
+			if _, err := f.WriteAt(binary.LittleEndian.AppendUint64(nil, i), 0); err != nil {
+				done <- err
+				return
+			}
+			if err := f.Datasync(); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- errors.New("not stopped")
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for m.Ops() < 100 && time.Now().Before(deadline) {
+		runtime.Gosched()
+	}
+	base := m.FreezeAfter(3, 1, 2, 2, 0)
+	for len(m.Frozen()) < 3 && time.Now().Before(deadline) {
+		runtime.Gosched()
+	}
+	close(stop)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	frozen := m.Frozen()
+	if len(frozen) != 3 {
+		t.Fatalf("%d copies taken after FreezeAfter(3, 1, 2, 2, 0) at %d, want 3", len(frozen), base)
+	}
+	for i, fr := range frozen {
+		if fr.Op != base+1+i {
+			t.Errorf("copy %d taken after op %d, want %d", i, fr.Op, base+1+i)
+		}
+		got := binary.LittleEndian.Uint64(memImage(t, fr.FS, "/d/a"))
+		if want := uint64(fr.Op-2) / 2; got != want {
+			t.Errorf("copy taken after op %d holds %d, want %d", fr.Op, got, want)
+		}
 	}
 }

@@ -417,16 +417,17 @@ type pcFreeze struct {
 // each file-system operation in at (counted from the run's start; the
 // journal keeps running: a frozen copy is what a power loss at that instant
 // leaves, before the kernel wrote anything back). It returns the freezes
-// reached.
+// reached, each with the ledger as of the operation its copy was taken
+// after. The journal's own goroutines (the reclaim pass that follows
+// recovery, the preparer) may still be operating on the file system when
+// the run starts: the points are fixed relative to the count in one step
+// (fs.MemFS.FreezeAfter), and each copy carries its own operation number,
+// so that a copy is never checked against the ledger of another moment.
 func (r *pcRun) play(ops []pcOp, layout []pcGroup, at []int) ([]pcFreeze, error) {
-	o0 := r.mem.Ops()
-	abs := make([]int, len(at))
-	for i, d := range at {
-		abs[i] = o0 + d
-	}
-	r.mem.FreezeAt(abs...)
+	at = slices.Compact(slices.Sorted(slices.Values(at)))
+	o0 := r.mem.FreezeAfter(at...)
 	for _, g := range layout {
-		if len(abs) > 0 && len(r.mem.Frozen()) == len(abs) {
+		if len(at) > 0 && len(r.mem.Frozen()) == len(at) {
 			break
 		}
 		if err := r.group(ops, g); err != nil {
@@ -434,9 +435,8 @@ func (r *pcRun) play(ops []pcOp, layout []pcGroup, at []int) ([]pcFreeze, error)
 		}
 	}
 	var out []pcFreeze
-	for i, f := range r.mem.Frozen() {
-		k := slices.Sorted(slices.Values(abs))[i]
-		out = append(out, pcFreeze{op: k - o0, fs: f, led: r.ledger(k)})
+	for _, f := range r.mem.Frozen() {
+		out = append(out, pcFreeze{op: f.Op - o0, fs: f.FS, led: r.ledger(f.Op)})
 	}
 	return out, nil
 }
