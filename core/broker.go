@@ -597,6 +597,12 @@ func (b *Broker) resolve(m *Message, sender *Session) (*address, error) {
 	if closed {
 		return nil, ErrClosed
 	}
+	if m.RoutingType == QueueElseTopic {
+		m.RoutingType = Multicast
+		if a != nil && b.supports(a, Anycast) {
+			m.RoutingType = Anycast
+		}
+	}
 	if a != nil && b.supports(a, m.RoutingType) {
 		if m.RoutingType == RoutingDefault {
 			m.RoutingType = b.defaultRouting(a)
