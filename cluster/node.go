@@ -146,6 +146,7 @@ type Node struct {
 	rpc    *server
 	access *access
 	snaps  *snapAssembler
+	done   *completer
 
 	peersMu sync.Mutex
 	peers   map[uint64]string // every member but this node
@@ -203,6 +204,7 @@ func New(cfg Config) (*Node, error) {
 	n.rpc = newServer(n)
 	n.access = newAccess(n)
 	n.snaps = newSnapAssembler()
+	n.done = newCompleter()
 	empty := true
 	for g := uint64(1); g <= uint64(cfg.Groups); g++ {
 		grp, fresh, err := n.openGroup(g)
@@ -235,9 +237,10 @@ func New(cfg Config) (*Node, error) {
 		return nil, err
 	}
 	n.log.Info().Int("groups", cfg.Groups).Int("peers", len(n.peers)).Bool("join", cfg.Join).Msg("cluster node started")
-	n.wg.Add(2)
+	n.wg.Add(3)
 	go n.run()
 	go func() { defer n.wg.Done(); n.links.run(n.stop) }()
+	go func() { defer n.wg.Done(); n.done.run(n.stop) }()
 	return n, nil
 }
 
@@ -709,11 +712,5 @@ func (n *Node) kickPropose() {
 
 // complete calls completions off the loop.
 func (n *Node) complete(dones []func(error), err error) {
-	go func() {
-		for _, d := range dones {
-			if d != nil {
-				d(err)
-			}
-		}
-	}()
+	n.done.add(dones, err)
 }
