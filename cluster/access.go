@@ -35,6 +35,7 @@ type linkKey struct{ sid, group uint64 }
 type call struct {
 	leader uint64
 	key    linkKey // the session link it went through (zero: none)
+	at     time.Time
 	done   func(err error, str string, payload []byte)
 }
 
@@ -142,7 +143,7 @@ func (a *access) request(ctx context.Context, l *sessionLink, leader uint64, m *
 // loss of the link) once.
 func (a *access) async(l *sessionLink, leader uint64, m *rpcMsg, done func(error, string, []byte)) {
 	m.rid = a.nextID.Add(1)
-	c := &call{leader: leader, done: done}
+	c := &call{leader: leader, done: done, at: time.Now()}
 	if l != nil {
 		c.key = linkKey{l.s.sid, l.group}
 	}
@@ -155,6 +156,38 @@ func (a *access) async(l *sessionLink, leader uint64, m *rpcMsg, done func(error
 	a.pending[m.rid] = c
 	a.mu.Unlock()
 	a.to(leader, m)
+}
+
+// expireCalls fails the requests that have waited longer than the
+// node's request timeout with core.ErrUnavailable, until stop: a lost
+// link fails its calls at once, but an answer can also be lost with a
+// link that stays up (a group broker closed between taking a request
+// and answering it), and a send waiting for it would then never be sent
+// again nor answered. A send retried this way carries its forwarding
+// id, so its group stores it once.
+func (a *access) expireCalls(stop <-chan struct{}) {
+	timeout := a.n.cfg.RequestTimeout
+	t := time.NewTicker(max(timeout/4, 50*time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		var late []*call
+		a.mu.Lock()
+		for rid, c := range a.pending {
+			if time.Since(c.at) > timeout {
+				late = append(late, c)
+				delete(a.pending, rid)
+			}
+		}
+		a.mu.Unlock()
+		for _, c := range late {
+			c.done(fmt.Errorf("%w: no answer from node %d within %v", core.ErrUnavailable, c.leader, timeout), "", nil)
+		}
+	}
 }
 
 func (a *access) forget(rid uint64, err error) {
@@ -341,13 +374,58 @@ func (s *remoteSession) Attach(o core.ConsumerOptions, sink core.Sink) (core.Ups
 		p := &part{u: u, idx: uint8(i), group: g}
 		u.parts = append(u.parts, p)
 	}
-	for _, p := range u.parts {
-		if err := p.attach(context.Background()); err != nil {
+	if len(u.parts) == 1 {
+		if err := u.parts[0].attachRetrying(); err != nil {
 			u.Close()
 			return nil, err
 		}
+		return u, nil
+	}
+	// A consumer of several groups (a wildcard subscription) is not
+	// refused because one of them is between leaders: the parts that
+	// cannot attach now do so in the background, as after a failover,
+	// and get the credit asked for meanwhile once they are attached.
+	for _, p := range u.parts {
+		ctx, cancel := context.WithTimeout(context.Background(), s.a.n.cfg.LeaderWait)
+		err := p.attach(ctx)
+		cancel()
+		if err == nil {
+			continue
+		}
+		if !errors.Is(err, core.ErrUnavailable) && !errors.Is(err, context.DeadlineExceeded) {
+			u.Close()
+			return nil, err
+		}
+		p.mu.Lock()
+		p.reattaching = true
+		p.mu.Unlock()
+		s.a.n.goWork(func(stop <-chan struct{}) { p.reattach(stop) })
 	}
 	return u, nil
+}
+
+// attachRetrying attaches a consumer's only part, trying again while
+// its group is unavailable (a leader changing under the request), for
+// up to a request timeout and a leader wait: a client subscribing
+// during a failover waits for it rather than being refused.
+func (p *part) attachRetrying() error {
+	n := p.u.s.a.n
+	deadline := time.Now().Add(n.cfg.RequestTimeout + n.cfg.LeaderWait)
+	delay := 20 * time.Millisecond
+	for {
+		ctx, cancel := context.WithDeadline(context.Background(), deadline)
+		err := p.attach(ctx)
+		cancel()
+		if err == nil || !errors.Is(err, core.ErrUnavailable) || p.u.s.isClosed() || time.Now().Add(delay).After(deadline) {
+			return err
+		}
+		select {
+		case <-n.stop:
+			return err
+		case <-time.After(delay):
+		}
+		delay = min(delay*2, 500*time.Millisecond)
+	}
 }
 
 // txGroup is the one group a transaction's sends and acks belong to.

@@ -140,7 +140,8 @@ type Node struct {
 	cfg    Config
 	log    zerolog.Logger
 	rlog   *raftlog.Log
-	tr     Transport
+	tr     Transport     // set once in New, before trSet is closed
+	trSet  chan struct{} // closed once tr is set: frames may arrive before
 	groups []*group // index g-1
 	links  *links
 	rpc    *server
@@ -191,6 +192,7 @@ func New(cfg Config) (*Node, error) {
 		changed:  make(chan struct{}),
 		failed:   make(chan struct{}),
 		stop:     make(chan struct{}),
+		trSet:    make(chan struct{}),
 	}
 	if n.peers == nil {
 		n.peers = map[uint64]string{}
@@ -236,11 +238,13 @@ func New(cfg Config) (*Node, error) {
 		rl.Close()
 		return nil, err
 	}
+	close(n.trSet)
 	n.log.Info().Int("groups", cfg.Groups).Int("peers", len(n.peers)).Bool("join", cfg.Join).Msg("cluster node started")
 	n.wg.Add(3)
 	go n.run()
 	go func() { defer n.wg.Done(); n.links.run(n.stop) }()
 	go func() { defer n.wg.Done(); n.done.run(n.stop) }()
+	n.goWork(n.access.expireCalls)
 	return n, nil
 }
 
@@ -631,6 +635,9 @@ func (n *Node) handleLocal(m *rpcMsg) {
 
 // handleFrame is the transport's handler.
 func (n *Node) handleFrame(from uint64, lane transport.Lane, frame []byte) {
+	// The transport starts reading before New has it in n.tr, and
+	// handling a frame may send one.
+	<-n.trSet
 	switch lane {
 	case transport.LaneRaft:
 		n.receiveRaft(from, frame)
