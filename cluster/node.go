@@ -142,7 +142,7 @@ type Node struct {
 	rlog   *raftlog.Log
 	tr     Transport     // set once in New, before trSet is closed
 	trSet  chan struct{} // closed once tr is set: frames may arrive before
-	groups []*group // index g-1
+	groups []*group      // index g-1
 	links  *links
 	rpc    *server
 	access *access
