@@ -34,7 +34,7 @@ type linkKey struct{ sid, group uint64 }
 // call is a request waiting for its kResult.
 type call struct {
 	leader uint64
-	key    linkKey // the session link it went through (zero: none)
+	link   *sessionLink // the session link it went through (nil: none)
 	at     time.Time
 	done   func(err error, str string, payload []byte)
 }
@@ -62,13 +62,14 @@ func (a *access) Open(s *core.Session) core.RemoteSession {
 
 // remoteSession is one client session's side of the cluster.
 type remoteSession struct {
-	a      *access
-	sid    uint64
-	opts   core.SessionOptions
-	mu     sync.Mutex
-	closed bool
-	lanes  map[uint64]*sendLane // guarded by mu: unconfirmed sends per group
-	order  sync.Mutex           // keeps one session's requests in call order across link set-up
+	a       *access
+	sid     uint64
+	opts    core.SessionOptions
+	mu      sync.Mutex
+	closed  bool
+	lanes   map[uint64]*sendLane // guarded by mu: unconfirmed sends per group
+	records recordLane           // client record writes, in order (records.go)
+	order   sync.Mutex           // keeps one session's requests in call order across link set-up
 }
 
 // link returns the session's link to group's leader, opening the session
@@ -145,7 +146,7 @@ func (a *access) async(l *sessionLink, leader uint64, m *rpcMsg, done func(error
 	m.rid = a.nextID.Add(1)
 	c := &call{leader: leader, done: done, at: time.Now()}
 	if l != nil {
-		c.key = linkKey{l.s.sid, l.group}
+		c.link = l
 	}
 	a.mu.Lock()
 	if l != nil && l.lost {
@@ -181,6 +182,9 @@ func (a *access) expireCalls(stop <-chan struct{}) {
 			if time.Since(c.at) > timeout {
 				late = append(late, c)
 				delete(a.pending, rid)
+				if c.link != nil {
+					a.loseLinkLocked(c.link, "no answer in time")
+				}
 			}
 		}
 		a.mu.Unlock()
@@ -201,6 +205,13 @@ func (a *access) result(rid uint64, err error, str string, payload []byte) {
 	a.mu.Lock()
 	c := a.pending[rid]
 	delete(a.pending, rid)
+	if c != nil && c.link != nil && errors.Is(err, core.ErrUnavailable) {
+		// The leader no longer serves the session this link opened (it
+		// lost the group, or forgot the session with a reset of the
+		// link between the nodes): the next request opens it again
+		// rather than failing the same way until it gives up.
+		a.loseLinkLocked(c.link, "the session is not served there")
+	}
 	a.mu.Unlock()
 	if c != nil {
 		c.done(err, str, payload)
@@ -553,7 +564,7 @@ func (a *access) loseLinkLocked(l *sessionLink, why string) {
 	}
 	var fail []*call
 	for rid, c := range a.pending {
-		if c.key == (linkKey{l.s.sid, l.group}) {
+		if c.link == l {
 			fail = append(fail, c)
 			delete(a.pending, rid)
 		}
@@ -617,12 +628,12 @@ func (a *access) leaderChanged(group, leader uint64) {
 }
 
 // deliver hands a kDeliver to its part.
-func (a *access) deliver(cid, tag uint64, m *core.Message, count uint32, redelivered bool) {
+func (a *access) deliver(cid, tag uint64, m *core.Message, count uint32, redelivered bool, mark uint32) {
 	a.mu.Lock()
 	p := a.parts[cid]
 	a.mu.Unlock()
 	if p != nil {
-		p.Deliver(tag, m, count, redelivered)
+		p.DeliverMarked(tag, m, count, redelivered, mark)
 	}
 }
 
@@ -835,13 +846,20 @@ func (p *part) detach() {
 
 // Deliver implements core.Sink for the part's upstream consumer.
 func (p *part) Deliver(id uint64, m *core.Message, count uint32, redelivered bool) {
+	p.DeliverMarked(id, m, count, redelivered, 0)
+}
+
+// DeliverMarked implements core.MarkSink: a delivery marked upstream
+// (an MQTT packet id kept with the message in its group) reaches the
+// mirror with its mark.
+func (p *part) DeliverMarked(id uint64, m *core.Message, count uint32, redelivered bool, mark uint32) {
 	p.mu.Lock()
 	if p.outstanding > 0 {
 		p.outstanding--
 	}
 	tag := makeTag(p.idx, p.epoch, id)
 	p.mu.Unlock()
-	p.u.feed.Deliver(tag, m, count, redelivered)
+	p.u.feed.DeliverMarked(tag, m, count, redelivered, mark)
 }
 
 // lost re-attaches a part whose upstream consumer is gone (through link

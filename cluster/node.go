@@ -568,7 +568,7 @@ func (n *Node) handleReply(m *rpcMsg) {
 		}
 		n.access.result(m.rid, err, str, m.payload)
 	case kDeliver:
-		n.access.deliver(m.cid, m.tag, m.msg, m.count, m.redelivered)
+		n.access.deliver(m.cid, m.tag, m.msg, m.count, m.redelivered, m.mark)
 	case kSessionLost:
 		n.access.sessionLost(m.group, m.sid, m.str)
 	case kConsumerLost:
@@ -616,7 +616,11 @@ func (n *Node) handleLocal(m *rpcMsg) {
 	case kDetach:
 		sv.detach(self, m.cid)
 	case kCommit:
-		done(sv.commit(context.Background(), self, m.group, m.sid, m.sends, m.acks))
+		done(sv.commit(context.Background(), self, m.group, m.sid, m.sends, m.acks, m.records))
+	case kRecord:
+		sv.record(self, m.group, m.sid, m.n, m.str, m.payload, done)
+	case kMark:
+		sv.mark(self, m.cid, m.tag, uint32(m.n), done)
 	case kUnsubscribe:
 		done(sv.unsubscribe(self, m.group, m.sid, m.str))
 	case kCreateTemp:
