@@ -74,13 +74,22 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		fmt.Fprint(stdout, "\r\033[K")
 	}
 	mu.Unlock()
+	if err != nil && res.Stopped == "" {
+		return fmt.Errorf("bench: %w", err)
+	}
+	// A run stopped early (a signal, or stuck) still prints what it
+	// measured, then fails.
+	write := bench.WriteText
+	if *asJSON {
+		write = bench.WriteJSON
+	}
+	if werr := write(stdout, res); werr != nil {
+		return werr
+	}
 	if err != nil {
 		return fmt.Errorf("bench: %w", err)
 	}
-	if *asJSON {
-		return bench.WriteJSON(stdout, res)
-	}
-	return bench.WriteText(stdout, res)
+	return nil
 }
 
 // isTerminal reports whether w is a character device (a terminal).

@@ -21,6 +21,10 @@ func TestBenchAgainstJunction(t *testing.T) {
 		args []string
 	}{
 		{"stomp-durable", []string{"--url", "stomp://" + addrs["stomp"].String(), "--durable", "--duration", "1500ms"}},
+		// More unacknowledged messages than go-stomp's channels hold: the
+		// consumer once acknowledged from the goroutine reading them and
+		// deadlocked inside the client.
+		{"stomp-durable-window", []string{"--url", "stomp://" + addrs["stomp"].String(), "--durable", "--producers", "2", "--window", "100", "--duration", "1500ms"}},
 		{"mqtt-durable", []string{"--url", "mqtt://" + addrs["mqtt"].String(), "--durable", "--duration", "1500ms", "--consumers", "2"}},
 		{"amqp-durable", []string{"--url", "amqp://" + addrs["amqp"].String(), "--durable", "--duration", "1500ms", "--producers", "2"}},
 		{"stomp-rate", []string{"--protocol", "stomp", "--url", addrs["stomp"].String(), "--rate", "2000", "--count", "1000", "--size", "64"}},

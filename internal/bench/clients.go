@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"sync"
 	"time"
 
 	amqp "github.com/Azure/go-amqp"
@@ -47,10 +48,11 @@ func (c *clientBase) dial(ctx context.Context) (net.Conn, error) {
 type stompClient struct{ clientBase }
 
 type stompConn struct {
-	nc   net.Conn
-	conn *stomp.Conn
-	sub  *stomp.Subscription
-	done chan struct{}
+	nc      net.Conn
+	conn    *stomp.Conn
+	sub     *stomp.Subscription
+	done    chan struct{} // closed when the subscription's reader returns
+	ackDone chan struct{} // closed when its acknowledger returns, if any
 }
 
 // quietLogger drops go-stomp's log lines: errors are reported by the run.
@@ -122,8 +124,13 @@ type stompSender struct {
 	durable bool
 }
 
-func (s *stompSender) send(_ context.Context, body []byte) error {
-	sc := <-s.conns
+func (s *stompSender) send(ctx context.Context, body []byte) error {
+	var sc *stompConn
+	select {
+	case sc = <-s.conns:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 	defer func() { s.conns <- sc }()
 	if s.durable {
 		return sc.conn.Send(s.dest, "application/octet-stream", body,
@@ -134,10 +141,20 @@ func (s *stompSender) send(_ context.Context, body []byte) error {
 	return sc.conn.Send(s.dest, "application/octet-stream", bytes.Clone(body))
 }
 
-func (s *stompSender) close() {
+func (s *stompSender) abort() {
 	for _, sc := range s.all {
-		sc.close()
+		sc.abort()
 	}
+}
+
+func (s *stompConn) abort() { s.nc.Close() }
+
+func (s *stompSender) close() {
+	var wg sync.WaitGroup
+	for _, sc := range s.all {
+		wg.Go(sc.close)
+	}
+	wg.Wait()
 }
 
 func (s *stompConn) close() {
@@ -145,8 +162,22 @@ func (s *stompConn) close() {
 		closeWithin(func() { s.sub.Unsubscribe() }, nil)
 	}
 	closeWithin(func() { s.conn.Disconnect() }, func() { s.nc.Close() })
-	if s.done != nil {
-		<-s.done
+	// With the socket closed the reader ends; an Ack blocked inside
+	// go-stomp may never return, so neither wait is unbounded.
+	waitWithin(s.done, closeTimeout)
+	waitWithin(s.ackDone, closeTimeout)
+}
+
+// waitWithin waits for ch to close, for at most d; a nil ch is done.
+func waitWithin(ch <-chan struct{}, d time.Duration) {
+	if ch == nil {
+		return
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ch:
+	case <-t.C:
 	}
 }
 
@@ -165,23 +196,99 @@ func (c *stompClient) receiver(ctx context.Context, _ int, fn deliver, fail func
 		return nil, fmt.Errorf("SUBSCRIBE: %w", err)
 	}
 	sc.sub, sc.done = sub, make(chan struct{})
+	var acks *stompAcker
+	if ack != stomp.AckAuto {
+		acks = newStompAcker(sc.conn, fn, fail)
+		sc.ackDone = acks.done
+	}
 	go func() {
 		defer close(sc.done)
+		if acks != nil {
+			defer acks.stop()
+		}
 		for msg := range sub.C {
 			if msg.Err != nil {
 				fail(fmt.Errorf("STOMP receive: %w", msg.Err))
-				return
+				continue // keep reading: go-stomp must never block on sub.C
 			}
-			if ack != stomp.AckAuto {
-				if err := sc.conn.Ack(msg); err != nil {
-					fail(fmt.Errorf("STOMP ACK: %w", err))
-					return
-				}
+			if acks != nil {
+				acks.push(msg)
+				continue
 			}
 			fn(msg.Body)
 		}
 	}()
 	return sc, nil
+}
+
+// stompAcker acknowledges messages on a goroutine of its own, fed by an
+// unbounded queue, so the goroutine reading a subscription's channel
+// never calls Ack. go-stomp v3.1.3 has one goroutine that both hands
+// MESSAGEs to the subscription's channel (16 deep, behind another 16) and
+// writes the frames queued by Send and Ack (20 deep): once the broker has
+// more messages out than those hold, that goroutine blocks on the full
+// channel, and an Ack made by the channel's reader blocks on the full
+// write queue that only the blocked goroutine drains: a deadlock that no
+// socket close undoes. Messages count as delivered once acknowledged.
+type stompAcker struct {
+	conn *stomp.Conn
+	fn   deliver
+	fail func(error)
+
+	mu     sync.Mutex
+	q      []*stomp.Message // guarded by mu
+	closed bool             // guarded by mu
+	kick   chan struct{}    // capacity 1
+	done   chan struct{}    // closed when the loop returns
+}
+
+func newStompAcker(conn *stomp.Conn, fn deliver, fail func(error)) *stompAcker {
+	a := &stompAcker{conn: conn, fn: fn, fail: fail, kick: make(chan struct{}, 1), done: make(chan struct{})}
+	go a.loop()
+	return a
+}
+
+func (a *stompAcker) push(m *stomp.Message) {
+	a.mu.Lock()
+	a.q = append(a.q, m)
+	a.mu.Unlock()
+	select {
+	case a.kick <- struct{}{}:
+	default:
+	}
+}
+
+// stop ends the loop once it has taken what is queued.
+func (a *stompAcker) stop() {
+	a.mu.Lock()
+	a.closed = true
+	a.mu.Unlock()
+	select {
+	case a.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (a *stompAcker) loop() {
+	defer close(a.done)
+	var batch []*stomp.Message
+	for range a.kick {
+		a.mu.Lock()
+		batch, a.q = a.q, batch[:0]
+		closed := a.closed
+		a.mu.Unlock()
+		for i, m := range batch {
+			batch[i] = nil
+			if err := a.conn.Ack(m); err != nil {
+				a.fail(fmt.Errorf("STOMP ACK: %w", err))
+				return
+			}
+			a.fn(m.Body)
+		}
+		if closed {
+			return
+		}
+	}
 }
 
 // ---- MQTT 3.1.1 (paho) ----
@@ -251,6 +358,8 @@ func (m *mqttConn) send(ctx context.Context, body []byte) error {
 	// hand it a copy, as the caller reuses body.
 	return waitToken(ctx, m.cl.Publish(m.topic, m.qos, false, bytes.Clone(body)), 30*time.Second)
 }
+
+func (m *mqttConn) abort() { m.cl.Disconnect(0) }
 
 func (m *mqttConn) close() {
 	if m.unsub {
@@ -364,14 +473,14 @@ func (a *amqpConn) send(ctx context.Context, body []byte) error {
 	return a.s.Send(ctx, a.msg(body), nil)
 }
 
+func (a *amqpConn) abort() { a.nc.Close() }
+
 func (a *amqpConn) close() {
 	if a.stop != nil {
 		a.stop()
 	}
 	closeWithin(func() { a.conn.Close() }, func() { a.nc.Close() })
-	if a.done != nil {
-		<-a.done
-	}
+	waitWithin(a.done, closeTimeout)
 }
 
 func (c *amqpClient) receiver(ctx context.Context, _ int, fn deliver, fail func(error)) (receiver, error) {
