@@ -13,6 +13,8 @@ import (
 	amqp "github.com/Azure/go-amqp"
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 	"github.com/go-stomp/stomp/v3"
+
+	"github.com/junctionmq/junction/internal/stompclient"
 )
 
 const closeTimeout = 2 * time.Second
@@ -55,18 +57,6 @@ type stompConn struct {
 	ackDone chan struct{} // closed when its acknowledger returns, if any
 }
 
-// quietLogger drops go-stomp's log lines: errors are reported by the run.
-type quietLogger struct{}
-
-func (quietLogger) Debugf(string, ...any)   {}
-func (quietLogger) Infof(string, ...any)    {}
-func (quietLogger) Warningf(string, ...any) {}
-func (quietLogger) Errorf(string, ...any)   {}
-func (quietLogger) Debug(string)            {}
-func (quietLogger) Info(string)             {}
-func (quietLogger) Warning(string)          {}
-func (quietLogger) Error(string)            {}
-
 func (c *stompClient) connect(ctx context.Context) (*stompConn, error) {
 	nc, err := c.dial(ctx)
 	if err != nil {
@@ -78,7 +68,7 @@ func (c *stompClient) connect(ctx context.Context) (*stompConn, error) {
 		stomp.ConnOpt.MsgSendTimeout(30 * time.Second),
 		stomp.ConnOpt.RcvReceiptTimeout(30 * time.Second),
 		stomp.ConnOpt.DisconnectReceiptTimeout(closeTimeout),
-		stomp.ConnOpt.Logger(quietLogger{}),
+		stompclient.Quiet, // errors are reported by the run
 	}
 	if c.user != "" || c.pass != "" {
 		opts = append(opts, stomp.ConnOpt.Login(c.user, c.pass))

@@ -2,8 +2,9 @@
 // consumers over STOMP (go-stomp), MQTT 3.1.1 (paho) or AMQP 1.0
 // (go-amqp) against any broker that speaks the protocol, with end-to-end
 // and confirmation latency recorded in log-linear histograms. It backs
-// `junction bench` and shares its histogram and time stamps with
-// cmd/junction-bench.
+// `junction bench --url ...`; its subpackage scenario backs the fixed
+// scenarios of `junction bench stomp|mqtt|amqp` and shares its histogram
+// and time stamps.
 package bench
 
 import (

@@ -1,4 +1,4 @@
-package main
+package scenario
 
 import (
 	"context"
@@ -15,7 +15,9 @@ import (
 	"time"
 
 	"github.com/go-stomp/stomp/v3"
+
 	"github.com/go-stomp/stomp/v3/frame"
+	"github.com/junctionmq/junction/internal/stompclient"
 )
 
 // Fixed bounds on waits that no flag controls.
@@ -60,19 +62,6 @@ func newDestination(scenario string) string {
 	return fmt.Sprintf("/%s/bench.%s.%s", kind, scenario, hex.EncodeToString(r[:]))
 }
 
-// quietLogger drops go-stomp's log lines: the tool reports errors itself,
-// and disconnects during teardown would otherwise log noise.
-type quietLogger struct{}
-
-func (quietLogger) Debugf(string, ...any)   {}
-func (quietLogger) Infof(string, ...any)    {}
-func (quietLogger) Warningf(string, ...any) {}
-func (quietLogger) Errorf(string, ...any)   {}
-func (quietLogger) Debug(string)            {}
-func (quietLogger) Info(string)             {}
-func (quietLogger) Warning(string)          {}
-func (quietLogger) Error(string)            {}
-
 // stompConn is a go-stomp connection with the socket under it, so teardown
 // can close the socket if the DISCONNECT handshake stalls.
 type stompConn struct {
@@ -97,7 +86,7 @@ func (b *bench) dialStomp(ctx context.Context) (*stompConn, error) {
 		stomp.ConnOpt.MsgSendTimeout(sendTimeout),
 		stomp.ConnOpt.RcvReceiptTimeout(receiptTimeout),
 		stomp.ConnOpt.DisconnectReceiptTimeout(closeTimeout),
-		stomp.ConnOpt.Logger(quietLogger{}),
+		stompclient.Quiet, // errors are reported by the run
 	}
 	if cfg.login != "" || cfg.passcode != "" {
 		opts = append(opts, stomp.ConnOpt.Login(cfg.login, cfg.passcode))

@@ -1,4 +1,4 @@
-package main
+package scenario
 
 import (
 	"bufio"
@@ -205,7 +205,7 @@ func TestScenarios(t *testing.T) {
 				"-warmup", "100ms", "-drain", "5s", "-size", "64", "-json", "-runs", "2", "-pid", "1"}, tc.args...)
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			if err := run(ctx, args, &out, io.Discard); err != nil {
+			if err := Main(ctx, args, &out, io.Discard); err != nil {
 				t.Fatal(err)
 			}
 			lines := strings.Split(strings.TrimSpace(out.String()), "\n")
@@ -246,10 +246,10 @@ func TestTextOutput(t *testing.T) {
 }
 
 func TestRunUsage(t *testing.T) {
-	if err := run(context.Background(), nil, io.Discard, io.Discard); !errors.Is(err, errUsage) {
+	if err := Main(context.Background(), nil, io.Discard, io.Discard); !errors.Is(err, errUsage) {
 		t.Errorf("no args: %v", err)
 	}
-	if err := run(context.Background(), []string{"amqp091"}, io.Discard, io.Discard); !errors.Is(err, errUsage) {
+	if err := Main(context.Background(), []string{"amqp091"}, io.Discard, io.Discard); !errors.Is(err, errUsage) {
 		t.Errorf("unknown protocol: %v", err)
 	}
 }

@@ -1,4 +1,4 @@
-package main
+package scenario
 
 import (
 	"context"
@@ -102,12 +102,12 @@ func (c *common) resolveAddr() error {
 // scenario defaults and checks everything, the shared options included)
 // and resolves -addr.
 func parseCommand(s *commonSpec, c *common, args []string, stderr io.Writer, register func(*flag.FlagSet), validate func() error) error {
-	fs := flag.NewFlagSet("junction-bench "+s.name, flag.ContinueOnError)
+	fs := flag.NewFlagSet("junction bench "+s.name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	c.registerFlags(fs, s)
 	register(fs)
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: junction-bench %s -addr %s -scenario S [flags]\n\nscenarios: %s\n\nflags:\n", s.name, s.addr, strings.Join(s.scenarios, ", "))
+		fmt.Fprintf(fs.Output(), "usage: junction bench %s -addr %s -scenario S [flags]\n\nscenarios: %s\n\nflags:\n", s.name, s.addr, strings.Join(s.scenarios, ", "))
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
