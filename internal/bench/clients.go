@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
-	"errors"
 	"fmt"
 	"net"
 	"sync"
@@ -13,8 +12,6 @@ import (
 	amqp "github.com/Azure/go-amqp"
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 	"github.com/go-stomp/stomp/v3"
-
-	"github.com/junctionmq/junction/internal/stompclient"
 )
 
 const closeTimeout = 2 * time.Second
@@ -38,11 +35,6 @@ func closeWithin(fn func(), after func()) {
 	}
 }
 
-func (c *clientBase) dial(ctx context.Context) (net.Conn, error) {
-	d := net.Dialer{Timeout: c.o.DialTimeout}
-	return d.DialContext(ctx, "tcp", c.addr)
-}
-
 // Senders must not keep body after send returns: the caller reuses it.
 
 // ---- STOMP (go-stomp) ----
@@ -58,27 +50,10 @@ type stompConn struct {
 }
 
 func (c *stompClient) connect(ctx context.Context) (*stompConn, error) {
-	nc, err := c.dial(ctx)
+	nc, conn, err := DialSTOMP(ctx, STOMPDial{Addr: c.addr, Host: c.host, Login: c.user, Passcode: c.pass,
+		Timeout: c.o.DialTimeout, SendTimeout: 30 * time.Second, ReceiptTimeout: 30 * time.Second, CloseTimeout: closeTimeout})
 	if err != nil {
 		return nil, err
-	}
-	opts := []func(*stomp.Conn) error{
-		stomp.ConnOpt.HeartBeat(0, 0),
-		stomp.ConnOpt.Host(c.host),
-		stomp.ConnOpt.MsgSendTimeout(30 * time.Second),
-		stomp.ConnOpt.RcvReceiptTimeout(30 * time.Second),
-		stomp.ConnOpt.DisconnectReceiptTimeout(closeTimeout),
-		stompclient.Quiet, // errors are reported by the run
-	}
-	if c.user != "" || c.pass != "" {
-		opts = append(opts, stomp.ConnOpt.Login(c.user, c.pass))
-	}
-	cctx, cancel := context.WithTimeout(ctx, c.o.DialTimeout)
-	defer cancel()
-	conn, err := stomp.ConnectWithContext(cctx, nc, opts...)
-	if err != nil {
-		nc.Close()
-		return nil, fmt.Errorf("STOMP CONNECT: %w", err)
 	}
 	return &stompConn{nc: nc, conn: conn}, nil
 }
@@ -186,15 +161,15 @@ func (c *stompClient) receiver(ctx context.Context, _ int, fn deliver, fail func
 		return nil, fmt.Errorf("SUBSCRIBE: %w", err)
 	}
 	sc.sub, sc.done = sub, make(chan struct{})
-	var acks *stompAcker
+	var acks *STOMPAcker
 	if ack != stomp.AckAuto {
-		acks = newStompAcker(sc.conn, fn, fail)
-		sc.ackDone = acks.done
+		acks = NewSTOMPAcker(sc.conn, fn, fail)
+		sc.ackDone = acks.Done
 	}
 	go func() {
 		defer close(sc.done)
 		if acks != nil {
-			defer acks.stop()
+			defer acks.Stop()
 		}
 		for msg := range sub.C {
 			if msg.Err != nil {
@@ -202,83 +177,13 @@ func (c *stompClient) receiver(ctx context.Context, _ int, fn deliver, fail func
 				continue // keep reading: go-stomp must never block on sub.C
 			}
 			if acks != nil {
-				acks.push(msg)
+				acks.Push(msg)
 				continue
 			}
 			fn(msg.Body)
 		}
 	}()
 	return sc, nil
-}
-
-// stompAcker acknowledges messages on a goroutine of its own, fed by an
-// unbounded queue, so the goroutine reading a subscription's channel
-// never calls Ack. go-stomp v3.1.3 has one goroutine that both hands
-// MESSAGEs to the subscription's channel (16 deep, behind another 16) and
-// writes the frames queued by Send and Ack (20 deep): once the broker has
-// more messages out than those hold, that goroutine blocks on the full
-// channel, and an Ack made by the channel's reader blocks on the full
-// write queue that only the blocked goroutine drains: a deadlock that no
-// socket close undoes. Messages count as delivered once acknowledged.
-type stompAcker struct {
-	conn *stomp.Conn
-	fn   deliver
-	fail func(error)
-
-	mu     sync.Mutex
-	q      []*stomp.Message // guarded by mu
-	closed bool             // guarded by mu
-	kick   chan struct{}    // capacity 1
-	done   chan struct{}    // closed when the loop returns
-}
-
-func newStompAcker(conn *stomp.Conn, fn deliver, fail func(error)) *stompAcker {
-	a := &stompAcker{conn: conn, fn: fn, fail: fail, kick: make(chan struct{}, 1), done: make(chan struct{})}
-	go a.loop()
-	return a
-}
-
-func (a *stompAcker) push(m *stomp.Message) {
-	a.mu.Lock()
-	a.q = append(a.q, m)
-	a.mu.Unlock()
-	select {
-	case a.kick <- struct{}{}:
-	default:
-	}
-}
-
-// stop ends the loop once it has taken what is queued.
-func (a *stompAcker) stop() {
-	a.mu.Lock()
-	a.closed = true
-	a.mu.Unlock()
-	select {
-	case a.kick <- struct{}{}:
-	default:
-	}
-}
-
-func (a *stompAcker) loop() {
-	defer close(a.done)
-	var batch []*stomp.Message
-	for range a.kick {
-		a.mu.Lock()
-		batch, a.q = a.q, batch[:0]
-		closed := a.closed
-		a.mu.Unlock()
-		for i, m := range batch {
-			batch[i] = nil
-			if err := a.conn.Ack(m); err != nil {
-				a.fail(fmt.Errorf("STOMP ACK: %w", err))
-				return
-			}
-			a.fn(m.Body)
-		}
-		if closed {
-			return
-		}
-	}
 }
 
 // ---- MQTT 3.1.1 (paho) ----
@@ -301,39 +206,13 @@ func (c *mqttClient) connect(ctx context.Context, role string, i int, clean bool
 	var tag [4]byte
 	randRead(tag[:])
 	id := fmt.Sprintf("bench-%s-%d-%x", role, i, tag)
-	o := mqtt.NewClientOptions().
-		AddBroker("tcp://" + c.addr).
-		SetClientID(id).
-		SetCleanSession(clean).
-		SetAutoReconnect(false).
-		SetConnectRetry(false).
-		SetKeepAlive(60 * time.Second).
-		SetConnectTimeout(c.o.DialTimeout).
-		SetWriteTimeout(30 * time.Second).
-		SetOrderMatters(false).
-		SetMaxResumePubInFlight(c.o.Window).
-		SetConnectionLostHandler(func(_ mqtt.Client, err error) { c.fail(fmt.Errorf("MQTT connection lost: %w", err)) })
-	if c.user != "" {
-		o.SetUsername(c.user).SetPassword(c.pass)
-	}
-	cl := mqtt.NewClient(o)
-	if err := waitToken(ctx, cl.Connect(), c.o.DialTimeout); err != nil {
+	cl := MQTTClient(MQTTDial{Addr: c.addr, ClientID: id, Username: c.user, Password: c.pass, Clean: clean,
+		Timeout: c.o.DialTimeout, KeepAlive: 60 * time.Second, PingTimeout: 20 * time.Second, WriteTimeout: 30 * time.Second,
+		MaxResumePubInFlight: c.o.Window, Lost: func(err error) { c.fail(fmt.Errorf("MQTT connection lost: %w", err)) }})
+	if err := WaitToken(ctx, cl.Connect(), c.o.DialTimeout); err != nil {
 		return nil, fmt.Errorf("MQTT CONNECT: %w", err)
 	}
 	return cl, nil
-}
-
-func waitToken(ctx context.Context, t mqtt.Token, d time.Duration) error {
-	tm := time.NewTimer(d)
-	defer tm.Stop()
-	select {
-	case <-t.Done():
-		return t.Error()
-	case <-tm.C:
-		return errors.New("timed out")
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 type mqttConn struct {
@@ -346,7 +225,7 @@ type mqttConn struct {
 func (m *mqttConn) send(ctx context.Context, body []byte) error {
 	// paho keeps the payload (for QoS 1, until PUBACK; it may resend):
 	// hand it a copy, as the caller reuses body.
-	return waitToken(ctx, m.cl.Publish(m.topic, m.qos, false, bytes.Clone(body)), 30*time.Second)
+	return WaitToken(ctx, m.cl.Publish(m.topic, m.qos, false, bytes.Clone(body)), 30*time.Second)
 }
 
 func (m *mqttConn) abort() { m.cl.Disconnect(0) }
@@ -373,7 +252,7 @@ func (c *mqttClient) receiver(ctx context.Context, i int, fn deliver, _ func(err
 		return nil, err
 	}
 	t := cl.Subscribe(c.o.Destination, c.qos(), func(_ mqtt.Client, m mqtt.Message) { fn(m.Payload()) })
-	if err := waitToken(ctx, t, c.o.DialTimeout); err != nil {
+	if err := WaitToken(ctx, t, c.o.DialTimeout); err != nil {
 		cl.Disconnect(0)
 		return nil, fmt.Errorf("SUBSCRIBE: %w", err)
 	}
@@ -397,26 +276,9 @@ type amqpConn struct {
 }
 
 func (c *amqpClient) connect(ctx context.Context) (*amqpConn, error) {
-	dctx, cancel := context.WithTimeout(ctx, c.o.DialTimeout)
-	defer cancel()
-	nc, err := c.dial(dctx)
+	nc, conn, sess, err := DialAMQP(ctx, AMQPDial{Addr: c.addr, Host: c.host, User: c.user, Pass: c.pass, Timeout: c.o.DialTimeout})
 	if err != nil {
 		return nil, err
-	}
-	opts := &amqp.ConnOptions{IdleTimeout: -1, SASLType: amqp.SASLTypeAnonymous(), HostName: c.host}
-	if c.user != "" {
-		opts.SASLType = amqp.SASLTypePlain(c.user, c.pass)
-	}
-	conn, err := amqp.NewConn(dctx, nc, opts)
-	if err != nil {
-		nc.Close()
-		return nil, fmt.Errorf("AMQP open: %w", err)
-	}
-	sess, err := conn.NewSession(dctx, nil)
-	if err != nil {
-		conn.Close()
-		nc.Close()
-		return nil, fmt.Errorf("AMQP begin: %w", err)
 	}
 	return &amqpConn{nc: nc, conn: conn, sess: sess}, nil
 }

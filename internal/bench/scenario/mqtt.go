@@ -207,41 +207,18 @@ type atomicHist = ibench.AtomicHistogram
 // reconnect). With lost set, losing the connection fails the run.
 func (b *mqttBench) newClient(id string, clean, orderMatters, lost bool) mqtt.Client {
 	cfg := b.cfg
-	o := mqtt.NewClientOptions().
-		AddBroker("tcp://" + cfg.dialAddr).
-		SetClientID(id).
-		SetProtocolVersion(4).
-		SetCleanSession(clean).
-		SetOrderMatters(orderMatters).
-		SetAutoReconnect(false).
-		SetConnectRetry(false).
-		SetConnectTimeout(cfg.dialTimeout).
-		SetKeepAlive(mqttKeepAlive).
-		SetPingTimeout(mqttPingTimeout).
-		SetWriteTimeout(mqttWriteTimeout)
-	if cfg.username != "" {
-		o.SetUsername(cfg.username).SetPassword(cfg.password)
-	}
+	d := ibench.MQTTDial{Addr: cfg.dialAddr, ClientID: id, Username: cfg.username, Password: cfg.password,
+		Clean: clean, OrderMatters: orderMatters, Timeout: cfg.dialTimeout,
+		KeepAlive: mqttKeepAlive, PingTimeout: mqttPingTimeout, WriteTimeout: mqttWriteTimeout}
 	if lost {
-		o.SetConnectionLostHandler(func(_ mqtt.Client, err error) {
-			b.fail(fmt.Errorf("%s: connection lost: %w", id, err))
-		})
+		d.Lost = func(err error) { b.fail(fmt.Errorf("%s: connection lost: %w", id, err)) }
 	}
-	return mqtt.NewClient(o)
+	return ibench.MQTTClient(d)
 }
 
-// waitToken waits for t for at most d.
+// waitToken is bench.WaitToken.
 func waitToken(ctx context.Context, t mqtt.Token, d time.Duration) error {
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	select {
-	case <-t.Done():
-		return t.Error()
-	case <-timer.C:
-		return fmt.Errorf("no answer within %v", d)
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return ibench.WaitToken(ctx, t, d)
 }
 
 // connectClient connects c, bounded by the dial timeout.
