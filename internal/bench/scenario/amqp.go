@@ -582,7 +582,7 @@ func runAMQPOnce(ctx context.Context, cfg *amqpConfig, run string) (*amqpResult,
 		return nil, err
 	}
 	b.measuring.Store(true)
-	if err := b.sleep(ctx, cfg.duration); err != nil {
+	if err := b.window(ctx, cfg.duration); err != nil {
 		return nil, err
 	}
 	b.measuring.Store(false)

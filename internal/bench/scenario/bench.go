@@ -349,7 +349,7 @@ func runOnce(ctx context.Context, cfg *config, run string) (res *result, err err
 	mach0, machErr0 := machineCPU()
 	t0 := time.Now()
 	b.measuring.Store(true)
-	if err := b.sleep(ctx, cfg.duration); err != nil {
+	if err := b.window(ctx, cfg.duration); err != nil {
 		return nil, err
 	}
 	b.measuring.Store(false)

@@ -184,8 +184,12 @@
 // The tool only targets loopback addresses (127.0.0.0/8, ::1, or names that
 // resolve only to them) and refuses others: this workplace forbids load on
 // any other address. Every loop is bounded by -warmup + -duration + -drain
-// plus short fixed grace periods, so it never runs forever. All connections
-// disable STOMP heart-beats (heart-beat:0,0): go-stomp's default is one
+// plus short fixed grace periods, so it never runs forever. A signal
+// (SIGINT, SIGTERM) during a measured window ends it there: that run's
+// line is printed with the figures of the window so far, marked
+// interrupted (JSON: "interrupted": true), and no median follows.
+//
+// All connections disable STOMP heart-beats (heart-beat:0,0): go-stomp's default is one
 // minute each way, and a loaded broker that is late with a heart-beat would
 // otherwise make the client drop the connection.
 package scenario

@@ -304,7 +304,7 @@ func (b *mqttBench) measure(ctx context.Context) (s0, s1 mqttSnap, err error) {
 		return
 	}
 	b.measuring.Store(true)
-	if err = b.sleep(ctx, b.cfg.duration); err != nil {
+	if err = b.window(ctx, b.cfg.duration); err != nil {
 		return
 	}
 	b.measuring.Store(false)
@@ -1013,7 +1013,12 @@ type mqttResult struct {
 	// the bounded drain; fanout, deliveries missing; -1 when publishes were
 	// still outstanding.
 	Undrained *int64 `json:"undrained,omitempty"`
+	// Interrupted: a signal ended the measured window early; the figures
+	// are those of the window so far.
+	Interrupted bool `json:"interrupted,omitempty"`
 }
+
+func (r *mqttResult) setInterrupted() { r.Interrupted = true }
 
 // write prints r as one line, JSON or text.
 func (r *mqttResult) write(w io.Writer, asJSON bool) error {
@@ -1068,6 +1073,9 @@ func (r *mqttResult) text(b *strings.Builder) {
 	cpuFigures{r.CPUusPerMsg, r.CPUusPerDelivery, r.CPUCores, r.ClientCores, r.MachineCores, r.CPUBasis}.text(b, true)
 	if r.Undrained != nil {
 		fmt.Fprintf(b, " undrained=%d", *r.Undrained)
+	}
+	if r.Interrupted {
+		b.WriteString(" interrupted")
 	}
 }
 
