@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"reflect"
 	"strings"
 
 	"gopkg.in/yaml.v3"
@@ -53,29 +54,43 @@ var keyComments = map[string]string{
 // security's settings, the anonymous role) written out.
 func defaultsConfig() Config {
 	c := defaultConfig()
-	d := core.DefaultSettings()
-	c.AddressSettings = []core.AddressSettings{{
-		Match:                 "#",
-		DeadLetterAddress:     &d.DeadLetterAddress,
-		ExpiryAddress:         &d.ExpiryAddress,
-		MaxDeliveryAttempts:   &d.MaxDeliveryAttempts,
-		RedeliveryDelay:       &d.RedeliveryDelay,
-		RedeliveryMultiplier:  &d.RedeliveryMultiplier,
-		MaxRedeliveryDelay:    &d.MaxRedeliveryDelay,
-		AutoCreate:            &d.AutoCreate,
-		DefaultRoutingType:    defaultOf(d.DefaultRoutingType.String()),
-		MaxSizeBytes:          &d.MaxSizeBytes,
-		FullPolicy:            defaultOf(string(d.FullPolicy)),
-		SlowConsumerThreshold: &d.SlowConsumerThreshold,
-		SlowConsumerPolicy:    defaultOf(string(d.SlowConsumerPolicy)),
-		IDCacheSize:           &d.IDCacheSize,
-	}}
+	c.AddressSettings = []core.AddressSettings{defaultAddressSettings()}
 	c.SecuritySettings = security.DefaultSettings()
 	c.AnonymousRoles = []string{security.RoleAnonymous}
 	return c
 }
 
-func defaultOf[T any](v T) *T { return &v }
+// defaultAddressSettings is core.DefaultSettings as the "#" entry of
+// address-settings: each field of core.AddressSettings (a pointer) set
+// from the field of core.Settings with the same name, so that a setting
+// added to core appears here with no change (TestFullYAMLIsGenerated
+// fails on one it cannot map).
+func defaultAddressSettings() core.AddressSettings {
+	a := core.AddressSettings{Match: "#"}
+	from := reflect.ValueOf(core.DefaultSettings())
+	to := reflect.ValueOf(&a).Elem()
+	for i := range to.NumField() {
+		f := to.Type().Field(i)
+		v := from.FieldByName(f.Name)
+		if f.Type.Kind() != reflect.Pointer || !v.IsValid() {
+			continue
+		}
+		want := f.Type.Elem()
+		p := reflect.New(want)
+		switch {
+		case want.Kind() == reflect.String && v.Type().Implements(reflect.TypeFor[fmt.Stringer]()):
+			p.Elem().SetString(v.Interface().(fmt.Stringer).String())
+		case want.Kind() == reflect.String && v.Kind() != reflect.String:
+			continue // a number is no string
+		case v.Type().ConvertibleTo(want):
+			p.Elem().Set(v.Convert(want))
+		default:
+			continue
+		}
+		to.Field(i).Set(p)
+	}
+	return a
+}
 
 // writeDefaults prints every configuration key with its default, each
 // commented with its option's usage (and flag) where it has one.

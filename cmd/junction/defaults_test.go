@@ -30,6 +30,13 @@ func TestFullYAMLIsGenerated(t *testing.T) {
 	if want := defaultsConfig(); !reflect.DeepEqual(cfg, want) {
 		t.Errorf("full.yaml read back:\n%+v\nwant the defaults:\n%+v", cfg, want)
 	}
+	// Every address setting has its default in the "#" entry.
+	a := reflect.ValueOf(defaultAddressSettings())
+	for i := range a.NumField() {
+		if f := a.Type().Field(i); f.Type.Kind() == reflect.Pointer && a.Field(i).IsNil() {
+			t.Errorf("address setting %s has no default in full.yaml: core.Settings has no field %s it converts from", f.Tag.Get("yaml"), f.Name)
+		}
+	}
 	// Every option has its key, and the keys the docs name are there
 	// with their real defaults.
 	text := string(file)
