@@ -1,11 +1,15 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
+	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -213,5 +217,53 @@ func TestBenchAMQPScenarios(t *testing.T) {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("missing %q in %q", want, out.String())
 		}
+	}
+}
+
+// TestBenchSignalPrintsFigures: `junction bench` against a broker that
+// stops answering (CONNECTED, then silence) ends at once on a signal
+// (the context's end), printing what it measured, and fails.
+func TestBenchSignalPrintsFigures(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conns sync.WaitGroup
+	t.Cleanup(func() { l.Close(); conns.Wait() })
+	conns.Go(func() {
+		for {
+			nc, err := l.Accept()
+			if err != nil {
+				return
+			}
+			conns.Go(func() {
+				defer nc.Close()
+				br := bufio.NewReader(nc)
+				if _, err := br.ReadBytes(0); err != nil {
+					return
+				}
+				nc.Write([]byte("CONNECTED\nversion:1.2\nheart-beat:0,0\n\n\x00"))
+				io.Copy(io.Discard, br)
+			})
+		}
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(time.Second, cancel)
+	var out bytes.Buffer
+	start := time.Now()
+	err = run(ctx, []string{"bench", "--url", "stomp://" + l.Addr().String(), "--durable", "--duration", "1m", "--json"},
+		func(string) string { return "" }, &out, io.Discard)
+	if !errors.Is(err, bench.ErrInterrupted) {
+		t.Fatalf("bench: %v, want interrupted", err)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("bench took %v, a second after the signal was due", took)
+	}
+	var r bench.Result
+	if err := json.Unmarshal(out.Bytes(), &r); err != nil {
+		t.Fatalf("no figures printed: %q: %v", out.String(), err)
+	}
+	if r.Stopped != "interrupted" || r.SendS < 0.5 {
+		t.Errorf("figures %+v, want a run stopped by the signal after about a second", r)
 	}
 }
