@@ -71,6 +71,8 @@ type Config struct {
 	// authenticated yet, all together (preauth.go); 0 means no bound
 	// (the bytes are still counted).
 	PreAuthBudget int64
+	// Events publishes broker events as messages (events.go).
+	Events EventsConfig
 }
 
 // Broker routes messages from producers to queues and from queues to
@@ -116,7 +118,8 @@ type Broker struct {
 	denials        denialCounts // authorization refusals (authz.go)
 	dup            dups         // duplicate ids per address (dedup.go)
 	dupCount       dupCounts
-	guards         guardCounts // pre-authentication budget and refusals, frame timeouts (preauth.go)
+	guards         guardCounts            // pre-authentication budget and refusals, frame timeouts (preauth.go)
+	ev             atomic.Pointer[events] // broker events (events.go); nil when off
 
 	msgID     atomic.Uint64
 	tmpID     atomic.Uint64
@@ -202,6 +205,7 @@ func New(cfg Config) (*Broker, error) {
 		return nil, err
 	}
 	b.recovered = rs
+	b.startEvents(cfg.Events)
 	if cfg.Disk.Usage != nil {
 		b.checkDisk(cfg.Disk)
 		b.wg.Add(1)
@@ -341,6 +345,7 @@ func (b *Broker) DeleteAddress(name string) error {
 	delete(b.addresses, name)
 	b.bumpLocked()
 	b.mu.Unlock()
+	b.emit(Event{Type: EventAddressRemoved, Address: name})
 	for _, q := range qs {
 		if q.owner != nil {
 			q.owner.forgetTemp(q)
@@ -377,6 +382,7 @@ func (b *Broker) deleteQueue(q *Queue) {
 			// A temporary queue's address goes with it: a client that
 			// makes one per request must not leave addresses behind.
 			delete(b.addresses, q.address)
+			b.emit(Event{Type: EventAddressRemoved, Address: q.address})
 		}
 		b.bumpLocked()
 	}
@@ -394,6 +400,7 @@ func (b *Broker) dropQueue(q *Queue) {
 	q.mu.Unlock()
 	b.carryOut(moves)
 	b.unpersistQueue(q)
+	b.emitQueue(EventBindingRemoved, q, "")
 }
 
 // Queue returns the queue with the given name, or nil.
@@ -486,6 +493,7 @@ func (b *Broker) addressLocked(name string, auto bool) *address {
 		a = &address{name: name, settings: b.settings.resolve(name), auto: auto}
 		b.addresses[name] = a
 		b.bumpLocked()
+		b.emit(Event{Type: EventAddressAdded, Address: name})
 	}
 	return a
 }
@@ -510,6 +518,7 @@ func (b *Broker) addRoutingLocked(a *address, rt RoutingType) error {
 func (b *Broker) newQueueLocked(name, addr string, rt RoutingType, durable, temporary bool, clientID string) *Queue {
 	q := b.unregisteredQueue(name, addr, rt, durable, temporary, clientID)
 	b.queues[name] = q
+	b.emitQueue(EventBindingAdded, q, "")
 	return q
 }
 
@@ -825,6 +834,7 @@ func (b *Broker) deliver(a *address, m *Message, now time.Time, o sendOpts) (pen
 			b.dropped(q, m, o.s, RefusedFull)
 			return false, fmt.Errorf("%w: %q holds %d of %d bytes", ErrAddressFull, q.name, q.bytes.Load(), q.maxBytes.Load())
 		case block:
+			b.emitDrop(q, m, o.s, true, "blocked")
 			return false, errBlocked
 		}
 		vs = append(vs, v)
@@ -976,6 +986,13 @@ func (b *Broker) carryOut(moves []move) {
 		counter.Add(1)
 		q.gone(mv.r)
 		m := mv.r.msg
+		if b.ev.Load() != nil {
+			typ := EventMessageDeadLettered
+			if mv.reason == moveExpired {
+				typ = EventMessageExpired
+			}
+			b.emit(Event{Type: typ, Address: m.Address, Queue: q.name, Reason: mv.reason.String(), Multicast: q.routing == Multicast})
+		}
 		if target == "" || target == q.address {
 			b.log.Warn().Str("queue", q.name).Uint64("message", m.ID).Str("reason", mv.reason.String()).
 				Msg("message dropped: no dead-letter or expiry address to move it to")

@@ -74,6 +74,7 @@ func (b *Broker) anycastLocked(name string, auto bool) (*address, error) {
 		a = b.addressLocked(name, auto) // it may have been deleted meanwhile
 		b.queues[name] = q
 		a.anycast = q
+		b.emitQueue(EventBindingAdded, q, "")
 		b.bumpLocked()
 		return a, nil
 	}

@@ -102,6 +102,7 @@ func (b *Broker) NewSession(opts SessionOptions) (*Session, error) {
 		s.proto = b.protoLocked(opts.Protocol)
 		s.proto.opened.Add(1)
 		b.sessions[s.id] = s
+		b.emitSession(EventConnectionCreated, s)
 	}
 	if b.cluster != nil {
 		s.remote = b.cluster.Open(s)
@@ -382,6 +383,7 @@ func (s *Session) Subscribe(o ConsumerOptions) (*Consumer, error) {
 	}
 	s.consumers[c] = struct{}{}
 	s.mu.Unlock()
+	s.b.emitConsumer(EventConsumerCreated, c, q)
 	if o.Credit > 0 {
 		c.Flow(o.Credit)
 	}
@@ -597,6 +599,7 @@ func (s *Session) queueForPass(o ConsumerOptions, sel *selector.Selector, g *gra
 		return nil, nil, errLookAgain
 	}
 	b.queues[name] = q
+	b.emitQueue(EventBindingAdded, q, "")
 	s.subscribeLocked(q)
 	return q, nil, nil
 }
@@ -768,6 +771,7 @@ func (s *Session) Close() {
 			// registry, under b.mu, so that ProtocolStats counts it once.
 			delete(s.b.sessions, s.id)
 			s.proto.fold(s)
+			s.b.emitSession(EventConnectionDestroyed, s)
 		}
 		s.b.mu.Unlock()
 	}

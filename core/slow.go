@@ -40,6 +40,7 @@ func (q *Queue) checkSlowLocked() []func() {
 		return nil
 	}
 	q.slow = true
+	q.b.emitQueue(EventConsumerSlow, q, string(q.settings.SlowConsumerPolicy))
 	var closers []func()
 	for _, c := range q.consumers {
 		s := c.s

@@ -42,6 +42,7 @@ func (s *Server) routes() {
 	s.route("/subscriptions", map[string]http.HandlerFunc{"GET": s.listSubscriptions})
 	s.route("/connections", map[string]http.HandlerFunc{"GET": s.listConnections})
 	s.route("/connections/{id}", map[string]http.HandlerFunc{"DELETE": s.closeConnection})
+	s.route("/events", map[string]http.HandlerFunc{"GET": s.listEvents})
 	s.mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "no such endpoint: "+r.URL.Path)
 	})

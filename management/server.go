@@ -136,6 +136,7 @@ func New(cfg Config, b *core.Broker) *Server {
 		newCollector(cfg, b),
 		newLimitsCollector(b, cfg.Rejections),
 		newRequestsCollector(cfg.RequestRejections),
+		newEventsCollector(b),
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)

@@ -49,6 +49,8 @@ type Config struct {
 	AllowAnonymous *bool `yaml:"allow-anonymous"`
 	// AnonymousRoles are anonymous clients' roles (default [anonymous]).
 	AnonymousRoles []string `yaml:"anonymous-roles"`
+	// Notifications publishes broker events as messages (docs/features.md).
+	Notifications core.EventsConfig `yaml:"notifications"`
 	// SecuritySettings grant permissions by address pattern, over
 	// security.DefaultSettings.
 	SecuritySettings []security.Setting `yaml:"security-settings"`
@@ -139,6 +141,9 @@ func defaultConfig() Config {
 			LargeMessageThreshold: 1 << 20,
 			PageSegmentSize:       64 << 20,
 			MinFreeDisk:           256 << 20,
+		},
+		Notifications: core.EventsConfig{
+			Enabled: true, Address: core.DefaultNotificationAddress, Buffer: core.DefaultEventBuffer,
 		},
 		HA:              "off",
 		HALockPoll:      500 * time.Millisecond,
@@ -407,6 +412,10 @@ var options = append([]option{
 	stringOpt("mqtt-tls", "tls.mqtt", "MQTT over TLS listen address (mqtts; needs --tls-cert)", func(c *Config) *string { return &c.TLS.MQTT }),
 	stringOpt("amqp-tls", "tls.amqp", "AMQP over TLS listen address (amqps; needs --tls-cert)", func(c *Config) *string { return &c.TLS.AMQP }),
 	stringOpt("ws-tls", "tls.websocket", "WebSockets over TLS listen address (wss; needs --tls-cert)", func(c *Config) *string { return &c.TLS.WebSocket }),
+	boolOpt("notifications", "notifications.enabled", "publish broker events as messages to the notification address", func(c *Config) *bool { return &c.Notifications.Enabled }),
+	stringOpt("notifications-address", "notifications.address", "multicast address broker events are published to", func(c *Config) *string { return &c.Notifications.Address }),
+	boolOpt("notifications-advisory", "notifications.advisory", "also publish each event to its ActiveMQ advisory topic (ActiveMQ.Advisory.*)", func(c *Config) *bool { return &c.Notifications.Advisory }),
+	intOpt("notifications-buffer", "notifications.buffer", "events waiting to be published; past it they are dropped and counted", func(c *Config) *int { return &c.Notifications.Buffer }),
 	boolOpt("persistence", "persistence.enabled", "keep durable messages in the journal (false: memory only)", func(c *Config) *bool { return &c.Persistence.Enabled }),
 	sizeOpt("journal-file-size", "persistence.journal-file-size", "size of each journal file", func(c *Config) *ByteSize { return &c.Persistence.FileSize }),
 	intOpt("journal-pool-files", "persistence.journal-pool-files", "empty journal files kept for reuse", func(c *Config) *int { return &c.Persistence.PoolFiles }),
@@ -652,6 +661,14 @@ func (c *Config) validate() []fieldError {
 			bad(fmt.Sprintf("address-settings.%d", i), "%v", err)
 		}
 	}
+	if c.Notifications.Enabled {
+		if err := validAddressName(c.Notifications.Address); err != nil {
+			bad("notifications.address", "%v", err)
+		}
+	}
+	if c.Notifications.Buffer < 1 {
+		bad("notifications.buffer", "must be at least 1")
+	}
 	switch c.HA {
 	case "off":
 	case haSharedStore:
@@ -676,6 +693,17 @@ func (c *Config) validate() []fieldError {
 	c.validateSecurity(bad)
 	c.Cluster.validate(bad)
 	return errs
+}
+
+// validAddressName refuses empty names and wildcard patterns.
+func validAddressName(name string) error {
+	if name == "" {
+		return errors.New("must not be empty")
+	}
+	if strings.ContainsAny(name, "*#>") {
+		return fmt.Errorf("%q is a wildcard pattern, not an address", name)
+	}
+	return nil
 }
 
 // parseConfig decodes a YAML configuration over the defaults and returns

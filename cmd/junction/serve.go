@@ -224,6 +224,7 @@ func (in *instance) open(cfg Config) error {
 		Msg("memory budget for messages: past it each address applies its address-full-policy (default PAGE)")
 	bcfg.MaxAutoCreatedQueuesPerUser = cfg.Limits.MaxAutoCreatedQueues
 	bcfg.PreAuthBudget = int64(cfg.Limits.PreAuthBudget)
+	bcfg.Events = cfg.Notifications
 	b, err := core.New(bcfg)
 	if err != nil {
 		if msgs != nil {

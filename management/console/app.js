@@ -138,6 +138,7 @@ async function refresh() {
     renderOverview(broker, queues.totals);
     if (state.view === "queues") renderQueues(queues);
     else if (state.view === "connections") renderConnections(await api("GET", "/connections"));
+    else if (state.view === "events") renderEvents(await api("GET", "/events?limit=200"));
     else if (state.view === "browse") await refreshBrowse();
   } catch (e) {
     notice(e.message, true);
@@ -349,6 +350,20 @@ function renderConnections(page) {
     el("td", { class: "num", text: fmtNum(c.messagesIn) }), el("td", { class: "num", text: fmtNum(c.messagesOut) }),
     el("td", {}, el("button", { type: "button", class: "close", text: "close" })))));
   if (!page.connections.length) body.append(el("tr", {}, el("td", { text: "no connections", colSpan: 10 })));
+}
+
+// ---- events ----
+
+function renderEvents(page) {
+  $("events-summary").textContent = page.enabled
+    ? "Published to " + page.address + ": " + fmtNum(page.published) + " events, " + fmtNum(page.dropped) + " dropped (buffer full). Newest first."
+    : "Broker events are off (notifications.enabled).";
+  const body = $("events-table").tBodies[0];
+  body.replaceChildren(...page.events.map((e) => el("tr", {},
+    el("td", { text: new Date(e.time).toLocaleTimeString() }), el("td", { text: e.type }),
+    el("td", { text: e.address || "" }), el("td", { text: e.queue || "" }), el("td", { text: e.user || "" }),
+    el("td", { text: e.remoteAddress || "" }), el("td", { text: e.protocol || "" }), el("td", { text: e.reason || "" }))));
+  if (!page.events.length) body.append(el("tr", {}, el("td", { text: "no events yet", colSpan: 8 })));
 }
 
 // ---- wiring ----
