@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -73,6 +74,10 @@ type Config struct {
 	PreAuthBudget int64
 	// Events publishes broker events as messages (events.go).
 	Events EventsConfig
+	// Diverts copy or move what reaches an address to others, and
+	// VirtualTopics turns on ActiveMQ's virtual topics (divert.go).
+	Diverts       []Divert
+	VirtualTopics bool
 }
 
 // Broker routes messages from producers to queues and from queues to
@@ -118,8 +123,10 @@ type Broker struct {
 	denials        denialCounts // authorization refusals (authz.go)
 	dup            dups         // duplicate ids per address (dedup.go)
 	dupCount       dupCounts
-	guards         guardCounts            // pre-authentication budget and refusals, frame timeouts (preauth.go)
-	ev             atomic.Pointer[events] // broker events (events.go); nil when off
+	guards         guardCounts                 // pre-authentication budget and refusals, frame timeouts (preauth.go)
+	ev             atomic.Pointer[events]      // broker events (events.go); nil when off
+	diverts        atomic.Pointer[divertTable] // diverts and virtual topics (divert.go); nil when none
+	divMu          sync.Mutex                  // serializes changes of diverts
 
 	msgID     atomic.Uint64
 	tmpID     atomic.Uint64
@@ -162,6 +169,11 @@ func New(cfg Config) (*Broker, error) {
 	st, err := newSettingsTable(cfg.AddressSettings)
 	if err != nil {
 		return nil, err
+	}
+	for i := range cfg.Diverts {
+		if err := cfg.Diverts[i].Validate(); err != nil {
+			return nil, err
+		}
 	}
 	b := &Broker{
 		cfg:       cfg,
@@ -206,6 +218,11 @@ func New(cfg Config) (*Broker, error) {
 	}
 	b.recovered = rs
 	b.startEvents(cfg.Events)
+	if len(cfg.Diverts) > 0 || cfg.VirtualTopics {
+		if err := b.ReloadDiverts(slices.Clone(cfg.Diverts), cfg.VirtualTopics); err != nil {
+			return nil, err
+		}
+	}
 	if cfg.Disk.Usage != nil {
 		b.checkDisk(cfg.Disk)
 		b.wg.Add(1)
@@ -282,6 +299,9 @@ func validAddress(name string) error {
 	}
 	if wildcard.IsPattern(name) {
 		return fmt.Errorf("%w: %q is a wildcard pattern", ErrInvalidAddress, name)
+	}
+	if IsComposite(name) {
+		return fmt.Errorf("%w: %q is a composite destination (divert.go)", ErrInvalidAddress, name)
 	}
 	return nil
 }
@@ -701,6 +721,9 @@ type sendOpts struct {
 	// policies say (the commit checked FAIL; the overshoot is bounded by
 	// the transaction).
 	journaled bool
+	// diverted: the message is a divert's copy, or was diverted
+	// already (divert.go): no divert applies to it again.
+	diverted bool
 }
 
 // route hands a prepared message to the queues of its address. When the
@@ -711,6 +734,13 @@ func (b *Broker) route(m *Message, now time.Time, done func(error)) (pending boo
 }
 
 func (b *Broker) routeWith(m *Message, now time.Time, o sendOpts) (pending bool, err error) {
+	if !o.diverted {
+		if dt := b.diverts.Load(); dt != nil {
+			if copies, exclusive := dt.divert(b, m); len(copies) > 0 || exclusive {
+				return b.routeDiverted(m, copies, exclusive, now, o)
+			}
+		}
+	}
 	a, err := b.resolve(m, o.s)
 	if err != nil {
 		return false, err

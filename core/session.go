@@ -173,6 +173,9 @@ func (s *Session) send(ctx context.Context, m *Message, done func(error)) error 
 	if err := s.check(); err != nil {
 		return err
 	}
+	if parts, ok := parseComposite(m.Address); ok {
+		return s.sendComposite(ctx, m, parts, done)
+	}
 	if s.remote != nil {
 		return s.clusterSend(m, done)
 	}
@@ -316,6 +319,9 @@ type ConsumerOptions struct {
 func (s *Session) Subscribe(o ConsumerOptions) (*Consumer, error) {
 	if o.Handler == nil {
 		return nil, errors.New("core: consumer needs a handler")
+	}
+	if IsComposite(o.Address) {
+		return nil, fmt.Errorf("%w: %q is a composite destination: consumers read one address", ErrInvalidAddress, o.Address)
 	}
 	sel, err := parseSelector(o.Selector)
 	if err != nil {
@@ -807,16 +813,25 @@ func (t *Tx) Send(m *Message) error {
 	if t.done {
 		return ErrTxClosed
 	}
-	if err := validAddress(m.Address); err != nil {
-		return err
-	}
 	if err := ValidateProperties(m.Properties); err != nil {
 		return err
 	}
-	if err := t.s.authorizeSend(m.Address, time.Now()); err != nil {
-		return err
+	addrs := []string{m.Address}
+	if parts, ok := parseComposite(m.Address); ok {
+		addrs = addrs[:0]
+		for _, p := range parts {
+			addrs = append(addrs, p.addr)
+		}
 	}
-	t.sends = append(t.sends, m)
+	for _, a := range addrs {
+		if err := validAddress(a); err != nil {
+			return err
+		}
+		if err := t.s.authorizeSend(a, time.Now()); err != nil {
+			return err
+		}
+	}
+	t.sends = append(t.sends, t.expand(m)...)
 	return nil
 }
 

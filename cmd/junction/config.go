@@ -51,6 +51,10 @@ type Config struct {
 	AnonymousRoles []string `yaml:"anonymous-roles"`
 	// Notifications publishes broker events as messages (docs/features.md).
 	Notifications core.EventsConfig `yaml:"notifications"`
+	// Diverts copy or move what reaches an address to other addresses;
+	// VirtualTopics turns on ActiveMQ's virtual topics (docs/features.md).
+	Diverts       []core.Divert `yaml:"diverts"`
+	VirtualTopics bool          `yaml:"virtual-topics"`
 	// SecuritySettings grant permissions by address pattern, over
 	// security.DefaultSettings.
 	SecuritySettings []security.Setting `yaml:"security-settings"`
@@ -416,6 +420,7 @@ var options = append([]option{
 	stringOpt("notifications-address", "notifications.address", "multicast address broker events are published to", func(c *Config) *string { return &c.Notifications.Address }),
 	boolOpt("notifications-advisory", "notifications.advisory", "also publish each event to its ActiveMQ advisory topic (ActiveMQ.Advisory.*)", func(c *Config) *bool { return &c.Notifications.Advisory }),
 	intOpt("notifications-buffer", "notifications.buffer", "events waiting to be published; past it they are dropped and counted", func(c *Config) *int { return &c.Notifications.Buffer }),
+	boolOpt("virtual-topics", "virtual-topics", "ActiveMQ virtual topics: a send to VirtualTopic.X is also copied to every queue Consumer.NAME.VirtualTopic.X", func(c *Config) *bool { return &c.VirtualTopics }),
 	boolOpt("persistence", "persistence.enabled", "keep durable messages in the journal (false: memory only)", func(c *Config) *bool { return &c.Persistence.Enabled }),
 	sizeOpt("journal-file-size", "persistence.journal-file-size", "size of each journal file", func(c *Config) *ByteSize { return &c.Persistence.FileSize }),
 	intOpt("journal-pool-files", "persistence.journal-pool-files", "empty journal files kept for reuse", func(c *Config) *int { return &c.Persistence.PoolFiles }),
@@ -668,6 +673,15 @@ func (c *Config) validate() []fieldError {
 	}
 	if c.Notifications.Buffer < 1 {
 		bad("notifications.buffer", "must be at least 1")
+	}
+	names := map[string]bool{}
+	for i := range c.Diverts {
+		if err := c.Diverts[i].Validate(); err != nil {
+			bad(fmt.Sprintf("diverts.%d", i), "%v", err)
+		} else if names[c.Diverts[i].Name] {
+			bad(fmt.Sprintf("diverts.%d", i), "divert name %q is used twice", c.Diverts[i].Name)
+		}
+		names[c.Diverts[i].Name] = true
 	}
 	switch c.HA {
 	case "off":

@@ -225,6 +225,7 @@ func (in *instance) open(cfg Config) error {
 	bcfg.MaxAutoCreatedQueuesPerUser = cfg.Limits.MaxAutoCreatedQueues
 	bcfg.PreAuthBudget = int64(cfg.Limits.PreAuthBudget)
 	bcfg.Events = cfg.Notifications
+	bcfg.Diverts, bcfg.VirtualTopics = cfg.Diverts, cfg.VirtualTopics
 	b, err := core.New(bcfg)
 	if err != nil {
 		if msgs != nil {
