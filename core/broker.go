@@ -768,7 +768,7 @@ func (q *Queue) verdict(m *Message, wait bool) verdict {
 	if !over && !paging {
 		return keep
 	}
-	switch q.settings.FullPolicy {
+	switch q.settings().FullPolicy {
 	case FullPage:
 		switch {
 		case q.canPage(m):
@@ -1007,10 +1007,10 @@ func (b *Broker) carryOut(moves []move) {
 			continue
 		}
 		q := mv.r.q
-		target := q.settings.DeadLetterAddress
+		target := q.settings().DeadLetterAddress
 		counter := &q.stats.deadLettered
 		if mv.reason == moveExpired {
-			target = q.settings.ExpiryAddress
+			target = q.settings().ExpiryAddress
 			counter = &q.stats.expired
 		}
 		counter.Add(1)

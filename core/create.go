@@ -118,8 +118,9 @@ func (b *Broker) unregisteredQueue(name, addr string, rt RoutingType, durable, t
 	q := &Queue{
 		b: b, name: name, address: addr, routing: rt,
 		durable: durable, temporary: temporary, clientID: clientID,
-		settings: b.settings.resolve(addr),
 	}
-	q.maxBytes.Store(q.settings.MaxSizeBytes)
+	st := b.settings.resolve(addr)
+	q.st.Store(&st)
+	q.maxBytes.Store(st.MaxSizeBytes)
 	return q
 }

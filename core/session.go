@@ -900,7 +900,7 @@ func (t *Tx) Commit(ctx context.Context) error {
 	}
 	for i, m := range t.sends {
 		for _, q := range b.targetsOf(addrs[i], m, nil, false) {
-			if q.full(m) && q.settings.FullPolicy == FullFail {
+			if q.full(m) && q.settings().FullPolicy == FullFail {
 				t.rollback()
 				return fmt.Errorf("core: transaction rolled back: %w: %q", ErrAddressFull, q.name)
 			}

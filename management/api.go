@@ -45,6 +45,8 @@ func (s *Server) routes() {
 	s.route("/events", map[string]http.HandlerFunc{"GET": s.listEvents})
 	s.route("/diverts", map[string]http.HandlerFunc{"GET": s.listDiverts, "POST": s.createDivert})
 	s.route("/diverts/{name}", map[string]http.HandlerFunc{"DELETE": s.deleteDivert})
+	s.route("/config", map[string]http.HandlerFunc{"GET": s.getConfig})
+	s.route("/config/reload", map[string]http.HandlerFunc{"POST": s.reloadConfig})
 	s.mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "no such endpoint: "+r.URL.Path)
 	})

@@ -70,6 +70,13 @@ type Config struct {
 	// proves it still holds the store, and how long a check may take.
 	HACheckInterval time.Duration `yaml:"ha-check-interval"`
 	HACheckTimeout  time.Duration `yaml:"ha-check-timeout"`
+	// ConfigWatchInterval is how often the --config file is checked for
+	// a change, which reloads it (reload.go); 0 disables the watch.
+	ConfigWatchInterval time.Duration `yaml:"config-watch-interval"`
+
+	// source is where the configuration was read from, to read it
+	// again (reload.go); nil when it was built in a test.
+	source *configSource
 }
 
 // haSharedStore is the one HA mode.
@@ -153,6 +160,8 @@ func defaultConfig() Config {
 		HALockPoll:      500 * time.Millisecond,
 		HACheckInterval: time.Second,
 		HACheckTimeout:  5 * time.Second,
+
+		ConfigWatchInterval: 2 * time.Second,
 	}
 }
 
@@ -436,6 +445,7 @@ var options = append([]option{
 	durationOpt("ha-lock-poll", "ha-lock-poll", "how often a backup tries the store lock", func(c *Config) *time.Duration { return &c.HALockPoll }),
 	durationOpt("ha-check-interval", "ha-check-interval", "how often the live broker proves it still holds the store", func(c *Config) *time.Duration { return &c.HACheckInterval }),
 	durationOpt("ha-check-timeout", "ha-check-timeout", "how long one such check may take before the live broker stops (keep interval + timeout far below an NFS lease)", func(c *Config) *time.Duration { return &c.HACheckTimeout }),
+	durationOpt("config-watch-interval", "config-watch-interval", "how often the --config file is checked for a change, which reloads what can change live (0 disables; SIGHUP and junction config reload always work)", func(c *Config) *time.Duration { return &c.ConfigWatchInterval }),
 	stringOpt("journal-recovery", "persistence.recovery", "on damage in the middle of the journal: strict (refuse to start) or salvage", func(c *Config) *string { return &c.Persistence.Recovery }),
 }, clusterOptions...)
 
@@ -510,6 +520,7 @@ func loadConfig(args []string, getenv func(string) string, stderr io.Writer) (Co
 		}
 		return Config{}, errors.Join(list...)
 	}
+	cfg.source = &configSource{args: args, getenv: getenv, file: *configFile}
 	return cfg, nil
 }
 
@@ -703,6 +714,9 @@ func (c *Config) validate() []fieldError {
 	}
 	if c.HACheckTimeout <= 0 {
 		bad("ha-check-timeout", "must be positive")
+	}
+	if c.ConfigWatchInterval < 0 {
+		bad("config-watch-interval", "must be >= 0 (0 disables the watch)")
 	}
 	c.validateSecurity(bad)
 	c.Cluster.validate(bad)

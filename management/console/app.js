@@ -139,6 +139,7 @@ async function refresh() {
     if (state.view === "queues") renderQueues(queues);
     else if (state.view === "connections") renderConnections(await api("GET", "/connections"));
     else if (state.view === "events") renderEvents(await api("GET", "/events?limit=200"));
+    else if (state.view === "settings") renderSettings(await api("GET", "/config").catch((e) => e), await api("GET", "/diverts"));
     else if (state.view === "browse") await refreshBrowse();
   } catch (e) {
     notice(e.message, true);
@@ -366,6 +367,29 @@ function renderEvents(page) {
   if (!page.events.length) body.append(el("tr", {}, el("td", { text: "no events yet", colSpan: 8 })));
 }
 
+// ---- settings ----
+
+function describeReload(r) {
+  if (!r) return "No reload since the start.";
+  const when = new Date(r.time).toLocaleString() + " (" + r.trigger + ")";
+  if (r.error) return "Last reload " + when + " failed, nothing changed: " + r.error;
+  return "Last reload " + when + ": applied " + (r.applied.join(", ") || "nothing") +
+    "; restart required for " + (r.restartRequired.join(", ") || "nothing") + ".";
+}
+
+function renderSettings(cfg, diverts) {
+  $("config-diverts").textContent = JSON.stringify(diverts, null, 2);
+  if (cfg instanceof Error) {
+    $("config-summary").textContent = cfg.message;
+    $("config-json").textContent = "";
+    return;
+  }
+  $("config-summary").textContent = (cfg.file ? "From " + cfg.file + ", watched every " + cfg.watchInterval + ". " : "") +
+    "Reloadable live: " + cfg.reloadable.join(", ") + "; the rest needs a restart.";
+  $("config-last").textContent = describeReload(cfg.lastReload);
+  $("config-json").textContent = JSON.stringify(cfg.config, null, 2);
+}
+
 // ---- wiring ----
 
 function init() {
@@ -427,6 +451,14 @@ function init() {
     try {
       await api("DELETE", "/connections/" + enc(id));
       notice("closed connection " + id);
+    } catch (err) { notice(err.message, true); }
+    refresh();
+  });
+
+  $("config-reload").addEventListener("click", async () => {
+    try {
+      const r = await api("POST", "/config/reload", {});
+      notice(describeReload(r));
     } catch (err) { notice(err.message, true); }
     refresh();
   });
