@@ -80,6 +80,9 @@ const (
 	PropConnectionID   = "_AMQ_ConnectionID"
 	PropFilterString   = "_AMQ_FilterString"
 	PropConsumerCount  = "_AMQ_ConsumerCount"
+	// PropEventCount is Junction's: the messages a coalesced
+	// MESSAGE_DROPPED event stands for.
+	PropEventCount = "_AMQ_Count"
 )
 
 // Event is one broker event. Empty fields do not apply to its type.
@@ -96,6 +99,10 @@ type Event struct {
 	Filter        string    `json:"filter,omitempty"`
 	ConsumerCount int64     `json:"consumerCount,omitempty"`
 	Reason        string    `json:"reason,omitempty"`
+	// Count is how many messages a MESSAGE_DROPPED event stands for:
+	// the queue's drops since its previous one (at most
+	// dropEventsPerSecond events per queue).
+	Count int64 `json:"count,omitempty"`
 	// Multicast says the address of a consumer or queue event takes
 	// multicast sends (an ActiveMQ topic), for the advisory's name.
 	Multicast bool `json:"-"`
@@ -113,10 +120,24 @@ type events struct {
 
 	published, dropped atomic.Uint64
 
+	drops sync.Map // *Queue → *dropWindow: MESSAGE_DROPPED per queue, coalesced
+
 	mu       sync.Mutex
 	recent   []Event              // ring of the last recentEvents
 	next     int                  // where the next goes in recent
 	fullSeen map[string]time.Time // ADDRESS_FULL per queue, at most once a second
+}
+
+// dropEventInterval is the least time between two MESSAGE_DROPPED
+// events of one queue: a queue dropping under load (DROP, one per
+// message) emits at most ten a second, each counting the drops since the
+// previous one, so that the flood is not one event per message.
+const dropEventInterval = 100 * time.Millisecond
+
+// dropWindow coalesces one queue's MESSAGE_DROPPED events.
+type dropWindow struct {
+	last atomic.Int64 // unix nanos of the last event
+	n    atomic.Int64 // drops since
 }
 
 // startEvents creates the notification address and the publisher, after
@@ -228,8 +249,12 @@ func (b *Broker) emitConsumer(typ string, c *Consumer, q *Queue) {
 // emitQueue emits a queue event (BINDING_ADDED, BINDING_REMOVED,
 // CONSUMER_SLOW) about q.
 func (b *Broker) emitQueue(typ string, q *Queue, reason string) {
-	if b.ev.Load() == nil {
+	ev := b.ev.Load()
+	if ev == nil {
 		return
+	}
+	if typ == EventBindingRemoved {
+		ev.drops.Delete(q)
 	}
 	b.emit(Event{Type: typ, Address: q.address, Queue: q.name, Reason: reason, Multicast: q.routing == Multicast,
 		ConsumerCount: q.stats.consumers.Load()})
@@ -244,6 +269,21 @@ func (b *Broker) emitDrop(q *Queue, m *Message, s *Session, full bool, reason st
 		return
 	}
 	typ := EventMessageDropped
+	var count int64
+	if !full {
+		w, _ := ev.drops.Load(q)
+		if w == nil {
+			w, _ = ev.drops.LoadOrStore(q, &dropWindow{})
+		}
+		dw := w.(*dropWindow)
+		dw.n.Add(1)
+		now := time.Now().UnixNano()
+		l := dw.last.Load()
+		if now-l < int64(dropEventInterval) || !dw.last.CompareAndSwap(l, now) {
+			return
+		}
+		count = dw.n.Swap(0)
+	}
 	if full {
 		typ = EventAddressFull
 		now := time.Now()
@@ -259,7 +299,7 @@ func (b *Broker) emitDrop(q *Queue, m *Message, s *Session, full bool, reason st
 		ev.fullSeen[q.name] = now
 		ev.mu.Unlock()
 	}
-	e := Event{Type: typ, Address: m.Address, Queue: q.name, Reason: reason, Multicast: q.routing == Multicast}
+	e := Event{Type: typ, Address: m.Address, Queue: q.name, Reason: reason, Multicast: q.routing == Multicast, Count: count}
 	if s != nil {
 		e.User, e.RemoteAddr, e.ClientID, e.Protocol, e.ConnectionID = s.opts.User, s.opts.RemoteAddr, s.opts.ClientID, s.opts.Protocol, s.id
 	}
@@ -311,6 +351,9 @@ func (b *Broker) publishEvent(ev *events, e Event, address string) {
 	}
 	if e.ConnectionID != 0 {
 		p[PropConnectionID] = int64(e.ConnectionID)
+	}
+	if e.Count != 0 {
+		p[PropEventCount] = e.Count
 	}
 	switch e.Type {
 	case EventConsumerCreated, EventConsumerClosed, EventBindingAdded, EventBindingRemoved, EventConsumerSlow:

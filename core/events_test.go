@@ -3,7 +3,6 @@ package core
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"testing"
 	"time"
 )
@@ -158,27 +157,62 @@ func (denyAll) Authenticate(context.Context, string, string) (string, error) {
 	return "", ErrAuthFailed
 }
 
-// A flood of events (a DROP queue emits one per message) fills the
-// bounded buffer: the rest are dropped and counted, and sends go on.
-func TestEventFloodIsDroppedNotWaitedFor(t *testing.T) {
+// A queue dropping every message (DROP under load) emits at most ten
+// MESSAGE_DROPPED events a second, whose counts add up to its drops.
+func TestDropEventsAreCoalesced(t *testing.T) {
 	one := int64(1)
 	drop := string(FullDrop)
-	b := newEventBroker(t, EventsConfig{Buffer: 4}, AddressSettings{Match: "full", MaxSizeBytes: &one, FullPolicy: &drop})
+	b := newEventBroker(t, EventsConfig{}, AddressSettings{Match: "full", MaxSizeBytes: &one, FullPolicy: &drop})
 	s := newSession(t, b, "")
-	// A subscriber that never takes anything: the publisher still runs.
-	subscribe(t, s, ConsumerOptions{Address: DefaultNotificationAddress, RoutingType: Multicast})
+	_, col := subscribe(t, s, ConsumerOptions{Address: DefaultNotificationAddress, RoutingType: Multicast, Credit: 1 << 20,
+		Selector: "_AMQ_NotifType = 'MESSAGE_DROPPED'"})
 	send(t, s, "full", Anycast, "first")
 	const n = 20000
 	start := time.Now()
 	for range n {
-		if err := s.Send(context.Background(), &Message{Address: "full", RoutingType: Anycast, Body: []byte("x")}); err != nil && !errors.Is(err, ErrAddressFull) {
-			t.Fatal(err)
-		}
+		send(t, s, "full", Anycast, "x")
 	}
 	took := time.Since(start)
-	st := b.EventStats()
-	if st.Dropped == 0 || st.Published+st.Dropped+4+1 < n { // 4 buffered, 1 being published
-		t.Fatalf("events %+v after %d drops", st, n)
+	time.Sleep(2 * dropEventInterval)
+	send(t, s, "full", Anycast, "last") // reports what the window held
+	var events, total int64
+	deadline := time.After(5 * time.Second)
+	for total < n+1 {
+		select {
+		case d := <-col.ch:
+			events++
+			total += d.Message.Properties[PropEventCount].(int64)
+		case <-deadline:
+			t.Fatalf("%d events counting %d drops of %d", events, total, n+1)
+		}
 	}
-	t.Logf("%d sends with a drop event each in %v: %d events published, %d dropped", n, took, st.Published, st.Dropped)
+	if max := int64(took/dropEventInterval) + 3; events > max {
+		t.Fatalf("%d events for %d drops in %v; want at most %d", events, n+1, took, max)
+	}
+	t.Logf("%d drops in %v: %d MESSAGE_DROPPED events", n+1, took, events)
+}
+
+// A flood of events (here a send dropped by 300 full subscriptions at
+// once, 300 events) fills the bounded buffer: the rest are dropped and
+// counted, and sends go on without waiting.
+func TestEventFloodIsDroppedNotWaitedFor(t *testing.T) {
+	one := int64(1)
+	drop := string(FullDrop)
+	b := newEventBroker(t, EventsConfig{Buffer: 4}, AddressSettings{Match: "fan", MaxSizeBytes: &one, FullPolicy: &drop})
+	s := newSession(t, b, "")
+	for range 300 {
+		subscribe(t, s, ConsumerOptions{Address: "fan", RoutingType: Multicast})
+	}
+	send(t, s, "fan", Multicast, "fills them")
+	start := time.Now()
+	const n = 50
+	for range n {
+		send(t, s, "fan", Multicast, "x")
+		time.Sleep(dropEventInterval / 10)
+	}
+	st := b.EventStats()
+	if st.Dropped == 0 {
+		t.Fatalf("events %+v: none dropped from a 4-event buffer", st)
+	}
+	t.Logf("%d sends dropped by 300 subscriptions in %v: %d events published, %d dropped", n, time.Since(start), st.Published, st.Dropped)
 }
