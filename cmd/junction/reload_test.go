@@ -438,33 +438,60 @@ security-settings:
 	}
 	waitApplied("max-connections")
 	waitApplied("limits.max-auto-created-queues-per-user")
-	var held []*gostomp.Conn
-	refused := false
-	for range 4 {
-		c, err := gostomp.Dial("tcp", in.addrs["all"].String(), gostomp.ConnOpt.HeartBeat(0, 0), quiet)
-		if err != nil {
-			refused = true
-			break
+	// admits waits until the one port admits exactly n connections at
+	// once and refuses the next (closed ones leave its counts a moment
+	// after their DISCONNECT).
+	admits := func(what string, n int) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			var held []*gostomp.Conn
+			refused := false
+			for range n + 1 {
+				c, err := gostomp.Dial("tcp", in.addrs["all"].String(), gostomp.ConnOpt.HeartBeat(0, 0), quiet)
+				if err != nil {
+					refused = true
+					break
+				}
+				held = append(held, c)
+			}
+			for _, c := range held {
+				c.Disconnect()
+			}
+			if refused && len(held) == n {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: %d connections held, refused %v; want %d and a refusal", what, len(held), refused, n)
+			}
+			time.Sleep(50 * time.Millisecond)
 		}
-		held = append(held, c)
 	}
-	for _, c := range held {
-		c.Disconnect()
-	}
-	if !refused || len(held) != 3 {
-		t.Fatalf("max-connections 3: %d connections held, refused %v", len(held), refused)
-	}
+	admits("max-connections 3", 3)
 	if err := stompTry(stompAddr, "/queue/brand.new"); err == nil {
 		t.Fatal("a queue auto-created past the reloaded quota")
 	}
+
+	// 4b. Per-IP limits, by the watched file: two connections from one
+	// IP, then one attempt a second.
+	conf("debug", true, "10MiB", limited+"limits: {max-connections-per-ip: 2}\n")
+	waitApplied("limits.max-connections-per-ip")
+	admits("max-connections-per-ip 2", 2)
+	conf("debug", true, "10MiB", limited+"limits: {connection-rate-per-ip: 1, connection-burst-per-ip: 1}\n")
+	waitApplied("limits.connection-rate-per-ip")
+	time.Sleep(1100 * time.Millisecond) // one token back
+	admits("connection-rate-per-ip 1, burst 1", 1)
 
 	t.Logf("%v: %s", time.Since(began).Round(time.Millisecond), "5. diverts")
 	// 5. diverts, by SIGHUP: the load's queue is copied to load.copy;
 	// a change that needs a restart is reported by name; the limits go
 	// back.
-	conf("debug", true, "1MiB", limited+"diverts:\n  - {name: copy, address: load, forwarding-address: load.copy}\n")
+	conf("debug", true, "1MiB", limited+"virtual-topics: true\ndiverts:\n  - {name: copy, address: load, forwarding-address: load.copy}\n")
 	syscall.Kill(os.Getpid(), syscall.SIGHUP)
 	r := waitApplied("diverts")
+	if !in.broker.VirtualTopics() {
+		t.Fatal("virtual-topics not in force")
+	}
 	found := false
 	for _, p := range r.RestartRequired {
 		found = found || p == "stomp.max-frame-size"
@@ -514,4 +541,16 @@ security-settings:
 		t.Fatal("a restart-only setting shown as in force")
 	}
 	l.finish(t)
+
+	// anonymous-roles, once the load is over (its clients are
+	// anonymous): with a role no setting names, an anonymous client may
+	// not send.
+	if err := stompTry(stompAddr, "/queue/open"); err != nil {
+		t.Fatal(err)
+	}
+	conf("debug", false, "10MiB", "anonymous-roles: [nobody]\n")
+	waitApplied("anonymous-roles")
+	if err := stompTry(stompAddr, "/queue/open"); err == nil {
+		t.Fatal("an anonymous send allowed after anonymous-roles: [nobody]")
+	}
 }
