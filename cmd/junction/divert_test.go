@@ -79,6 +79,16 @@ func TestCompositeDivertsAndVirtualTopicsDurableAcrossRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A subscriber whose selector the composite's message does not
+	// match gets nothing; one it matches gets it.
+	newsEU, err := st.Subscribe("/topic/news", gostomp.AckAuto, gostomp.SubscribeOpt.Header("selector", "region = 'eu'"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	newsUS, err := st.Subscribe("/topic/news", gostomp.AckAuto, gostomp.SubscribeOpt.Header("selector", "region = 'us'"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	// The virtual topic's consumer queues exist once their consumers
 	// have come (ActiveMQ's rule).
 	for _, q := range []string{"/queue/Consumer.A.VirtualTopic.prices", "/queue/Consumer.B.VirtualTopic.prices"} {
@@ -94,7 +104,8 @@ func TestCompositeDivertsAndVirtualTopicsDurableAcrossRestart(t *testing.T) {
 
 	durable := gostomp.SendOpt.Header("persistent", "true")
 	// STOMP: a composite of two queues and a topic; diverted orders.
-	if err := st.Send("/queue/c1,/queue/c2,/topic/news", "text/plain", []byte("stomp-composite"), gostomp.SendOpt.Receipt, durable); err != nil {
+	if err := st.Send("/queue/c1,/queue/c2,/topic/news", "text/plain", []byte("stomp-composite"), gostomp.SendOpt.Receipt, durable,
+		gostomp.SendOpt.Header("region", "eu")); err != nil {
 		t.Fatal(err)
 	}
 	for amount, tier := range map[int]string{50: "silver", 500: "gold"} {
@@ -127,7 +138,7 @@ func TestCompositeDivertsAndVirtualTopicsDurableAcrossRestart(t *testing.T) {
 	if res.StatusCode != http.StatusCreated {
 		t.Fatalf("API send: %d", res.StatusCode)
 	}
-	for name, sub := range map[string]*gostomp.Subscription{"big.feed": feed, "news": news} {
+	for name, sub := range map[string]*gostomp.Subscription{"big.feed": feed, "news": news, "news (region = 'eu')": newsEU} {
 		select {
 		case m := <-sub.C:
 			if m.Err != nil || (name == "big.feed") != (string(m.Body) == "order-500") {
@@ -139,6 +150,11 @@ func TestCompositeDivertsAndVirtualTopicsDurableAcrossRestart(t *testing.T) {
 		case <-time.After(5 * time.Second):
 			t.Fatalf("no message on /topic/%s", name)
 		}
+	}
+	select {
+	case m := <-newsUS.C:
+		t.Fatalf("selector region = 'us' let through %q", m.Body)
+	case <-time.After(100 * time.Millisecond):
 	}
 	st.Disconnect()
 

@@ -178,6 +178,19 @@ func (lc *liveConfig) reload(trigger string) ReloadResult {
 		}
 	}
 	b := lc.in.broker
+	if next.Cluster.enabled() {
+		// The access broker's settings are not its groups': those are
+		// set when a node starts.
+		refuse("a cluster node's groups keep theirs until a restart", "address-settings", "diverts", "virtual-topics")
+		changed = slices.DeleteFunc(changed, func(p string) bool {
+			for _, n := range []string{"address-settings", "diverts", "virtual-topics"} {
+				if p == n || strings.HasPrefix(p, n+".") {
+					return true
+				}
+			}
+			return false
+		})
+	}
 	if apply("log-level") {
 		level, _ := zerolog.ParseLevel(next.LogLevel)
 		lc.level.level.Store(int32(level))
