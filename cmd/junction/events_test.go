@@ -8,12 +8,14 @@ import (
 	"testing"
 	"time"
 
+	goamqp "github.com/Azure/go-amqp"
 	paho5 "github.com/eclipse/paho.golang/paho"
 	gostomp "github.com/go-stomp/stomp/v3"
 )
 
-// Broker events reach a STOMP subscriber (with a selector) and an MQTT 5
-// subscriber of the notification address, and the API's event log.
+// Broker events reach a STOMP subscriber and an AMQP receiver (each with
+// a selector) and an MQTT 5 subscriber of the notification address, and
+// the API's event log.
 func TestEventsReachStompAndMQTTSubscribers(t *testing.T) {
 	stompAddr, _ := startServe(t, testConfig(t))
 	in := lastInstance
@@ -67,6 +69,16 @@ func TestEventsReachStompAndMQTTSubscribers(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// An AMQP receiver with a selector filter, for the connections.
+	_, as := amqpSession(t, nil)
+	actx, acancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer acancel()
+	ar, err := as.NewReceiver(actx, "topic://activemq.notifications", &goamqp.ReceiverOptions{
+		Filters: []goamqp.LinkFilter{goamqp.NewSelectorFilter("_AMQ_NotifType = 'CONNECTION_CREATED' AND _AMQ_User = 'bob'")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+
 	// A client connects and consumes from orders.
 	c, err := gostomp.Dial("tcp", stompAddr, gostomp.ConnOpt.HeartBeat(0, 0), gostomp.ConnOpt.Login("bob", ""), quiet)
 	if err != nil {
@@ -98,6 +110,13 @@ func TestEventsReachStompAndMQTTSubscribers(t *testing.T) {
 	case <-time.After(200 * time.Millisecond):
 	}
 	c.Disconnect()
+	am, err := ar.Receive(actx, nil)
+	if err != nil {
+		t.Fatalf("AMQP event: %v", err)
+	}
+	if am.ApplicationProperties["_AMQ_NotifType"] != "CONNECTION_CREATED" || am.ApplicationProperties["_AMQ_Protocol"] != "stomp" {
+		t.Fatalf("AMQP event properties %v", am.ApplicationProperties)
+	}
 
 	want := map[string]bool{"CONNECTION_CREATED": false, "CONSUMER_CREATED": false, "CONSUMER_CLOSED": false, "CONNECTION_DESTROYED": false}
 	deadline := time.After(5 * time.Second)
