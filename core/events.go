@@ -368,12 +368,18 @@ func (b *Broker) publishEvent(ev *events, e Event, address string) {
 	if address != ev.cfg.Address {
 		// An advisory topic is made on first use, whatever the address
 		// settings say about auto-creating.
-		b.mu.Lock()
-		if !b.closed {
-			a := b.addressLocked(address, true)
-			b.addRoutingLocked(a, Multicast)
+		b.mu.RLock()
+		a := b.addresses[address]
+		made := a != nil && a.isMulti
+		b.mu.RUnlock()
+		if !made {
+			b.mu.Lock()
+			if !b.closed {
+				a := b.addressLocked(address, true)
+				b.addRoutingLocked(a, Multicast)
+			}
+			b.mu.Unlock()
 		}
-		b.mu.Unlock()
 	}
 	if _, err := b.route(m, now, nil); err != nil {
 		b.log.Debug().Err(err).Str("address", address).Str("event", e.Type).Msg("event not published")
