@@ -373,7 +373,7 @@ security-settings:
 	l := startLoad(t, in)
 	time.Sleep(200 * time.Millisecond)
 
-	t.Logf("%v: %s", time.Since(began).Round(time.Millisecond), "1. log-level")
+	t.Logf("%v: %s", time.Since(began).Round(time.Millisecond), "log-level")
 	// 1. log-level, by SIGHUP: a new connection's debug line appears.
 	opened := func() int { return strings.Count(logs.String(), "stomp connection open") }
 	before := opened()
@@ -391,7 +391,7 @@ security-settings:
 		t.Fatal("no debug line after log-level: debug")
 	}
 
-	t.Logf("%v: %s", time.Since(began).Round(time.Millisecond), "2. address-settin")
+	t.Logf("%v: %s", time.Since(began).Round(time.Millisecond), "address-settings")
 	// 2. address-settings, by the watched file: the existing queue
 	// "limited" gets a 10-byte limit and FAIL.
 	const limited = "address-settings:\n  - {match: limited, max-size-bytes: 10, address-full-policy: FAIL}\n"
@@ -407,7 +407,7 @@ security-settings:
 		t.Fatalf("send to a queue over its reloaded limit: %d, want 409", res.StatusCode)
 	}
 
-	t.Logf("%v: %s", time.Since(began).Round(time.Millisecond), "3. security-setti")
+	t.Logf("%v: %s", time.Since(began).Round(time.Millisecond), "security-settings")
 	// 3. security-settings, by the API: nobody may send to secret.#.
 	conf("debug", true, "10MiB", limited)
 	res, err = http.Post("http://"+console+"/api/v1/config/reload", "application/json", strings.NewReader("{}"))
@@ -424,7 +424,7 @@ security-settings:
 	if err := stompTry(stompAddr, "/queue/open"); err != nil {
 		t.Fatalf("send to open refused: %v", err)
 	}
-	t.Logf("%v: %s", time.Since(began).Round(time.Millisecond), "4. max-connection")
+	t.Logf("%v: %s", time.Since(began).Round(time.Millisecond), "max-connections and the queue quota")
 	// 4. max-connections and the per-user queue quota, by junction
 	// config reload: a 4th connection to the one port is refused, and
 	// the anonymous user may auto-create no more queues.
@@ -482,7 +482,7 @@ security-settings:
 	time.Sleep(1100 * time.Millisecond) // one token back
 	admits("connection-rate-per-ip 1, burst 1", 1)
 
-	t.Logf("%v: %s", time.Since(began).Round(time.Millisecond), "5. diverts")
+	t.Logf("%v: %s", time.Since(began).Round(time.Millisecond), "diverts and virtual-topics")
 	// 5. diverts, by SIGHUP: the load's queue is copied to load.copy;
 	// a change that needs a restart is reported by name; the limits go
 	// back.
@@ -507,7 +507,7 @@ security-settings:
 		time.Sleep(20 * time.Millisecond)
 	}
 
-	t.Logf("%v: %s", time.Since(began).Round(time.Millisecond), "6. An invalid")
+	t.Logf("%v: %s", time.Since(began).Round(time.Millisecond), "an invalid file")
 	// 6. An invalid file changes nothing and says why.
 	conf("loud", true, "10MiB", "")
 	res, err = http.Post("http://"+console+"/api/v1/config/reload", "application/json", strings.NewReader("{}"))
@@ -522,7 +522,7 @@ security-settings:
 		t.Fatalf("log level after an invalid file: %q", got)
 	}
 
-	t.Logf("%v: %s", time.Since(began).Round(time.Millisecond), "The settings in f")
+	t.Logf("%v: %s", time.Since(began).Round(time.Millisecond), "the settings in force")
 	// The settings in force, through the API.
 	res, err = http.Get("http://" + console + "/api/v1/config")
 	if err != nil {
