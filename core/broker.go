@@ -81,6 +81,12 @@ type Config struct {
 	// authenticated yet, all together (preauth.go); 0 means no bound
 	// (the bytes are still counted).
 	PreAuthBudget int64
+	// Events publishes broker events as messages (events.go).
+	Events EventsConfig
+	// Diverts copy or move what reaches an address to others, and
+	// VirtualTopics turns on ActiveMQ's virtual topics (divert.go).
+	Diverts       []Divert
+	VirtualTopics bool
 }
 
 // Broker routes messages from producers to queues and from queues to
@@ -126,7 +132,10 @@ type Broker struct {
 	denials        denialCounts // authorization refusals (authz.go)
 	dup            dups         // duplicate ids per address (dedup.go)
 	dupCount       dupCounts
-	guards         guardCounts // pre-authentication budget and refusals, frame timeouts (preauth.go)
+	guards         guardCounts                 // pre-authentication budget and refusals, frame timeouts (preauth.go)
+	ev             atomic.Pointer[events]      // broker events (events.go); nil when off
+	diverts        atomic.Pointer[divertTable] // diverts and virtual topics (divert.go); nil when none
+	divMu          sync.Mutex                  // serializes changes of diverts
 
 	msgID     atomic.Uint64
 	tmpID     atomic.Uint64
@@ -170,6 +179,11 @@ func New(cfg Config) (*Broker, error) {
 	if err != nil {
 		return nil, err
 	}
+	for i := range cfg.Diverts {
+		if err := cfg.Diverts[i].Validate(); err != nil {
+			return nil, err
+		}
+	}
 	b := &Broker{
 		cfg:       cfg,
 		auth:      cfg.Authenticator,
@@ -212,6 +226,12 @@ func New(cfg Config) (*Broker, error) {
 		return nil, err
 	}
 	b.recovered = rs
+	b.startEvents(cfg.Events)
+	if len(cfg.Diverts) > 0 || cfg.VirtualTopics {
+		if err := b.ReloadDiverts(slices.Clone(cfg.Diverts), cfg.VirtualTopics); err != nil {
+			return nil, err
+		}
+	}
 	if cfg.Disk.Usage != nil {
 		b.checkDisk(cfg.Disk)
 		b.wg.Add(1)
@@ -289,6 +309,9 @@ func validAddress(name string) error {
 	if wildcard.IsPattern(name) {
 		return fmt.Errorf("%w: %q is a wildcard pattern", ErrInvalidAddress, name)
 	}
+	if IsComposite(name) {
+		return fmt.Errorf("%w: %q is a composite destination (divert.go)", ErrInvalidAddress, name)
+	}
 	return nil
 }
 
@@ -351,6 +374,7 @@ func (b *Broker) DeleteAddress(name string) error {
 	delete(b.addresses, name)
 	b.bumpLocked()
 	b.mu.Unlock()
+	b.emit(Event{Type: EventAddressRemoved, Address: name})
 	for _, q := range qs {
 		if q.owner != nil {
 			q.owner.forgetTemp(q)
@@ -387,6 +411,7 @@ func (b *Broker) deleteQueue(q *Queue) {
 			// A temporary queue's address goes with it: a client that
 			// makes one per request must not leave addresses behind.
 			delete(b.addresses, q.address)
+			b.emit(Event{Type: EventAddressRemoved, Address: q.address})
 		}
 		b.bumpLocked()
 	}
@@ -404,6 +429,7 @@ func (b *Broker) dropQueue(q *Queue) {
 	q.mu.Unlock()
 	b.carryOut(moves)
 	b.unpersistQueue(q)
+	b.emitQueue(EventBindingRemoved, q, "")
 }
 
 // Queue returns the queue with the given name, or nil.
@@ -496,6 +522,7 @@ func (b *Broker) addressLocked(name string, auto bool) *address {
 		a = &address{name: name, settings: b.settings.resolve(name), auto: auto}
 		b.addresses[name] = a
 		b.bumpLocked()
+		b.emit(Event{Type: EventAddressAdded, Address: name})
 	}
 	return a
 }
@@ -520,6 +547,7 @@ func (b *Broker) addRoutingLocked(a *address, rt RoutingType) error {
 func (b *Broker) newQueueLocked(name, addr string, rt RoutingType, durable, temporary bool, clientID string) *Queue {
 	q := b.unregisteredQueue(name, addr, rt, durable, temporary, clientID)
 	b.queues[name] = q
+	b.emitQueue(EventBindingAdded, q, "")
 	return q
 }
 
@@ -708,6 +736,9 @@ type sendOpts struct {
 	// policies say (the commit checked FAIL; the overshoot is bounded by
 	// the transaction).
 	journaled bool
+	// diverted: the message is a divert's copy, or was diverted
+	// already (divert.go): no divert applies to it again.
+	diverted bool
 }
 
 // route hands a prepared message to the queues of its address. When the
@@ -718,6 +749,13 @@ func (b *Broker) route(m *Message, now time.Time, done func(error)) (pending boo
 }
 
 func (b *Broker) routeWith(m *Message, now time.Time, o sendOpts) (pending bool, err error) {
+	if !o.diverted {
+		if dt := b.diverts.Load(); dt != nil {
+			if copies, exclusive := dt.divert(b, m); len(copies) > 0 || exclusive {
+				return b.routeDiverted(m, copies, exclusive, now, o)
+			}
+		}
+	}
 	a, err := b.resolve(m, o.s)
 	if err != nil {
 		return false, err
@@ -745,7 +783,7 @@ func (q *Queue) verdict(m *Message, wait bool) verdict {
 	if !over && !paging {
 		return keep
 	}
-	switch q.settings.FullPolicy {
+	switch q.settings().FullPolicy {
 	case FullPage:
 		switch {
 		case q.canPage(m):
@@ -842,6 +880,7 @@ func (b *Broker) deliver(a *address, m *Message, now time.Time, o sendOpts) (pen
 			b.dropped(q, m, o.s, RefusedFull)
 			return false, fmt.Errorf("%w: %q holds %d of %d bytes", ErrAddressFull, q.name, q.bytes.Load(), q.maxBytes.Load())
 		case block:
+			b.emitDrop(q, m, o.s, true, "blocked")
 			return false, errBlocked
 		}
 		vs = append(vs, v)
@@ -998,15 +1037,22 @@ func (b *Broker) carryOut(moves []move) {
 			continue
 		}
 		q := mv.r.q
-		target := q.settings.DeadLetterAddress
+		target := q.settings().DeadLetterAddress
 		counter := &q.stats.deadLettered
 		if mv.reason == moveExpired {
-			target = q.settings.ExpiryAddress
+			target = q.settings().ExpiryAddress
 			counter = &q.stats.expired
 		}
 		counter.Add(1)
 		q.gone(mv.r)
 		m := mv.r.msg
+		if b.ev.Load() != nil {
+			typ := EventMessageDeadLettered
+			if mv.reason == moveExpired {
+				typ = EventMessageExpired
+			}
+			b.emit(Event{Type: typ, Address: m.Address, Queue: q.name, Reason: mv.reason.String(), Multicast: q.routing == Multicast})
+		}
 		if target == "" || target == q.address {
 			b.log.Warn().Str("queue", q.name).Uint64("message", m.ID).Str("reason", mv.reason.String()).
 				Msg("message dropped: no dead-letter or expiry address to move it to")

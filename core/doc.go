@@ -77,7 +77,10 @@
 // its page store back (all three joined by [Broker.Close]); and per
 // queue with scheduled messages one
 // time.AfterFunc timer. Completions of journal writes run on the
-// journal's goroutine. Everything else runs on the caller's goroutine:
+// journal's goroutine. With Config.Events, one goroutine publishes the
+// broker's events (events.go): the code that notices one only offers it
+// to a bounded channel, with whatever lock it holds, and never waits.
+// Everything else runs on the caller's goroutine:
 // a front-end's read loop sends and settles, and deliveries are handed to
 // handlers from whichever goroutine made them possible (a send, a flow,
 // a release, a timer).
@@ -93,6 +96,10 @@
 //     bindings journal with no lock held before the queue is bound
 //     (create.go), so no confirmed message names a queue the journal
 //     does not know.
+//     A composite address ("queue://a,topic://b") is sent part by part,
+//     and a divert or virtual topic of the address adds copies that are
+//     routed like sends of the broker's own, one confirmation for all
+//     (divert.go).
 //  3. The router picks the queues (the anycast queue, or the matching
 //     subscriptions that admit it: selector, no-local, and for a wildcard
 //     subscription the reader's consume permission on this address).

@@ -69,6 +69,7 @@ func (b *Broker) dropped(q *Queue, m *Message, s *Session, reason DropReason) {
 	if !reason.refusal() {
 		q.stats.dropped.Add(1)
 	}
+	b.emitDrop(q, m, s, reason.refusal(), reason.String())
 	now := time.Now().UnixNano()
 	last := &q.lastDropLog[reason]
 	if l := last.Load(); now-l > int64(time.Minute) && last.CompareAndSwap(l, now) {

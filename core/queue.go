@@ -76,9 +76,9 @@ type Queue struct {
 	temporary bool // deleted when its last consumer leaves (non-durable subscription)
 	shared    bool // a shared subscription: several competing consumers
 	clientID  string
-	settings  Settings
-	owner     *Session           // a temporary queue's session, which deletes it on close; nil otherwise
-	filter    *selector.Selector // a subscription's selector, applied as messages are routed to it
+	st        atomic.Pointer[Settings] // its address's settings; replaced by a reload (settings())
+	owner     *Session                 // a temporary queue's session, which deletes it on close; nil otherwise
+	filter    *selector.Selector       // a subscription's selector, applied as messages are routed to it
 	// up is a mirror queue's upstream (cluster mode, cluster.go); nil
 	// for every other queue. A mirror is fed only by its upstream, and
 	// settles its deliveries there.
@@ -644,10 +644,10 @@ func (q *Queue) returnLocked(r *ref, failed bool, now time.Time, moves []move) [
 		if r.durable {
 			moves = append(moves, move{r, counted})
 		}
-		if max := q.settings.MaxDeliveryAttempts; max > 0 && int(r.failures) >= max {
+		if max := q.settings().MaxDeliveryAttempts; max > 0 && int(r.failures) >= max {
 			return append(moves, move{r, moveMaxAttempts})
 		}
-		if d := q.settings.redeliveryDelay(r.failures); d > 0 {
+		if d := q.settings().redeliveryDelay(r.failures); d > 0 {
 			q.scheduleLocked(r, now.Add(d).UnixNano())
 			return moves
 		}
@@ -813,3 +813,7 @@ func (q *Queue) oldest() time.Time {
 // RoutingType returns Anycast for an address's queue, Multicast for a
 // subscription.
 func (q *Queue) RoutingType() RoutingType { return q.routing }
+
+// settings returns the queue's settings in force: its address's, as the
+// address settings resolve them (at creation, and again at each reload).
+func (q *Queue) settings() *Settings { return q.st.Load() }

@@ -102,6 +102,7 @@ func (b *Broker) NewSession(opts SessionOptions) (*Session, error) {
 		s.proto = b.protoLocked(opts.Protocol)
 		s.proto.opened.Add(1)
 		b.sessions[s.id] = s
+		b.emitSession(EventConnectionCreated, s)
 	}
 	if b.cluster != nil {
 		s.remote = b.cluster.Open(s)
@@ -171,6 +172,9 @@ func (s *Session) SendAsync(m *Message, done func(error)) {
 func (s *Session) send(ctx context.Context, m *Message, done func(error)) error {
 	if err := s.check(); err != nil {
 		return err
+	}
+	if parts, ok := parseComposite(m.Address); ok {
+		return s.sendComposite(ctx, m, parts, done)
 	}
 	if s.remote != nil {
 		return s.clusterSend(m, done)
@@ -316,6 +320,9 @@ func (s *Session) Subscribe(o ConsumerOptions) (*Consumer, error) {
 	if o.Handler == nil {
 		return nil, errors.New("core: consumer needs a handler")
 	}
+	if IsComposite(o.Address) {
+		return nil, fmt.Errorf("%w: %q is a composite destination: consumers read one address", ErrInvalidAddress, o.Address)
+	}
 	sel, err := parseSelector(o.Selector)
 	if err != nil {
 		return nil, err
@@ -382,6 +389,7 @@ func (s *Session) Subscribe(o ConsumerOptions) (*Consumer, error) {
 	}
 	s.consumers[c] = struct{}{}
 	s.mu.Unlock()
+	s.b.emitConsumer(EventConsumerCreated, c, q)
 	if o.Credit > 0 {
 		c.Flow(o.Credit)
 	}
@@ -597,6 +605,7 @@ func (s *Session) queueForPass(o ConsumerOptions, sel *selector.Selector, g *gra
 		return nil, nil, errLookAgain
 	}
 	b.queues[name] = q
+	b.emitQueue(EventBindingAdded, q, "")
 	s.subscribeLocked(q)
 	return q, nil, nil
 }
@@ -768,6 +777,7 @@ func (s *Session) Close() {
 			// registry, under b.mu, so that ProtocolStats counts it once.
 			delete(s.b.sessions, s.id)
 			s.proto.fold(s)
+			s.b.emitSession(EventConnectionDestroyed, s)
 		}
 		s.b.mu.Unlock()
 	}
@@ -803,16 +813,25 @@ func (t *Tx) Send(m *Message) error {
 	if t.done {
 		return ErrTxClosed
 	}
-	if err := validAddress(m.Address); err != nil {
-		return err
-	}
 	if err := ValidateProperties(m.Properties); err != nil {
 		return err
 	}
-	if err := t.s.authorizeSend(m.Address, time.Now()); err != nil {
-		return err
+	addrs := []string{m.Address}
+	if parts, ok := parseComposite(m.Address); ok {
+		addrs = addrs[:0]
+		for _, p := range parts {
+			addrs = append(addrs, p.addr)
+		}
 	}
-	t.sends = append(t.sends, m)
+	for _, a := range addrs {
+		if err := validAddress(a); err != nil {
+			return err
+		}
+		if err := t.s.authorizeSend(a, time.Now()); err != nil {
+			return err
+		}
+	}
+	t.sends = append(t.sends, t.expand(m)...)
 	return nil
 }
 
@@ -881,7 +900,7 @@ func (t *Tx) Commit(ctx context.Context) error {
 	}
 	for i, m := range t.sends {
 		for _, q := range b.targetsOf(addrs[i], m, nil, false) {
-			if q.full(m) && q.settings.FullPolicy == FullFail {
+			if q.full(m) && q.settings().FullPolicy == FullFail {
 				t.rollback()
 				return fmt.Errorf("core: transaction rolled back: %w: %q", ErrAddressFull, q.name)
 			}

@@ -3,6 +3,7 @@ package core
 import (
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/junctionmq/junction/core/wildcard"
@@ -200,30 +201,45 @@ func (a *AddressSettings) applyTo(s *Settings) {
 	}
 }
 
-// settingsTable resolves Settings for an address. It is immutable once
-// built.
+// settingsTable resolves Settings for an address. Its entries are
+// replaced whole by a reload (Broker.SetAddressSettings), read without a
+// lock.
 type settingsTable struct {
-	entries []AddressSettings // least specific first
+	entries atomic.Pointer[[]AddressSettings] // least specific first
+	given   atomic.Pointer[[]AddressSettings] // as configured
 }
 
 func newSettingsTable(list []AddressSettings) (*settingsTable, error) {
-	t := &settingsTable{entries: slices.Clone(list)}
-	for i := range t.entries {
-		if err := t.entries[i].Validate(); err != nil {
-			return nil, err
+	t := &settingsTable{}
+	if err := t.set(list); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// set checks list and puts it in force.
+func (t *settingsTable) set(list []AddressSettings) error {
+	entries := slices.Clone(list)
+	for i := range entries {
+		if err := entries[i].Validate(); err != nil {
+			return err
 		}
 	}
-	slices.SortStableFunc(t.entries, func(a, b AddressSettings) int {
+	slices.SortStableFunc(entries, func(a, b AddressSettings) int {
 		return wildcard.Compare(a.Match, b.Match)
 	})
-	return t, nil
+	given := slices.Clone(list)
+	t.entries.Store(&entries)
+	t.given.Store(&given)
+	return nil
 }
 
 func (t *settingsTable) resolve(address string) Settings {
 	s := DefaultSettings()
-	for i := range t.entries {
-		if wildcard.Match(t.entries[i].Match, address) {
-			t.entries[i].applyTo(&s)
+	entries := *t.entries.Load()
+	for i := range entries {
+		if wildcard.Match(entries[i].Match, address) {
+			entries[i].applyTo(&s)
 		}
 	}
 	return s

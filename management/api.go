@@ -42,6 +42,11 @@ func (s *Server) routes() {
 	s.route("/subscriptions", map[string]http.HandlerFunc{"GET": s.listSubscriptions})
 	s.route("/connections", map[string]http.HandlerFunc{"GET": s.listConnections})
 	s.route("/connections/{id}", map[string]http.HandlerFunc{"DELETE": s.closeConnection})
+	s.route("/events", map[string]http.HandlerFunc{"GET": s.listEvents})
+	s.route("/diverts", map[string]http.HandlerFunc{"GET": s.listDiverts, "POST": s.createDivert})
+	s.route("/diverts/{name}", map[string]http.HandlerFunc{"DELETE": s.deleteDivert})
+	s.route("/config", map[string]http.HandlerFunc{"GET": s.getConfig})
+	s.route("/config/reload", map[string]http.HandlerFunc{"POST": s.reloadConfig})
 	s.mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "no such endpoint: "+r.URL.Path)
 	})
@@ -766,6 +771,10 @@ func (s *Server) sendMessage(w http.ResponseWriter, r *http.Request, address str
 	rt, ok := parseRouting(w, req.RoutingType, false)
 	if !ok {
 		return
+	}
+	if strings.Contains(req.Address, ",") {
+		// An ActiveMQ composite destination (docs/features.md).
+		req.Address = core.CompositeAddress(req.Address, rt)
 	}
 	m := &core.Message{Address: req.Address, RoutingType: rt, Durable: req.Durable,
 		Priority: core.DefaultPriority, ContentType: req.ContentType}

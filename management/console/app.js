@@ -138,6 +138,8 @@ async function refresh() {
     renderOverview(broker, queues.totals);
     if (state.view === "queues") renderQueues(queues);
     else if (state.view === "connections") renderConnections(await api("GET", "/connections"));
+    else if (state.view === "events") renderEvents(await api("GET", "/events?limit=200"));
+    else if (state.view === "settings") renderSettings(await api("GET", "/config").catch((e) => e), await api("GET", "/diverts"));
     else if (state.view === "browse") await refreshBrowse();
   } catch (e) {
     notice(e.message, true);
@@ -351,6 +353,43 @@ function renderConnections(page) {
   if (!page.connections.length) body.append(el("tr", {}, el("td", { text: "no connections", colSpan: 10 })));
 }
 
+// ---- events ----
+
+function renderEvents(page) {
+  $("events-summary").textContent = page.enabled
+    ? "Published to " + page.address + ": " + fmtNum(page.published) + " events, " + fmtNum(page.dropped) + " dropped (buffer full). Newest first."
+    : "Broker events are off (notifications.enabled).";
+  const body = $("events-table").tBodies[0];
+  body.replaceChildren(...page.events.map((e) => el("tr", {},
+    el("td", { text: new Date(e.time).toLocaleTimeString() }), el("td", { text: e.type }),
+    el("td", { text: e.address || "" }), el("td", { text: e.queue || "" }), el("td", { text: e.user || "" }),
+    el("td", { text: e.remoteAddress || "" }), el("td", { text: e.protocol || "" }), el("td", { text: e.reason || "" }))));
+  if (!page.events.length) body.append(el("tr", {}, el("td", { text: "no events yet", colSpan: 8 })));
+}
+
+// ---- settings ----
+
+function describeReload(r) {
+  if (!r) return "No reload since the start.";
+  const when = new Date(r.time).toLocaleString() + " (" + r.trigger + ")";
+  if (r.error) return "Last reload " + when + " failed, nothing changed: " + r.error;
+  return "Last reload " + when + ": applied " + (r.applied.join(", ") || "nothing") +
+    "; restart required for " + (r.restartRequired.join(", ") || "nothing") + ".";
+}
+
+function renderSettings(cfg, diverts) {
+  $("config-diverts").textContent = JSON.stringify(diverts, null, 2);
+  if (cfg instanceof Error) {
+    $("config-summary").textContent = cfg.message;
+    $("config-json").textContent = "";
+    return;
+  }
+  $("config-summary").textContent = (cfg.file ? "From " + cfg.file + ", watched every " + cfg.watchInterval + ". " : "") +
+    "Reloadable live: " + cfg.reloadable.join(", ") + "; the rest needs a restart.";
+  $("config-last").textContent = describeReload(cfg.lastReload);
+  $("config-json").textContent = JSON.stringify(cfg.config, null, 2);
+}
+
 // ---- wiring ----
 
 function init() {
@@ -412,6 +451,14 @@ function init() {
     try {
       await api("DELETE", "/connections/" + enc(id));
       notice("closed connection " + id);
+    } catch (err) { notice(err.message, true); }
+    refresh();
+  });
+
+  $("config-reload").addEventListener("click", async () => {
+    try {
+      const r = await api("POST", "/config/reload", {});
+      notice(describeReload(r));
     } catch (err) { notice(err.message, true); }
     refresh();
   });
