@@ -76,6 +76,7 @@ type Ledger struct {
 	mu          sync.Mutex
 	sent        map[string]string // key → body
 	confirmed   map[string]string // key → the broker address that confirmed it
+	confirmedAt map[string]time.Time
 	deliveries  map[string][]string
 	held        map[string]bool // left unacknowledged by a consumer
 	lastDeliver time.Time
@@ -89,7 +90,7 @@ type Ledger struct {
 
 // New returns an empty ledger.
 func New() *Ledger {
-	return &Ledger{sent: map[string]string{}, confirmed: map[string]string{}, after: map[string]int{},
+	return &Ledger{sent: map[string]string{}, confirmed: map[string]string{}, confirmedAt: map[string]time.Time{}, after: map[string]int{},
 		deliveries: map[string][]string{}, held: map[string]bool{}}
 }
 
@@ -105,6 +106,7 @@ func (l *Ledger) Confirm(key, proto, addr string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.confirmed[key] = addr
+	l.confirmedAt[key] = time.Now()
 	if l.mark != nil && l.mark(addr) {
 		if l.firstAfter.IsZero() {
 			l.firstAfter = time.Now()
@@ -140,6 +142,20 @@ func (l *Ledger) After() map[string]int {
 		m[k] = v
 	}
 	return m
+}
+
+// FirstConfirmedSince returns the time of the first confirmation at or
+// after since of a key for which match is true (zero if none).
+func (l *Ledger) FirstConfirmedSince(since time.Time, match func(key string) bool) time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var first time.Time
+	for k, at := range l.confirmedAt {
+		if !at.Before(since) && (first.IsZero() || at.Before(first)) && match(k) {
+			first = at
+		}
+	}
+	return first
 }
 
 // Confirmations counts the protocol's confirmed messages, in all and

@@ -30,7 +30,7 @@ var allowed = map[string][]string{
 	"cmd/junction-bench":   {"internal/bench"},
 	"internal/authztest":   {"core"},
 	"internal/bench":       {},
-	"internal/clustertest": {"internal/ledger", "internal/faultproxy", "internal/netns"},
+	"internal/clustertest": {"internal/ledger", "internal/stomptest", "internal/faultproxy", "internal/netns"},
 	"internal/faultproxy":  {},
 	"internal/hostlist":    {},
 	"internal/ledger":      {"internal/stomptest"},
