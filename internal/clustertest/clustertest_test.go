@@ -88,6 +88,18 @@ func progress(t *testing.T, c *Cluster, r *Run, n int, what string) {
 	}
 }
 
+// faultTime is how long a fault lasts at least: several election
+// timeouts (1 s, randomised up to 2 s).
+const faultTime = 6 * time.Second
+
+// hold sleeps until faultTime has passed since the fault at.
+func hold(c *Cluster, at time.Time) {
+	if d := faultTime - time.Since(at); d > 0 {
+		time.Sleep(d)
+	}
+	c.Event("the fault lasted %v", time.Since(at).Round(time.Millisecond))
+}
+
 // healed waits for the whole cluster to be well again and for load
 // through every node.
 func healed(t *testing.T, c *Cluster, r *Run) {
@@ -161,6 +173,7 @@ func kill9Leader(t *testing.T, c *Cluster, r *Run, leaders map[uint64]uint64) {
 	c.Nodes[l].Kill9()
 	failedOver(t, c, r, g, l, at)
 	progress(t, c, r, 20, "after kill -9 of the leader")
+	hold(c, at)
 	c.Nodes[l].Start(false)
 	healed(t, c, r)
 }
@@ -184,6 +197,7 @@ func partitionLeader(t *testing.T, c *Cluster, r *Run, leaders map[uint64]uint64
 		}
 	}
 	progress(t, c, r, 20, "with the leader cut off")
+	hold(c, at)
 	c.Event("healing")
 	if err := c.Net.Heal(); err != nil {
 		t.Fatal(err)
@@ -200,11 +214,13 @@ func partitionMinority(t *testing.T, c *Cluster, r *Run, leaders map[uint64]uint
 	g, l := target(leaders)
 	f := third(home, l)
 	r.Mark(func(n uint64) bool { return n != f })
+	at := time.Now()
 	c.Event("isolating node %d, a follower of group %d (led by %d)", f, g, l)
 	if err := c.Net.Isolate(f); err != nil {
 		t.Fatal(err)
 	}
 	progress(t, c, r, 20, "with a follower cut off")
+	hold(c, at)
 	c.Event("healing")
 	if err := c.Net.Heal(); err != nil {
 		t.Fatal(err)
@@ -231,6 +247,7 @@ func oneWay(t *testing.T, c *Cluster, r *Run, leaders map[uint64]uint64) {
 	}
 	failedOver(t, c, r, g, l, at)
 	progress(t, c, r, 20, "with the leader's links cut one way")
+	hold(c, at)
 	c.Event("healing")
 	if err := c.Net.Heal(); err != nil {
 		t.Fatal(err)
@@ -271,6 +288,7 @@ func wipedRejoins(t *testing.T, c *Cluster, r *Run, leaders map[uint64]uint64) {
 	c.Nodes[w].Wipe()
 	failedOver(t, c, r, g, w, at)
 	progress(t, c, r, 20, "with a node killed and wiped")
+	hold(c, at)
 	c.Nodes[w].Start(true)
 	c.WaitHealthy(60 * time.Second)
 	caughtUp(t, c, w, 60*time.Second)
@@ -284,6 +302,7 @@ func wipedRejoins(t *testing.T, c *Cluster, r *Run, leaders map[uint64]uint64) {
 	c.Nodes[x].Kill9()
 	c.WaitHealthy(30 * time.Second)
 	progress(t, c, r, 20, "with the rejoined node in the majority")
+	hold(c, at)
 	c.Nodes[x].Start(false)
 	healed(t, c, r)
 }

@@ -185,7 +185,7 @@ func (r *Run) Finish() ledger.Counts {
 	violations := c.watch.Violations()
 	c.Event("checked: %v; drained %v; %s", counts, drained, c.watch.Summary())
 	if counts.Bad() > 0 || len(violations) > 0 {
-		c.T.Errorf("%v\n%stwo leaders in one term: %d %v\n%s", counts, counts.Details(), len(violations), violations, c.LogExcerpts())
+		c.T.Errorf("%v\n%stwo leaders in one term: %d %v\n%s", counts, c.Label(counts.Details()), len(violations), violations, c.LogExcerpts())
 	}
 	if counts.Held == 0 {
 		c.T.Errorf("no confirmed message was held unacknowledged: the round proved nothing about redelivery")

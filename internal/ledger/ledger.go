@@ -243,6 +243,9 @@ type Counts struct {
 	Lost, Unexpected, Corrupt, Unflagged, NotRedelivered int
 
 	LostKeys, UnexpectedKeys, CorruptKeys, UnflaggedKeys, NotRedeliveredKeys []string
+	// LostByProducer sums up the lost messages of each producer: how
+	// many, their sequence numbers, and who confirmed them.
+	LostByProducer []string
 }
 
 // Bad is the sum of the counts that must be zero.
@@ -261,7 +264,7 @@ func (c Counts) Details() string {
 	for _, s := range []struct {
 		name string
 		keys []string
-	}{{"lost", c.LostKeys}, {"unexpected", c.UnexpectedKeys}, {"corrupt", c.CorruptKeys},
+	}{{"lost by producer", c.LostByProducer}, {"lost", c.LostKeys}, {"unexpected", c.UnexpectedKeys}, {"corrupt", c.CorruptKeys},
 		{"unflagged duplicate", c.UnflaggedKeys}, {"not redelivered", c.NotRedeliveredKeys}} {
 		for _, k := range s.keys {
 			fmt.Fprintf(&b, "  %s: %s\n", s.name, k)
@@ -275,12 +278,36 @@ func (l *Ledger) Check() Counts {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	c := Counts{Sent: len(l.sent), Confirmed: len(l.confirmed)}
+	type span struct {
+		n, lo, hi int
+		by        map[string]bool
+	}
+	lost := map[string]*span{}
 	for k, by := range l.confirmed {
 		if len(l.deliveries[k]) == 0 {
 			c.Lost++
-			c.LostKeys = append(c.LostKeys, k+" confirmed by "+by)
+			c.LostKeys = append(c.LostKeys, k+" confirmed by "+by+" at "+l.confirmedAt[k].Format("15:04:05.000"))
+			p, _, _ := strings.Cut(k, "-")
+			_, seq, _ := Key([]byte(l.sent[k]))
+			sp := lost[p]
+			if sp == nil {
+				sp = &span{lo: seq, hi: seq, by: map[string]bool{}}
+				lost[p] = sp
+			}
+			sp.n++
+			sp.lo, sp.hi = min(sp.lo, seq), max(sp.hi, seq)
+			sp.by[by] = true
 		}
 	}
+	for p, sp := range lost {
+		var by []string
+		for b := range sp.by {
+			by = append(by, b)
+		}
+		sort.Strings(by)
+		c.LostByProducer = append(c.LostByProducer, fmt.Sprintf("%s: %d lost, seq %d..%d, confirmed by %v", p, sp.n, sp.lo, sp.hi, by))
+	}
+	sort.Strings(c.LostByProducer)
 	for k := range l.held {
 		if _, ok := l.confirmed[k]; !ok {
 			continue
