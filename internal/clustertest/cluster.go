@@ -358,7 +358,10 @@ func (n *Node) launch(join bool) {
 		"--ws", "", "--all", "", "--log-format", "json", "--log-level", "info", "--stomp-heart-beat-min", "0",
 		"--cluster-node-id", fmt.Sprint(n.ID), "--cluster-listen", n.Addrs.Cluster,
 		"--cluster-peers", n.c.Net.peers(n.ID, n.c.Nodes), "--cluster-insecure",
-		"--cluster-groups", fmt.Sprint(Groups), "--cluster-election-timeout", "1s"}
+		"--cluster-groups", fmt.Sprint(Groups), "--cluster-election-timeout", "1s",
+		// Every test client connects from one IP: the per-IP connection
+		// rate limit would throttle their failover as if one host did.
+		"--connection-rate-per-ip", "0"}
 	if join {
 		args = append(args, "--cluster-join")
 	}

@@ -80,11 +80,11 @@ func netnsNet(t testing.TB) Network { return NewNetnsNet(t, 3) }
 
 // progress waits for n confirmations of every protocol since the last
 // Mark, failing the test (but going on to the checks) if they do not
-// come within a minute.
+// come within 45 s.
 func progress(t *testing.T, c *Cluster, r *Run, n int, what string) {
 	t.Helper()
-	if !r.Progress(n, 60*time.Second) {
-		t.Errorf("%s: not every protocol had %d confirmations within 60s: %v\n%s", what, n, r.Ledger.After(), c.LogExcerpts())
+	if !r.Progress(n, 45*time.Second) {
+		t.Errorf("%s: not every protocol had %d confirmations within 45s: %v\n%s", what, n, r.Ledger.After(), c.LogExcerpts())
 	}
 }
 
@@ -131,7 +131,7 @@ func failedOver(t *testing.T, c *Cluster, r *Run, g, old uint64, from time.Time)
 	if !first.IsZero() {
 		took = first.Sub(from).Round(time.Millisecond).String()
 	}
-	c.Event("failover of group %d: node %d serves it %v after the fault; first confirmed send to %s %s after", g, by, elected.Round(time.Millisecond), q, took)
+	c.Event("failover of group %d: node %d serves it %v after the fault; first confirmation of a send to %s made since the fault %s after", g, by, elected.Round(time.Millisecond), q, took)
 }
 
 // firstOf is the first confirmation since from of a message sent to

@@ -178,7 +178,7 @@ func (r *Run) Finish() ledger.Counts {
 	r.producers.Wait()
 	c.Event("producers stopped: %v", r.Ledger.Check())
 	close(r.bounce)
-	drained := ledger.WaitUntil(60*time.Second, func() bool { return r.Ledger.Drained(2 * time.Second) })
+	drained := ledger.WaitUntil(45*time.Second, func() bool { return r.Ledger.Drained(2 * time.Second) })
 	close(r.stopConsumers)
 	r.consumers.Wait()
 	counts := r.Ledger.Check()

@@ -77,6 +77,7 @@ type Ledger struct {
 	sent        map[string]string // key → body
 	confirmed   map[string]string // key → the broker address that confirmed it
 	confirmedAt map[string]time.Time
+	sentAt      map[string]time.Time
 	deliveries  map[string][]string
 	held        map[string]bool // left unacknowledged by a consumer
 	lastDeliver time.Time
@@ -90,7 +91,7 @@ type Ledger struct {
 
 // New returns an empty ledger.
 func New() *Ledger {
-	return &Ledger{sent: map[string]string{}, confirmed: map[string]string{}, confirmedAt: map[string]time.Time{}, after: map[string]int{},
+	return &Ledger{sent: map[string]string{}, confirmed: map[string]string{}, confirmedAt: map[string]time.Time{}, sentAt: map[string]time.Time{}, after: map[string]int{},
 		deliveries: map[string][]string{}, held: map[string]bool{}}
 }
 
@@ -98,6 +99,7 @@ func New() *Ledger {
 func (l *Ledger) Send(key, body string) {
 	l.mu.Lock()
 	l.sent[key] = body
+	l.sentAt[key] = time.Now()
 	l.mu.Unlock()
 }
 
@@ -144,14 +146,14 @@ func (l *Ledger) After() map[string]int {
 	return m
 }
 
-// FirstConfirmedSince returns the time of the first confirmation at or
-// after since of a key for which match is true (zero if none).
+// FirstConfirmedSince returns the time of the first confirmation of a
+// message sent at or after since whose key match accepts (zero if none).
 func (l *Ledger) FirstConfirmedSince(since time.Time, match func(key string) bool) time.Time {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var first time.Time
 	for k, at := range l.confirmedAt {
-		if !at.Before(since) && (first.IsZero() || at.Before(first)) && match(k) {
+		if !l.sentAt[k].Before(since) && (first.IsZero() || at.Before(first)) && match(k) {
 			first = at
 		}
 	}
