@@ -423,7 +423,10 @@ func (n *Node) waitListening() {
 			}
 			select {
 			case <-done:
-				t.Fatalf("node %d exited (%v) before listening on %s:\n%s", n.ID, n.err, a, Tail(n.Log, 40))
+				n.mu.Lock()
+				err := n.err
+				n.mu.Unlock()
+				t.Fatalf("node %d exited (%v) before listening on %s:\n%s", n.ID, err, a, Tail(n.Log, 40))
 			default:
 			}
 			if time.Now().After(deadline) {

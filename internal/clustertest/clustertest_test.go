@@ -185,11 +185,11 @@ func TestClusterKill9Leader(t *testing.T) { runScenario(t, proxyNet, kill9Leader
 func partitionLeader(t *testing.T, c *Cluster, r *Run, leaders map[uint64]uint64) {
 	g, l := target(leaders)
 	r.Mark(func(n uint64) bool { return n != l })
-	at := time.Now()
 	c.Event("isolating node %d, leader of group %d", l, g)
 	if err := c.Net.Isolate(l); err != nil {
 		t.Fatal(err)
 	}
+	at := time.Now() // the packet filters of namespaces take a while to apply
 	failedOver(t, c, r, g, l, at)
 	if _, ok := c.Net.(*ProxyNet); ok { // in namespaces the console of the cut node is cut off too
 		if !ledger.WaitUntil(15*time.Second, func() bool { return !c.watch.Serving(l, g) }) {
@@ -236,7 +236,6 @@ func TestClusterNetnsPartitionMinority(t *testing.T) { runScenario(t, netnsNet, 
 func oneWay(t *testing.T, c *Cluster, r *Run, leaders map[uint64]uint64) {
 	g, l := target(leaders)
 	r.Mark(func(n uint64) bool { return n != l })
-	at := time.Now()
 	for id := range c.Nodes {
 		if id != l {
 			c.Event("cutting %d → %d one way", l, id)
@@ -245,6 +244,7 @@ func oneWay(t *testing.T, c *Cluster, r *Run, leaders map[uint64]uint64) {
 			}
 		}
 	}
+	at := time.Now()
 	failedOver(t, c, r, g, l, at)
 	progress(t, c, r, 20, "with the leader's links cut one way")
 	hold(c, at)

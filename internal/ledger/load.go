@@ -311,10 +311,10 @@ func (h *holder) hold(gen int) bool {
 	return false
 }
 
-// bounced returns a channel closed when l.Bounce is, for gen; after the
-// first bounce, never (the consumer drops its connection once).
-func (l Load) bounced(gen int, bounces *int) <-chan struct{} {
-	if l.Bounce == nil || *bounces > 0 {
+// bounced returns l.Bounce until the consumer has bounced once, then
+// nil (the consumer drops its connection once).
+func (l Load) bounced(bounces int) <-chan struct{} {
+	if l.Bounce == nil || bounces > 0 {
 		return nil
 	}
 	return l.Bounce
@@ -356,7 +356,7 @@ func StompConsumer(dest string, l Load) {
 			}
 		}()
 		via := "stomp@" + sc.addr
-		bounce := l.bounced(gen, &bounces)
+		bounce := l.bounced(bounces)
 	read:
 		for {
 			select {
@@ -408,7 +408,7 @@ func AMQPConsumer(address string, l Load) {
 			return
 		}
 		ctx, cancel := context.WithCancel(context.Background())
-		bounce := l.bounced(gen, &bounces)
+		bounce := l.bounced(bounces)
 		go func() {
 			select {
 			case <-l.Stop:
@@ -446,7 +446,8 @@ func AMQPConsumer(address string, l Load) {
 // (clean session false, a fixed client id), subscribing again at every
 // connection, and acknowledges everything it gets but what Hold keeps;
 // DUP is the redelivered flag. paho reconnects by itself, trying the
-// brokers in order.
+// brokers in order. It returns once the first subscription is granted
+// (or with the error), and runs until l.Stop.
 func MQTTConsumer(clientID, topic string, l Load) error {
 	h := holder{max: l.Hold}
 	var mu sync.Mutex
