@@ -14,6 +14,9 @@
 //	unflagged       delivered again without the redelivered flag
 //	not redelivered confirmed and held unacknowledged by a consumer
 //	                whose connection then ended, never delivered again
+//	reordered       delivered, not flagged redelivered, to a consumer
+//	                (one connection) after a later confirmed message
+//	                of the same producer: order per producer is lost
 //
 // All must be zero. A broker may deliver a durable message before the
 // confirmation; one that dies in between neither confirms nor keeps it,
@@ -87,6 +90,14 @@ type Ledger struct {
 	firstAfter time.Time              // first confirmation after the mark
 
 	unexpected, corrupt, unflagged []string
+	order                          []delivery // every delivery, in order
+}
+
+// delivery is one entry of the ledger's delivery log.
+type delivery struct {
+	via, key    string
+	seq         int
+	redelivered bool
 }
 
 // New returns an empty ledger.
@@ -173,8 +184,9 @@ func (l *Ledger) Confirmations(proto string) (total, after int) {
 	return total, l.after[proto]
 }
 
-// Deliver records a delivery of body (via names the consumer, for the
-// report) and checks it; it returns the body's key and sequence number.
+// Deliver records a delivery of body (via names the consumer: one name
+// per connection, for the order check and the report) and checks it; it
+// returns the body's key and sequence number.
 func (l *Ledger) Deliver(body []byte, redelivered bool, via string) (key string, seq int) {
 	key, seq, ok := Key(body)
 	l.mu.Lock()
@@ -191,6 +203,7 @@ func (l *Ledger) Deliver(body []byte, redelivered bool, via string) (key string,
 	if len(l.deliveries[key]) > 0 && !redelivered {
 		l.unflagged = append(l.unflagged, key+" via "+via+" (before: "+strings.Join(l.deliveries[key], ", ")+")")
 	}
+	l.order = append(l.order, delivery{via, key, seq, redelivered})
 	flag := ""
 	if redelivered {
 		flag = " redelivered"
@@ -242,9 +255,9 @@ func (l *Ledger) Drained(quiet time.Duration) bool {
 type Counts struct {
 	Sent, Confirmed, Deliveries, Held int
 
-	Lost, Unexpected, Corrupt, Unflagged, NotRedelivered int
+	Lost, Unexpected, Corrupt, Unflagged, NotRedelivered, Reordered int
 
-	LostKeys, UnexpectedKeys, CorruptKeys, UnflaggedKeys, NotRedeliveredKeys []string
+	LostKeys, UnexpectedKeys, CorruptKeys, UnflaggedKeys, NotRedeliveredKeys, ReorderedKeys []string
 	// LostByProducer sums up the lost messages of each producer: how
 	// many, their sequence numbers, and who confirmed them.
 	LostByProducer []string
@@ -252,12 +265,12 @@ type Counts struct {
 
 // Bad is the sum of the counts that must be zero.
 func (c Counts) Bad() int {
-	return c.Lost + c.Unexpected + c.Corrupt + c.Unflagged + c.NotRedelivered
+	return c.Lost + c.Unexpected + c.Corrupt + c.Unflagged + c.NotRedelivered + c.Reordered
 }
 
 func (c Counts) String() string {
-	return fmt.Sprintf("sent=%d confirmed=%d deliveries=%d held=%d: lost=%d unexpected=%d corrupt=%d unflagged=%d not-redelivered=%d",
-		c.Sent, c.Confirmed, c.Deliveries, c.Held, c.Lost, c.Unexpected, c.Corrupt, c.Unflagged, c.NotRedelivered)
+	return fmt.Sprintf("sent=%d confirmed=%d deliveries=%d held=%d: lost=%d unexpected=%d corrupt=%d unflagged=%d not-redelivered=%d reordered=%d",
+		c.Sent, c.Confirmed, c.Deliveries, c.Held, c.Lost, c.Unexpected, c.Corrupt, c.Unflagged, c.NotRedelivered, c.Reordered)
 }
 
 // Details lists the offending keys, one line each.
@@ -267,7 +280,7 @@ func (c Counts) Details() string {
 		name string
 		keys []string
 	}{{"lost by producer", c.LostByProducer}, {"lost", c.LostKeys}, {"unexpected", c.UnexpectedKeys}, {"corrupt", c.CorruptKeys},
-		{"unflagged duplicate", c.UnflaggedKeys}, {"not redelivered", c.NotRedeliveredKeys}} {
+		{"unflagged duplicate", c.UnflaggedKeys}, {"not redelivered", c.NotRedeliveredKeys}, {"reordered", c.ReorderedKeys}} {
 		for _, k := range s.keys {
 			fmt.Fprintf(&b, "  %s: %s\n", s.name, k)
 		}
@@ -323,6 +336,24 @@ func (l *Ledger) Check() Counts {
 	for _, d := range l.deliveries {
 		c.Deliveries += len(d)
 	}
+	// Order: per consumer connection and producer, the confirmed messages
+	// delivered without the redelivered flag come in the order sent.
+	last := map[[2]string]delivery{}
+	for _, d := range l.order {
+		if _, ok := l.confirmed[d.key]; !ok || d.redelivered {
+			continue
+		}
+		p, _, _ := strings.Cut(d.key, "-")
+		k := [2]string{d.via, p}
+		if prev, ok := last[k]; ok && d.seq < prev.seq {
+			c.Reordered++
+			c.ReorderedKeys = append(c.ReorderedKeys, fmt.Sprintf("%s after %s via %s", d.key, prev.key, d.via))
+		}
+		if prev, ok := last[k]; !ok || d.seq > prev.seq {
+			last[k] = d
+		}
+	}
+	c.ReorderedKeys = first20(c.ReorderedKeys)
 	c.Unexpected, c.Corrupt, c.Unflagged = len(l.unexpected), len(l.corrupt), len(l.unflagged)
 	c.UnexpectedKeys = first20(append([]string(nil), l.unexpected...))
 	c.CorruptKeys = first20(append([]string(nil), l.corrupt...))

@@ -355,7 +355,7 @@ func StompConsumer(dest string, l Load) {
 				}
 			}
 		}()
-		via := "stomp@" + sc.addr
+		via := fmt.Sprintf("stomp@%s#%d", sc.addr, gen)
 		bounce := l.bounced(bounces)
 	read:
 		for {
@@ -418,7 +418,7 @@ func AMQPConsumer(address string, l Load) {
 			}
 			cancel()
 		}()
-		via := "amqp@" + ac.addr
+		via := fmt.Sprintf("amqp@%s#%d", ac.addr, gen)
 		for {
 			m, err := r.Receive(ctx, nil)
 			if err != nil {
@@ -455,7 +455,7 @@ func MQTTConsumer(clientID, topic string, l Load) error {
 	gen := 0
 	handler := func(_ paho.Client, m paho.Message) {
 		mu.Lock()
-		via, g := "mqtt@"+addr, gen
+		via, g := fmt.Sprintf("mqtt@%s#%d", addr, gen), gen
 		mu.Unlock()
 		key, _ := l.Ledger.Deliver(m.Payload(), m.Duplicate(), via)
 		mu.Lock()
