@@ -21,8 +21,8 @@ import (
 // brokers, and a STOMP consumer acknowledges them; the backup takes
 // over; every client reconnects and goes on. It counts with the crash
 // test's ledger (package internal/ledger): lost, unexpected, corrupt,
-// unflagged and not redelivered (confirmed and left unacknowledged on
-// the killed broker, never delivered again by the new one).
+// unflagged, not redelivered (confirmed and left unacknowledged on the
+// killed broker, never delivered again by the new one) and reordered.
 //
 // All must be zero. Each round the killed broker restarts and becomes
 // the backup of the next. Rounds come from JUNCTION_HA_ROUNDS (default
@@ -80,7 +80,7 @@ func TestHAKill9Failover(t *testing.T) {
 		p.terminate(t)
 	}
 	sort.Slice(takeovers, func(i, j int) bool { return takeovers[i] < takeovers[j] })
-	t.Logf("%d rounds: %d confirmed, %d deliveries; lost=0 unexpected=0 corrupt=0 unflagged=0 not-redelivered=0; "+
+	t.Logf("%d rounds: %d confirmed, %d deliveries; lost=0 unexpected=0 corrupt=0 unflagged=0 not-redelivered=0 reordered=0; "+
 		"kill -9 to the first confirmation by the new live broker: median %v, max %v",
 		rounds, confirmed, delivered, takeovers[len(takeovers)/2], takeovers[len(takeovers)-1])
 }
