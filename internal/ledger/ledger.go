@@ -14,9 +14,9 @@
 //	unflagged       delivered again without the redelivered flag
 //	not redelivered confirmed and held unacknowledged by a consumer
 //	                whose connection then ended, never delivered again
-//	reordered       delivered, not flagged redelivered, to a consumer
-//	                (one connection) after a later confirmed message
-//	                of the same producer: order per producer is lost
+//	reordered       delivered for the first time to a consumer (one
+//	                connection) after a later confirmed message of the
+//	                same producer: order per producer is lost
 //
 // All must be zero. A broker may deliver a durable message before the
 // confirmation; one that dies in between neither confirms nor keeps it,
@@ -337,10 +337,14 @@ func (l *Ledger) Check() Counts {
 		c.Deliveries += len(d)
 	}
 	// Order: per consumer connection and producer, the confirmed messages
-	// delivered without the redelivered flag come in the order sent.
+	// delivered for the first time (and not flagged) come in the order
+	// sent. (A duplicate without the flag is counted as unflagged.)
 	last := map[[2]string]delivery{}
+	seen := map[string]bool{}
 	for _, d := range l.order {
-		if _, ok := l.confirmed[d.key]; !ok || d.redelivered {
+		first := !seen[d.key]
+		seen[d.key] = true
+		if _, ok := l.confirmed[d.key]; !ok || d.redelivered || !first {
 			continue
 		}
 		p, _, _ := strings.Cut(d.key, "-")
