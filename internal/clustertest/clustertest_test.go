@@ -37,14 +37,33 @@ func rounds(t *testing.T) int {
 const home = 1
 
 // target picks the group the scenario aims at: one led by a node other
-// than home, and that leader.
+// than home, and that leader (runScenario makes sure there is one).
 func target(leaders map[uint64]uint64) (g, leader uint64) {
 	for g := uint64(1); g <= Groups; g++ {
 		if leaders[g] != home {
 			return g, leaders[g]
 		}
 	}
-	return 1, leaders[1] // every group led by home: aim at it anyway
+	panic("every group is led by home")
+}
+
+// spread waits until a node other than home leads a group (the cluster
+// hands each group to its preferred node once it has caught up), and
+// returns the leaders.
+func spread(t *testing.T, c *Cluster) map[uint64]uint64 {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		leaders := c.WaitHealthy(30 * time.Second)
+		for _, l := range leaders {
+			if l != home {
+				return leaders
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("node %d still leads every group after 30s: %v", home, leaders)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }
 
 // third returns the node that is neither a nor b.
@@ -67,7 +86,7 @@ func runScenario(t *testing.T, newNet func(testing.TB) Network, body scenario) {
 			c := Start(t, newNet(t))
 			r := StartLoad(c, round, home)
 			time.Sleep(time.Duration(300+rand.IntN(1200)) * time.Millisecond)
-			leaders := c.WaitHealthy(30 * time.Second)
+			leaders := spread(t, c)
 			body(t, c, r, leaders)
 			counts := r.Finish()
 			c.Event("round %d: %v", round, counts)
