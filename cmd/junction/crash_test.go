@@ -17,6 +17,8 @@ import (
 	"time"
 
 	gostomp "github.com/go-stomp/stomp/v3"
+
+	"github.com/junctionmq/junction/internal/ledger"
 )
 
 // The crash test runs the real binary, kills it with SIGKILL while
@@ -178,24 +180,6 @@ func (p *brokerProc) stop(t *testing.T) {
 	}
 }
 
-// crashBody is what producer p sends as message seq: variable length, so
-// records cross file boundaries, and checkable byte for byte.
-func crashBody(p, seq int) string {
-	key := fmt.Sprintf("%d-%d-", p, seq)
-	n := 64 + (p*7919+seq*104729)%3000
-	return key + strings.Repeat(strconv.Itoa(seq%10), n)
-}
-
-func crashKey(body []byte) (string, int, int, bool) {
-	parts := strings.SplitN(string(body), "-", 3)
-	if len(parts) < 3 {
-		return "", 0, 0, false
-	}
-	p, err1 := strconv.Atoi(parts[0])
-	s, err2 := strconv.Atoi(parts[1])
-	return parts[0] + "-" + parts[1], p, s, err1 == nil && err2 == nil
-}
-
 // crashSetup builds the broker, writes a configuration with small
 // journal files (every round rolls over and reuses files) plus extra
 // persistence settings, and returns what each round needs.
@@ -286,8 +270,8 @@ func crashRound(t *testing.T, bin, data, conf string, round int, ev *journalEven
 					return
 				default:
 				}
-				body := crashBody(id, seq)
-				key, _, _, _ := crashKey([]byte(body))
+				body := ledger.Payload(id, seq)
+				key, _, _, _ := ledger.PayloadKey([]byte(body))
 				mu.Lock()
 				sent[key] = body
 				mu.Unlock()
@@ -325,7 +309,7 @@ func crashRound(t *testing.T, bin, data, conf string, round int, ev *journalEven
 		go func() {
 			defer wg.Done()
 			for m := range toAck {
-				key, _, _, _ := crashKey(m.Body)
+				key, _, _, _ := ledger.PayloadKey(m.Body)
 				if conn.Ack(m) != nil {
 					for range toAck {
 					}
@@ -345,7 +329,7 @@ func crashRound(t *testing.T, bin, data, conf string, round int, ev *journalEven
 				if !ok || m.Err != nil {
 					return
 				}
-				key, _, seq, _ := crashKey(m.Body)
+				key, _, seq, _ := ledger.PayloadKey(m.Body)
 				mu.Lock()
 				seen[key]++
 				mu.Unlock()
@@ -381,7 +365,7 @@ drain:
 			if m.Err != nil {
 				t.Fatalf("round %d: drain: %v\nbroker log after restart:\n%s", round, m.Err, p2.log())
 			}
-			key, _, _, ok := crashKey(m.Body)
+			key, _, _, ok := ledger.PayloadKey(m.Body)
 			want, wasSent := sent[key]
 			switch {
 			case !ok || !wasSent:
