@@ -783,7 +783,7 @@ func (b *Broker) deliver(a *address, m *Message, now time.Time, o sendOpts) (pen
 	// further, and an id whose send fails is forgotten, so that the
 	// producer's next try is taken.
 	var de *dupEntry
-	if key := dupKey(m); key != "" && !o.journaled {
+	if key := dupKey(m, a.settings.DuplicateIDFromMessageID); key != "" && !o.journaled {
 		var dup bool
 		if de, dup = b.claimDup(a.name, key); dup {
 			b.countDup(a.name)

@@ -934,7 +934,7 @@ func (t *Tx) claimDups(addrs []*address) ([]*dupEntry, error) {
 	b := t.s.b
 	var ids []*dupEntry
 	for i, m := range t.sends {
-		key := dupKey(m)
+		key := dupKey(m, addrs[i].settings.DuplicateIDFromMessageID)
 		if key == "" {
 			continue
 		}
@@ -949,7 +949,7 @@ func (t *Tx) claimDups(addrs []*address) ([]*dupEntry, error) {
 					b.settleDup(addrs[j].name, x, ErrDuplicateID)
 				}
 			}
-			return nil, fmt.Errorf("%w: %q on %q", ErrDuplicateID, m.Properties[PropDuplicateID], addrs[i].name)
+			return nil, fmt.Errorf("%w: %q on %q", ErrDuplicateID, key[strings.IndexByte(key, 0)+1:], addrs[i].name)
 		}
 		ids[i] = e
 	}

@@ -309,6 +309,9 @@ type addressJSON struct {
 	Queues    []string `json:"queues"`
 	Routed    uint64   `json:"routed"`
 	Unrouted  uint64   `json:"unrouted"`
+	// Duplicates counts the sends refused as duplicates (_AMQ_DUPL_ID)
+	// since the broker started.
+	Duplicates uint64 `json:"duplicates"`
 }
 
 func (s *Server) addresses() []addressJSON {
@@ -317,6 +320,7 @@ func (s *Server) addresses() []addressJSON {
 		stats[a.Name] = a
 	}
 	infos := s.b.Addresses()
+	dups := s.b.Duplicates()
 	out := make([]addressJSON, 0, len(infos))
 	for _, a := range infos {
 		qs := a.Queues
@@ -325,7 +329,7 @@ func (s *Server) addresses() []addressJSON {
 		}
 		st := stats[a.Name]
 		out = append(out, addressJSON{Name: a.Name, Anycast: a.Anycast, Multicast: a.Multicast, Temporary: a.Temporary,
-			Queues: qs, Routed: st.Routed, Unrouted: st.Unrouted})
+			Queues: qs, Routed: st.Routed, Unrouted: st.Unrouted, Duplicates: dups[a.Name]})
 	}
 	slices.SortFunc(out, func(a, b addressJSON) int { return strings.Compare(a.Name, b.Name) })
 	return out

@@ -21,6 +21,7 @@ type collector struct {
 	jAppends, jSyncs, jBatches, jBatchRecords, jCompaction *prometheus.Desc
 	jSyncSeconds, jFiles, jBytes                           *prometheus.Desc
 	authzDenials                                           *prometheus.Desc
+	duplicates                                             *prometheus.Desc
 }
 
 func newCollector(cfg Config, b *core.Broker) *collector {
@@ -53,6 +54,7 @@ func newCollector(cfg Config, b *core.Broker) *collector {
 		jFiles:         d("journal_files", "Message journal files on disk."),
 		jBytes:         d("journal_bytes", "Bytes of the message journal's files on disk."),
 		authzDenials:   d("authorization_denials_total", "Client operations the Authorizer refused.", pl...),
+		duplicates:     d("address_duplicates_total", "Sends refused as duplicates of an earlier one (_AMQ_DUPL_ID) since the broker started.", "address"),
 	}
 }
 
@@ -64,6 +66,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 		ch <- d
 	}
 	ch <- c.authzDenials
+	ch <- c.duplicates
 }
 
 // Collect implements prometheus.Collector.
@@ -85,6 +88,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		m(c.queueDeq, counter, float64(q.Dequeued), q.Name, q.Address)
 	}
 	m(c.addresses, gauge, float64(len(c.b.Addresses())))
+	for a, n := range c.b.Duplicates() {
+		m(c.duplicates, counter, float64(n), a)
+	}
 
 	_, denials := c.b.AuthzDenials()
 	for _, p := range c.b.ProtocolStats() {
