@@ -50,12 +50,9 @@ type Settings struct {
 	// queue (lvq.go): a new message replaces the queued one with the same
 	// value. Empty: only messages with _AMQ_LVQ_NAME are keyed.
 	LastValueKey string
-	// NonDestructive makes the address's last-value queues keep the
-	// messages their consumers ack (lvq.go): each new consumer gets the
-	// latest value of every key.
-	NonDestructive bool
 	// RingSize bounds the messages each queue of the address holds; when
-	// it is full the oldest ready one is dropped (counted). 0 = no bound.
+	// it is full the oldest waiting one is dropped (counted, lvq.go).
+	// 0 = no bound.
 	RingSize int64
 }
 
@@ -96,7 +93,7 @@ func (p FullPolicy) valid() bool {
 //	slow-consumer-threshold 0 (off), slow-consumer-policy NOTIFY
 //	id-cache-size          20000
 //	duplicate-id-from-message-id false
-//	last-value-key         "" (only _AMQ_LVQ_NAME keys), non-destructive false
+//	last-value-key         "" (only _AMQ_LVQ_NAME keys)
 //	ring-size              0 (off)
 func DefaultSettings() Settings {
 	return Settings{
@@ -136,7 +133,6 @@ type AddressSettings struct {
 	// (dedup.go, lvq.go).
 	DuplicateIDFromMessageID *bool   `yaml:"duplicate-id-from-message-id"`
 	LastValueKey             *string `yaml:"last-value-key"`
-	NonDestructive           *bool   `yaml:"non-destructive"`
 	RingSize                 *int64  `yaml:"ring-size"`
 }
 
@@ -229,9 +225,6 @@ func (a *AddressSettings) applyTo(s *Settings) {
 	}
 	if a.LastValueKey != nil {
 		s.LastValueKey = *a.LastValueKey
-	}
-	if a.NonDestructive != nil {
-		s.NonDestructive = *a.NonDestructive
 	}
 	if a.RingSize != nil {
 		s.RingSize = *a.RingSize

@@ -424,6 +424,7 @@ type queueJSON struct {
 	Expired       uint64     `json:"expired"`
 	DeadLettered  uint64     `json:"deadLettered"`
 	Dropped       uint64     `json:"dropped"`
+	Replaced      uint64     `json:"replaced"`
 	Paged         int64      `json:"paged"`
 	Bytes         int64      `json:"bytes"`
 	MaxBytes      int64      `json:"maxBytes"`
@@ -434,7 +435,7 @@ func queueOf(q core.QueueStats) queueJSON {
 	return queueJSON{Name: q.Name, Address: q.Address, RoutingType: q.RoutingType.String(), Durable: q.Durable,
 		Temporary: q.Temporary, ClientID: q.ClientID, Selector: q.Selector, Depth: q.Depth, InFlight: q.InFlight, Scheduled: q.Scheduled,
 		Consumers: q.Consumers, Enqueued: q.Enqueued, Dequeued: q.Dequeued, Expired: q.Expired,
-		DeadLettered: q.DeadLettered, Dropped: q.Dropped, Paged: q.Paged, Bytes: q.Bytes, MaxBytes: q.MaxBytes,
+		DeadLettered: q.DeadLettered, Dropped: q.Dropped, Replaced: q.Replaced, Paged: q.Paged, Bytes: q.Bytes, MaxBytes: q.MaxBytes,
 		OldestMessage: timePtr(q.OldestMessage)}
 }
 
