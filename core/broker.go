@@ -115,6 +115,7 @@ type Broker struct {
 	recovered      RecoveryStats
 	denials        denialCounts // authorization refusals (authz.go)
 	dup            dups         // duplicate ids per address (dedup.go)
+	sched          scheduler    // repeating messages (schedule.go)
 	dupCount       dupCounts
 	guards         guardCounts // pre-authentication budget and refusals, frame timeouts (preauth.go)
 
@@ -202,6 +203,9 @@ func New(cfg Config) (*Broker, error) {
 		return nil, err
 	}
 	b.recovered = rs
+	if err := b.startScheduler(); err != nil {
+		return nil, err
+	}
 	if cfg.Disk.Usage != nil {
 		b.checkDisk(cfg.Disk)
 		b.wg.Add(1)
@@ -221,6 +225,7 @@ func New(cfg Config) (*Broker, error) {
 // first; Close is idempotent.
 func (b *Broker) Close() error {
 	b.once.Do(func() {
+		b.stopScheduler()
 		b.mu.Lock()
 		b.closed = true
 		for _, q := range b.queues {

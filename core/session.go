@@ -183,6 +183,21 @@ func (s *Session) send(ctx context.Context, m *Message, done func(error)) error 
 	if err := s.authorizeSend(m.Address, now); err != nil {
 		return err
 	}
+	if len(m.Properties) > 0 {
+		// Scheduling properties (schedule.go): a later delivery time, or
+		// a repeating message the scheduler keeps.
+		spec, err := applySchedule(m, now)
+		if err != nil {
+			return err
+		}
+		if spec != nil {
+			if err := s.b.addJob(m, spec, now, done); err != nil {
+				return err
+			}
+			s.countIn(1, len(m.Body))
+			return nil
+		}
+	}
 	o := sendOpts{done: done, s: s, wait: !s.opts.NoWait}
 	pending, err := s.b.routeWith(m, now, o)
 	for errors.Is(err, errBlocked) {
@@ -871,6 +886,12 @@ func (t *Tx) Commit(ctx context.Context) error {
 	for i, m := range t.sends {
 		m.origin = t.s.id
 		err := b.prepare(m, t.s.opts.User, now)
+		if err == nil {
+			var spec *jobSpec
+			if spec, err = applySchedule(m, now); err == nil && spec != nil {
+				err = fmt.Errorf("%w: a repeating message (%s, %s) cannot be sent in a transaction", ErrInvalidMessage, PropScheduledRepeat, PropScheduledCron)
+			}
+		}
 		if err == nil {
 			addrs[i], err = b.resolve(m, t.s)
 		}

@@ -39,6 +39,7 @@ func (s *Server) routes() {
 	s.route("/queues/{name}/purge", map[string]http.HandlerFunc{"POST": s.purgeQueue})
 	s.route("/queues/{name}/move", map[string]http.HandlerFunc{"POST": s.moveMessages})
 	s.route("/queues/{name}/messages", map[string]http.HandlerFunc{"GET": s.browse})
+	s.scheduledRoutes()
 	s.route("/subscriptions", map[string]http.HandlerFunc{"GET": s.listSubscriptions})
 	s.route("/connections", map[string]http.HandlerFunc{"GET": s.listConnections})
 	s.route("/connections/{id}", map[string]http.HandlerFunc{"DELETE": s.closeConnection})
@@ -70,7 +71,7 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	status := http.StatusInternalServerError
 	switch {
 	case errors.Is(err, core.ErrQueueNotFound), errors.Is(err, core.ErrAddressNotFound),
-		errors.Is(err, core.ErrConnectionNotFound):
+		errors.Is(err, core.ErrConnectionNotFound), errors.Is(err, core.ErrScheduledNotFound):
 		status = http.StatusNotFound
 	case errors.Is(err, core.ErrQueueExists), errors.Is(err, core.ErrSubscriptionInUse),
 		errors.Is(err, core.ErrAddressFull):

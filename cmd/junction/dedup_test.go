@@ -81,6 +81,12 @@ func TestDuplicateDetectionFromEveryProtocol(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sc.Disconnect()
+	// The MQTT part's subscriber, in place before MQTT publishes (the
+	// receipts below come after it).
+	sub, err := sc.Subscribe("/topic/dd.mqtt", gostomp.AckAuto)
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	// STOMP: both sends get their RECEIPT; one is delivered.
 	for _, body := range []string{"s1", "s1 again", "s2"} {
@@ -128,10 +134,6 @@ func TestDuplicateDetectionFromEveryProtocol(t *testing.T) {
 
 	// MQTT 5: a user property; both PUBACKs come, a subscriber of the
 	// topic gets one message.
-	sub, err := sc.Subscribe("/topic/dd.mqtt", gostomp.AckAuto)
-	if err != nil {
-		t.Fatal(err)
-	}
 	mc := paho5.NewClient(paho5.ClientConfig{ClientID: "dd-mqtt5", Conn: dialTCP(t, in.addrs["mqtt"].String())})
 	if _, err := mc.Connect(ctx, &paho5.Connect{ClientID: "dd-mqtt5", KeepAlive: 30, CleanStart: true}); err != nil {
 		t.Fatal(err)
