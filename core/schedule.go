@@ -234,22 +234,25 @@ func decodeJob(id uint64, p []byte) (*schedJob, error) {
 	return j, nil
 }
 
-// startScheduler opens the scheduler's session and arms the jobs a
-// previous run left in the journal. An access broker (cluster mode) has
-// none: its groups' brokers schedule.
+// startScheduler arms the jobs a previous run left in the journal. The
+// scheduler's session is opened with the first job (schedSessLocked): a
+// broker that never has one never holds it. An access broker (cluster
+// mode) keeps no jobs: its groups' brokers do.
 func (b *Broker) startScheduler() error {
 	if b.cluster != nil {
 		return nil
 	}
-	s, err := b.NewSession(SessionOptions{ClientID: schedulerClientID})
-	if err != nil {
-		return err
-	}
+	recs := b.clientRecords(schedulerClientID)
 	b.sched.mu.Lock()
 	defer b.sched.mu.Unlock()
-	b.sched.sess = s
 	b.sched.jobs = make(map[uint64]*schedJob)
-	for _, r := range b.clientRecords(schedulerClientID) {
+	if len(recs) == 0 {
+		return nil
+	}
+	if _, err := b.schedSessLocked(); err != nil {
+		return err
+	}
+	for _, r := range recs {
 		id, err := strconv.ParseUint(r.Key, 10, 64)
 		if err != nil {
 			return fmt.Errorf("%w: scheduled job key %q", errCorruptRecord, r.Key)
@@ -262,6 +265,23 @@ func (b *Broker) startScheduler() error {
 		b.armLocked(j)
 	}
 	return nil
+}
+
+// schedSessLocked returns the scheduler's session, opening it on first
+// use (Broker.sched.mu -> Broker.mu).
+func (b *Broker) schedSessLocked() (*Session, error) {
+	if b.sched.sess != nil {
+		return b.sched.sess, nil
+	}
+	if b.sched.closed || b.sched.jobs == nil {
+		return nil, ErrClosed
+	}
+	s, err := b.NewSession(SessionOptions{ClientID: schedulerClientID})
+	if err != nil {
+		return nil, err
+	}
+	b.sched.sess = s
+	return s, nil
 }
 
 // stopScheduler stops the jobs' timers (Close).
@@ -302,9 +322,9 @@ func (b *Broker) addJob(m *Message, spec *jobSpec, now time.Time, done func(erro
 		}
 	}
 	b.sched.mu.Lock()
-	if b.sched.sess == nil || b.sched.closed {
+	if _, err := b.schedSessLocked(); err != nil {
 		b.sched.mu.Unlock()
-		return ErrClosed
+		return err
 	}
 	b.sched.jobs[j.id] = j
 	rec := encodeJob(j)
