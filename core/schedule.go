@@ -157,6 +157,9 @@ type schedJob struct {
 	fired uint64    // copies sent in all
 	timer *time.Timer
 	busy  bool // a copy is being committed
+	// cancelled while busy: the commit under way writes the job's
+	// record, so fire deletes it once that is done.
+	cancelled bool
 }
 
 // due is the time of the job's next copy.
@@ -308,8 +311,17 @@ func (b *Broker) armLocked(j *schedJob) {
 	}
 }
 
+// txDup is a duplicate id a transaction writes with its client records:
+// a repeating message's, with its job.
+type txDup struct {
+	address string
+	e       *dupEntry
+}
+
 // addJob keeps m as a repeating job; done (if not nil) is called once
-// the job is in the journal.
+// the job is in the journal. A duplicate id (dedup.go) is checked as for
+// any send, and written with the job in one journal transaction: a
+// producer that sends the message again does not start a second job.
 func (b *Broker) addJob(m *Message, spec *jobSpec, now time.Time, done func(error)) error {
 	j := &schedJob{id: m.ID, tmpl: m, spec: *spec, base: now}
 	if !m.DeliveryTime.IsZero() && spec.cron == nil {
@@ -322,29 +334,43 @@ func (b *Broker) addJob(m *Message, spec *jobSpec, now time.Time, done func(erro
 		}
 	}
 	b.sched.mu.Lock()
-	if _, err := b.schedSessLocked(); err != nil {
-		b.sched.mu.Unlock()
+	sess, err := b.schedSessLocked()
+	b.sched.mu.Unlock()
+	if err != nil {
 		return err
 	}
-	b.sched.jobs[j.id] = j
-	rec := encodeJob(j)
-	b.sched.mu.Unlock()
-	b.setClientRecord(schedulerClientID, strconv.FormatUint(j.id, 10), rec, func(err error) {
-		if err == nil {
-			b.sched.mu.Lock()
-			if b.sched.jobs[j.id] == j {
-				b.armLocked(j)
+	var de *dupEntry
+	if key := dupKey(m, b.settings.resolve(m.Address).DuplicateIDFromMessageID); key != "" {
+		var dup bool
+		if de, dup = b.claimDup(m.Address, key); dup {
+			b.countDup(m.Address)
+			if done != nil {
+				b.waitDup(de, done)
 			}
-			b.sched.mu.Unlock()
-		} else {
-			b.sched.mu.Lock()
-			delete(b.sched.jobs, j.id)
-			b.sched.mu.Unlock()
+			return nil
 		}
-		if done != nil {
-			done(err)
+	}
+	tx, err := sess.Begin()
+	if err == nil {
+		tx.SetClientRecord(strconv.FormatUint(j.id, 10), encodeJob(j))
+		if de != nil {
+			tx.dups = append(tx.dups, txDup{m.Address, de})
 		}
-	})
+		err = tx.Commit(context.Background())
+	}
+	if de != nil {
+		b.settleDup(m.Address, de, err)
+	}
+	if err != nil {
+		return err
+	}
+	b.sched.mu.Lock()
+	b.sched.jobs[j.id] = j
+	b.armLocked(j)
+	b.sched.mu.Unlock()
+	if done != nil {
+		done(nil)
+	}
 	return nil
 }
 
@@ -387,8 +413,14 @@ func (b *Broker) fire(j *schedJob) {
 	b.sched.mu.Lock()
 	defer b.sched.mu.Unlock()
 	j.busy = false
-	if b.sched.jobs[j.id] != j {
-		return // cancelled meanwhile; the cancel deleted the record
+	if j.cancelled {
+		// Cancelled while the copy was committed: the record is still
+		// there (rewritten, or untouched by a failed commit) unless the
+		// commit ended the job.
+		if err != nil || more {
+			b.setClientRecord(schedulerClientID, strconv.FormatUint(j.id, 10), nil, nil)
+		}
+		return
 	}
 	if err != nil {
 		if b.sched.closed || errors.Is(err, ErrClosed) || errors.Is(err, ErrSessionClosed) {
@@ -470,7 +502,12 @@ func (b *Broker) CancelJob(id uint64) error {
 	if j.timer != nil {
 		j.timer.Stop()
 	}
+	j.cancelled = true
+	busy := j.busy
 	b.sched.mu.Unlock()
+	if busy {
+		return nil // fire deletes the record after its commit
+	}
 	ch := make(chan error, 1)
 	b.setClientRecord(schedulerClientID, strconv.FormatUint(id, 10), nil, func(err error) { ch <- err })
 	return <-ch

@@ -162,3 +162,32 @@ func TestCronJobCancelled(t *testing.T) {
 		t.Fatalf("a repeating message in a transaction: %v", err)
 	}
 }
+
+func TestRepeatingMessageDuplicateIDStartsOneJob(t *testing.T) {
+	msgs, bindings := newMemJournal(), newMemJournal()
+	b1 := durableBroker(t, msgs, bindings)
+	s1 := newSession(t, b1, "")
+	m := func() *Message {
+		return schedMsg("jobdup", "j", map[string]any{PropScheduledCron: "0 0 1 1 *", PropDuplicateID: "job-1"})
+	}
+	for range 2 {
+		if err := s1.Send(context.Background(), m()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := len(b1.ScheduledJobs()); n != 1 || b1.Duplicates()["jobdup"] != 1 {
+		t.Fatalf("%d jobs, %d duplicates; want 1 and 1", n, b1.Duplicates()["jobdup"])
+	}
+	s1.Close()
+	b1.Close()
+	// The id is in the journal with the job: a resend after a restart
+	// is a duplicate too.
+	b2 := durableBroker(t, msgs, bindings)
+	s2 := newSession(t, b2, "")
+	if err := s2.Send(context.Background(), m()); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(b2.ScheduledJobs()); n != 1 || b2.Duplicates()["jobdup"] != 1 {
+		t.Fatalf("after a restart: %d jobs, %d duplicates; want 1 and 1", n, b2.Duplicates()["jobdup"])
+	}
+}

@@ -795,6 +795,7 @@ type Tx struct {
 	sends   []*Message
 	acks    []*ref
 	records []recordOp // client records (records.go)
+	dups    []txDup    // duplicate ids written with the records (schedule.go)
 	done    bool
 }
 
@@ -1034,6 +1035,14 @@ func (t *Tx) journal(addrs []*address, dupIDs []*dupEntry) (recIDs []uint64, rec
 		} else {
 			b.msgs.UpdateTx(txID, r.msg.ID, recAckRef, binary.AppendUvarint(nil, r.q.id))
 		}
+		n++
+	}
+	for _, d := range t.dups {
+		record := b.msgID.Add(1)
+		b.dup.mu.Lock()
+		d.e.record = record
+		b.dup.mu.Unlock()
+		b.msgs.AppendTx(txID, record, recDuplicateID, dupRecord(d.address, d.e.key))
 		n++
 	}
 	if n == 0 {
