@@ -160,6 +160,7 @@ type schedJob struct {
 	// cancelled while busy: the commit under way writes the job's
 	// record, so fire deletes it once that is done.
 	cancelled bool
+	retry     time.Duration // wait before trying a failed copy again
 }
 
 // due is the time of the job's next copy.
@@ -426,10 +427,16 @@ func (b *Broker) fire(j *schedJob) {
 		if b.sched.closed || errors.Is(err, ErrClosed) || errors.Is(err, ErrSessionClosed) {
 			return
 		}
-		b.log.Warn().Err(err).Uint64("job", j.id).Str("address", j.tmpl.Address).Msg("scheduled message not sent; trying again in a second")
-		j.timer.Reset(time.Second)
+		// Tried again, backing off from a second to a minute: the
+		// address may come back (auto-create off, a full queue with
+		// FAIL, the disk over its limit).
+		j.retry = min(max(2*j.retry, time.Second), time.Minute)
+		b.log.Warn().Err(err).Uint64("job", j.id).Str("address", j.tmpl.Address).Dur("retry_in", j.retry).
+			Msg("scheduled message not sent; trying again")
+		j.timer.Reset(j.retry)
 		return
 	}
+	j.retry = 0
 	j.k, j.base, j.fired = next.k, next.base, next.fired
 	if !more {
 		delete(b.sched.jobs, j.id)

@@ -191,3 +191,12 @@ func TestRepeatingMessageDuplicateIDStartsOneJob(t *testing.T) {
 		t.Fatalf("after a restart: %d jobs, %d duplicates; want 1 and 1", n, b2.Duplicates()["jobdup"])
 	}
 }
+
+func TestRepeatingMessageNeedsItsAddress(t *testing.T) {
+	b := newBroker(t, AddressSettings{Match: "fixed.#", AutoCreate: ptrTo(false)})
+	s := newSession(t, b, "")
+	err := s.Send(context.Background(), schedMsg("fixed.none", "x", map[string]any{PropScheduledRepeat: "1"}))
+	if !errors.Is(err, ErrAddressNotFound) || len(b.ScheduledJobs()) != 0 {
+		t.Fatalf("a job for a missing address: %v, %d jobs", err, len(b.ScheduledJobs()))
+	}
+}

@@ -191,6 +191,12 @@ func (s *Session) send(ctx context.Context, m *Message, done func(error)) error 
 			return err
 		}
 		if spec != nil {
+			// The address is checked (and auto-created) now, as for
+			// any send: a job for an address that cannot take it is
+			// refused to its producer.
+			if _, err := s.b.resolve(m, s); err != nil {
+				return err
+			}
 			if err := s.b.addJob(m, spec, now, done); err != nil {
 				return err
 			}
