@@ -231,6 +231,7 @@ function queueCells(tr, q) {
   const cells = [
     ["name", q.name], ["address", q.address], ["routing", q.routingType], ["durable", q.durable ? "yes" : ""],
     ["depth num", fmtNum(q.depth)], ["inflight num", fmtNum(q.inFlight)], ["paged num", fmtNum(q.paged || 0)],
+    ["scheduled num", fmtNum(q.scheduled || 0)],
     ["consumers num", fmtNum(q.consumers)],
     ["enqueued num", fmtNum(q.enqueued)], ["dequeued num", fmtNum(q.dequeued)], ["oldest", fmtAge(q.oldestMessage)],
   ];
