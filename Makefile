@@ -13,9 +13,8 @@ help: ## list the targets
 run: ## start the broker with embedded defaults
 	$(GO) run ./cmd/junction
 
-build: ## build bin/junction and bin/junction-bench
+build: ## build bin/junction (its load generator is `junction bench`)
 	$(GO) build -o bin/junction ./cmd/junction
-	$(GO) build -o bin/junction-bench ./cmd/junction-bench
 
 test: ## run every test (short fuzz seeds included)
 	$(GO) test -count=1 $(PKGS)
@@ -41,7 +40,7 @@ bench: ## core and codec micro-benchmarks, then STOMP end to end
 	$(MAKE) bench-stomp
 
 # STOMP end to end: a fresh broker on a loopback port, driven by
-# junction-bench (the go-stomp client); with ActiveMQ running on
+# `junction bench stomp` (the go-stomp client); with ActiveMQ running on
 # AMQ_ADDR (../shared/peers/start.sh activemq) the same scenarios run
 # against it in the same loop, alternating, so both see the same machine.
 BENCH_ADDR ?= 127.0.0.1:61699
@@ -56,8 +55,8 @@ bench-stomp: build ## STOMP end to end over loopback, side by side with ActiveMQ
 	amq=$$(cat $${PEERS_DIR:-/tmp/broker-peers-$$(id -u)}/activemq/activemq.pid 2>/dev/null); \
 	kill -0 "$$amq" 2>/dev/null || amq=; \
 	for run in 1 2 3; do for s in $(SCENARIOS); do \
-	  echo "junction $$s"; ./bin/junction-bench stomp -addr $(BENCH_ADDR) -scenario $$s $(BENCH_ARGS) -pid $$pid || exit 1; \
-	  if [ -n "$$amq" ]; then echo "activemq $$s"; ./bin/junction-bench stomp -addr $(AMQ_ADDR) -scenario $$s $(BENCH_ARGS) -pid $$amq || exit 1; fi; \
+	  echo "junction $$s"; ./bin/junction bench stomp -addr $(BENCH_ADDR) -scenario $$s $(BENCH_ARGS) -pid $$pid || exit 1; \
+	  if [ -n "$$amq" ]; then echo "activemq $$s"; ./bin/junction bench stomp -addr $(AMQ_ADDR) -scenario $$s $(BENCH_ARGS) -pid $$amq || exit 1; fi; \
 	done; done
 
 # Browser end to end: a page with stompjs, MQTT.js and rhea (bundled

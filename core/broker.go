@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -67,6 +68,15 @@ type Config struct {
 	// keeps no queues or journals of its own (Messages, Bindings, Large
 	// and Pager must be nil).
 	Cluster Cluster
+	// VisibleWhenStored holds a durable message back from its queues
+	// until it is stored, instead of making it visible at once: a
+	// cluster's group broker, whose store is a replicated log, must not
+	// hand out a message that a change of leader could leave uncommitted
+	// (its producer, told the outcome is unknown, would send it again,
+	// and a consumer would get it twice, the second time unflagged). The
+	// completions of the store must then come in the order of the writes
+	// to keep each producer's order.
+	VisibleWhenStored bool
 	// PreAuthBudget bounds the bytes held for connections that have not
 	// authenticated yet, all together (preauth.go); 0 means no bound
 	// (the bytes are still counted).
@@ -602,6 +612,12 @@ func (b *Broker) resolve(m *Message, sender *Session) (*address, error) {
 	if closed {
 		return nil, ErrClosed
 	}
+	if m.RoutingType == QueueElseTopic {
+		m.RoutingType = Multicast
+		if a != nil && b.supports(a, Anycast) {
+			m.RoutingType = Anycast
+		}
+	}
 	if a != nil && b.supports(a, m.RoutingType) {
 		if m.RoutingType == RoutingDefault {
 			m.RoutingType = b.defaultRouting(a)
@@ -781,8 +797,9 @@ var ErrDiskFull = errors.New("core: disk limit reached: durable sends are refuse
 
 // deliver journals or pages m where it must (see route) and enqueues it
 // on the queues of a resolved address that hold it in memory. A durable
-// message becomes visible to consumers at once; only its producer's
-// confirmation waits for the sync.
+// message becomes visible to consumers at once (unless
+// Config.VisibleWhenStored); only its producer's confirmation waits for
+// the sync.
 func (b *Broker) deliver(a *address, m *Message, now time.Time, o sendOpts) (pending bool, err error) {
 	// A duplicate id (dedup.go) is claimed first: a duplicate goes no
 	// further, and an id whose send fails is forgotten, so that the
@@ -890,6 +907,18 @@ func (b *Broker) deliver(a *address, m *Message, now time.Time, o sendOpts) (pen
 		}
 	}
 	done := o.done
+	held := persist && b.cfg.VisibleWhenStored
+	if held {
+		stored, queues := done, slices.Clone(qs)
+		done = func(err error) {
+			if err == nil {
+				for _, q := range queues {
+					q.enqueue(m, now)
+				}
+			}
+			stored(err)
+		}
+	}
 	if n := len(stores) + btoi(persist); n > 0 {
 		if done == nil {
 			done = b.logStoreErr
@@ -920,8 +949,10 @@ func (b *Broker) deliver(a *address, m *Message, now time.Time, o sendOpts) (pen
 		st.Sync(done)
 		pending = true
 	}
-	for _, q := range qs {
-		q.enqueue(m, now)
+	if !held {
+		for _, q := range qs {
+			q.enqueue(m, now)
+		}
 	}
 	return pending && o.done != nil, nil
 }

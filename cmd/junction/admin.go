@@ -20,7 +20,7 @@ import (
 	gostomp "github.com/go-stomp/stomp/v3"
 	"github.com/go-stomp/stomp/v3/frame"
 
-	"github.com/junctionmq/junction/internal/stomptest"
+	"github.com/junctionmq/junction/internal/stompclient"
 )
 
 // The admin commands talk to a running broker: queue and conn through
@@ -453,7 +453,7 @@ func runSend(args []string, getenv func(string) string, stdin io.Reader, stdout,
 			return err
 		}
 	}
-	c, err := gostomp.Dial("tcp", *addr, gostomp.ConnOpt.HeartBeat(0, 0), stomptest.Quiet)
+	c, err := gostomp.Dial("tcp", *addr, gostomp.ConnOpt.HeartBeat(0, 0), stompclient.Quiet)
 	if err != nil {
 		return fmt.Errorf("stomp %s: %w", *addr, err)
 	}
@@ -490,7 +490,7 @@ func runReceive(args []string, getenv func(string) string, stdout, stderr io.Wri
 	if *from == "" || fs.NArg() > 0 {
 		return fmt.Errorf("junction receive: --from is required\n%s", adminUsage)
 	}
-	c, err := gostomp.Dial("tcp", *addr, gostomp.ConnOpt.HeartBeat(0, 0), stomptest.Quiet)
+	c, err := gostomp.Dial("tcp", *addr, gostomp.ConnOpt.HeartBeat(0, 0), stompclient.Quiet)
 	if err != nil {
 		return fmt.Errorf("stomp %s: %w", *addr, err)
 	}

@@ -265,6 +265,20 @@ func ParseByteSize(s string) (ByteSize, error) {
 	return ByteSize(n * mult), nil
 }
 
+// MarshalYAML writes the size in the largest unit that divides it
+// (10MiB, 512KiB, 4096), as ParseByteSize reads it.
+func (b ByteSize) MarshalYAML() (any, error) {
+	for _, u := range []struct {
+		suffix string
+		mult   int64
+	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
+		if b != 0 && int64(b)%u.mult == 0 {
+			return strconv.FormatInt(int64(b)/u.mult, 10) + u.suffix, nil
+		}
+	}
+	return int64(b), nil
+}
+
 // UnmarshalYAML accepts a number or a string with a unit.
 func (b *ByteSize) UnmarshalYAML(n *yaml.Node) error {
 	v, err := ParseByteSize(n.Value)

@@ -3,6 +3,7 @@
 //	junction [serve] [flags]        start the broker (the default command)
 //	junction config validate FILE   check a configuration file
 //	junction cert dev [flags]       write a self-signed CA and certificates for local TLS
+//	junction config defaults        print every option with its default (testdata/config/full.yaml)
 //	junction user add|passwd|roles|rm|ls --file FILE ...  manage the users file
 //	junction version                print the version
 //	junction queue ls|stat|create|delete|purge|browse|move ...
@@ -50,6 +51,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if len(args) > 0 && (args[0] == "" || args[0][0] != '-') {
 		cmd, args = args[0], args[1:]
 	}
+	if cmd == "config" && len(args) == 1 && args[0] == "defaults" {
+		return writeDefaults(stdout) // the other config commands are below
+	}
 	switch cmd {
 	case "serve":
 		cfg, err := loadConfig(args, getenv, stderr)
@@ -92,6 +96,7 @@ const usage = `usage:
   junction [serve] [flags]        start the broker (junction serve -h lists the flags)
   junction config validate FILE   check a configuration file, reporting every error with its line
   junction cert dev [flags]       write a self-signed CA, server and client certificates for local TLS (junction cert dev -h)
+  junction config defaults        print every option with its default, as YAML (testdata/config/full.yaml)
   junction user add|passwd|roles|rm|ls --file FILE ...   manage the users file of --users (junction user -h)
   junction version                print the version
   junction queue|conn ...         administer a running broker through its console's API (junction queue -h)

@@ -14,7 +14,7 @@ import (
 
 	gostomp "github.com/go-stomp/stomp/v3"
 
-	"github.com/junctionmq/junction/internal/stomptest"
+	"github.com/junctionmq/junction/internal/stompclient"
 )
 
 func noEnv(string) string { return "" }
@@ -248,7 +248,7 @@ func TestRunFailsOnBusyPort(t *testing.T) {
 }
 
 // quiet silences go-stomp's logging in tests.
-var quiet = stomptest.Quiet
+var quiet = stompclient.Quiet
 
 func TestSecondBrokerOnOneDataDirIsRefused(t *testing.T) {
 	cfg := testConfig(t)

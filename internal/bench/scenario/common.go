@@ -1,4 +1,4 @@
-package main
+package scenario
 
 import (
 	"context"
@@ -102,12 +102,12 @@ func (c *common) resolveAddr() error {
 // scenario defaults and checks everything, the shared options included)
 // and resolves -addr.
 func parseCommand(s *commonSpec, c *common, args []string, stderr io.Writer, register func(*flag.FlagSet), validate func() error) error {
-	fs := flag.NewFlagSet("junction-bench "+s.name, flag.ContinueOnError)
+	fs := flag.NewFlagSet("junction bench "+s.name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	c.registerFlags(fs, s)
 	register(fs)
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: junction-bench %s -addr %s -scenario S [flags]\n\nscenarios: %s\n\nflags:\n", s.name, s.addr, strings.Join(s.scenarios, ", "))
+		fmt.Fprintf(fs.Output(), "usage: junction bench %s -addr %s -scenario S [flags]\n\nscenarios: %s\n\nflags:\n", s.name, s.addr, strings.Join(s.scenarios, ", "))
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -130,7 +130,14 @@ func parseCommand(s *commonSpec, c *common, args []string, stderr io.Writer, reg
 // runRepeated runs c.runs repetitions of once, printing a line for each
 // and then, with more than one, a line with the medians. what names the
 // run in errors.
-func runRepeated[R interface{ write(io.Writer, bool) error }](ctx context.Context, c *common, what string, once func(ctx context.Context, run string) (R, error), median func([]R) R, stdout io.Writer) error {
+//
+// A signal (ctx ending) during a measured window ends it there: that
+// run's line is printed, marked interrupted, with what was measured so
+// far, and runRepeated returns ctx's error without the median line.
+func runRepeated[R interface {
+	write(io.Writer, bool) error
+	setInterrupted()
+}](ctx context.Context, c *common, what string, once func(ctx context.Context, run string) (R, error), median func([]R) R, stdout io.Writer) error {
 	if c.pid > 0 {
 		if _, err := procCPU(c.pid); err != nil {
 			return fmt.Errorf("-pid %d: %w", c.pid, err)
@@ -149,8 +156,15 @@ func runRepeated[R interface{ write(io.Writer, bool) error }](ctx context.Contex
 		if err != nil {
 			return fmt.Errorf("%s run %d: %w", what, i, err)
 		}
+		interrupted := ctx.Err() != nil
+		if interrupted {
+			r.setInterrupted()
+		}
 		if err := r.write(stdout, c.json); err != nil {
 			return err
+		}
+		if interrupted {
+			return fmt.Errorf("%s run %d: interrupted: %w", what, i, context.Cause(ctx))
 		}
 		results = append(results, r)
 	}
@@ -205,6 +219,23 @@ func (s *runState) sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
+// window waits out a measured window of d. A signal (ctx ending) ends
+// the window early rather than the run: the caller goes on to its
+// figures (runRepeated marks them interrupted); drainUntil then does not
+// wait.
+func (s *runState) window(ctx context.Context, d time.Duration) error {
+	err := s.sleep(ctx, d)
+	if err != nil && ctx.Err() != nil {
+		select {
+		case <-s.failed:
+			return s.failErr
+		default:
+			return nil
+		}
+	}
+	return err
+}
+
 // stopLoad tells the load to stop; safe to call twice.
 func (s *runState) stopLoad() {
 	if !s.stopped.Swap(true) {
@@ -215,8 +246,8 @@ func (s *runState) stopLoad() {
 // drainUntil polls until done reports true or deadline passes, then
 // returns the run's fatal error, if any.
 func (s *runState) drainUntil(ctx context.Context, deadline time.Time, done func() bool) error {
-	for !done() && !time.Now().After(deadline) {
-		if err := s.sleep(ctx, pollInterval); err != nil {
+	for !done() && !time.Now().After(deadline) && ctx.Err() == nil {
+		if err := s.sleep(ctx, pollInterval); err != nil && ctx.Err() == nil {
 			return err
 		}
 	}

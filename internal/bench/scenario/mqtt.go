@@ -1,4 +1,4 @@
-package main
+package scenario
 
 import (
 	"bufio"
@@ -207,41 +207,18 @@ type atomicHist = ibench.AtomicHistogram
 // reconnect). With lost set, losing the connection fails the run.
 func (b *mqttBench) newClient(id string, clean, orderMatters, lost bool) mqtt.Client {
 	cfg := b.cfg
-	o := mqtt.NewClientOptions().
-		AddBroker("tcp://" + cfg.dialAddr).
-		SetClientID(id).
-		SetProtocolVersion(4).
-		SetCleanSession(clean).
-		SetOrderMatters(orderMatters).
-		SetAutoReconnect(false).
-		SetConnectRetry(false).
-		SetConnectTimeout(cfg.dialTimeout).
-		SetKeepAlive(mqttKeepAlive).
-		SetPingTimeout(mqttPingTimeout).
-		SetWriteTimeout(mqttWriteTimeout)
-	if cfg.username != "" {
-		o.SetUsername(cfg.username).SetPassword(cfg.password)
-	}
+	d := ibench.MQTTDial{Addr: cfg.dialAddr, ClientID: id, Username: cfg.username, Password: cfg.password,
+		Clean: clean, OrderMatters: orderMatters, Timeout: cfg.dialTimeout,
+		KeepAlive: mqttKeepAlive, PingTimeout: mqttPingTimeout, WriteTimeout: mqttWriteTimeout}
 	if lost {
-		o.SetConnectionLostHandler(func(_ mqtt.Client, err error) {
-			b.fail(fmt.Errorf("%s: connection lost: %w", id, err))
-		})
+		d.Lost = func(err error) { b.fail(fmt.Errorf("%s: connection lost: %w", id, err)) }
 	}
-	return mqtt.NewClient(o)
+	return ibench.MQTTClient(d)
 }
 
-// waitToken waits for t for at most d.
+// waitToken is bench.WaitToken.
 func waitToken(ctx context.Context, t mqtt.Token, d time.Duration) error {
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	select {
-	case <-t.Done():
-		return t.Error()
-	case <-timer.C:
-		return fmt.Errorf("no answer within %v", d)
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return ibench.WaitToken(ctx, t, d)
 }
 
 // connectClient connects c, bounded by the dial timeout.
@@ -327,7 +304,7 @@ func (b *mqttBench) measure(ctx context.Context) (s0, s1 mqttSnap, err error) {
 		return
 	}
 	b.measuring.Store(true)
-	if err = b.sleep(ctx, b.cfg.duration); err != nil {
+	if err = b.window(ctx, b.cfg.duration); err != nil {
 		return
 	}
 	b.measuring.Store(false)
@@ -1036,7 +1013,12 @@ type mqttResult struct {
 	// the bounded drain; fanout, deliveries missing; -1 when publishes were
 	// still outstanding.
 	Undrained *int64 `json:"undrained,omitempty"`
+	// Interrupted: a signal ended the measured window early; the figures
+	// are those of the window so far.
+	Interrupted bool `json:"interrupted,omitempty"`
 }
+
+func (r *mqttResult) setInterrupted() { r.Interrupted = true }
 
 // write prints r as one line, JSON or text.
 func (r *mqttResult) write(w io.Writer, asJSON bool) error {
@@ -1091,6 +1073,9 @@ func (r *mqttResult) text(b *strings.Builder) {
 	cpuFigures{r.CPUusPerMsg, r.CPUusPerDelivery, r.CPUCores, r.ClientCores, r.MachineCores, r.CPUBasis}.text(b, true)
 	if r.Undrained != nil {
 		fmt.Fprintf(b, " undrained=%d", *r.Undrained)
+	}
+	if r.Interrupted {
+		b.WriteString(" interrupted")
 	}
 }
 

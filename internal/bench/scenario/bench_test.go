@@ -1,4 +1,4 @@
-package main
+package scenario
 
 import (
 	"bufio"
@@ -205,7 +205,7 @@ func TestScenarios(t *testing.T) {
 				"-warmup", "100ms", "-drain", "5s", "-size", "64", "-json", "-runs", "2", "-pid", "1"}, tc.args...)
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			if err := run(ctx, args, &out, io.Discard); err != nil {
+			if err := Main(ctx, args, &out, io.Discard); err != nil {
 				t.Fatal(err)
 			}
 			lines := strings.Split(strings.TrimSpace(out.String()), "\n")
@@ -246,10 +246,48 @@ func TestTextOutput(t *testing.T) {
 }
 
 func TestRunUsage(t *testing.T) {
-	if err := run(context.Background(), nil, io.Discard, io.Discard); !errors.Is(err, errUsage) {
+	if err := Main(context.Background(), nil, io.Discard, io.Discard); !errors.Is(err, errUsage) {
 		t.Errorf("no args: %v", err)
 	}
-	if err := run(context.Background(), []string{"amqp091"}, io.Discard, io.Discard); !errors.Is(err, errUsage) {
+	if err := Main(context.Background(), []string{"amqp091"}, io.Discard, io.Discard); !errors.Is(err, errUsage) {
 		t.Errorf("unknown protocol: %v", err)
+	}
+}
+
+// TestSignalEndsTheWindow: a signal (the context's end) during the
+// measured window ends the run at once, printing its figures so far,
+// marked interrupted, and no median.
+func TestSignalEndsTheWindow(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a broker")
+	}
+	fb := startFakeBroker(t)
+	for _, sc := range []string{"queue", "durable-pipelined"} {
+		t.Run(sc, func(t *testing.T) {
+			var out bytes.Buffer
+			ctx, cancel := context.WithCancel(context.Background())
+			time.AfterFunc(1500*time.Millisecond, cancel) // in the window of run 1
+			start := time.Now()
+			err := Main(ctx, []string{"stomp", "-addr", fb.l.Addr().String(), "-scenario", sc, "-duration", "1m",
+				"-warmup", "500ms", "-size", "64", "-json", "-runs", "3"}, &out, io.Discard)
+			took := time.Since(start)
+			if !errors.Is(err, context.Canceled) {
+				t.Fatalf("Main: %v, want context.Canceled", err)
+			}
+			if took > 1500*time.Millisecond+2*closeTimeout+time.Second {
+				t.Errorf("took %v after the signal", took-1500*time.Millisecond)
+			}
+			lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+			if len(lines) != 1 {
+				t.Fatalf("want the interrupted run's line alone, got %q", out.String())
+			}
+			var r result
+			if err := json.Unmarshal([]byte(lines[0]), &r); err != nil {
+				t.Fatal(err)
+			}
+			if !r.Interrupted || r.SentPerS <= 0 || r.WindowS <= 0 || r.WindowS > 5 {
+				t.Errorf("interrupted run: %s", lines[0])
+			}
+		})
 	}
 }

@@ -1,6 +1,7 @@
-// Package stomptest holds what code that drives Junction with the go-stomp
-// client shares: tests, and the send and receive commands of junction.
-package stomptest
+// Package stompclient holds what code that drives a broker with the
+// go-stomp client shares: the send and receive commands of junction, its
+// load generator, and tests.
+package stompclient
 
 import gostomp "github.com/go-stomp/stomp/v3"
 

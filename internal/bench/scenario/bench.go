@@ -1,4 +1,4 @@
-package main
+package scenario
 
 import (
 	"context"
@@ -15,7 +15,9 @@ import (
 	"time"
 
 	"github.com/go-stomp/stomp/v3"
+
 	"github.com/go-stomp/stomp/v3/frame"
+	ibench "github.com/junctionmq/junction/internal/bench"
 )
 
 // Fixed bounds on waits that no flag controls.
@@ -60,19 +62,6 @@ func newDestination(scenario string) string {
 	return fmt.Sprintf("/%s/bench.%s.%s", kind, scenario, hex.EncodeToString(r[:]))
 }
 
-// quietLogger drops go-stomp's log lines: the tool reports errors itself,
-// and disconnects during teardown would otherwise log noise.
-type quietLogger struct{}
-
-func (quietLogger) Debugf(string, ...any)   {}
-func (quietLogger) Infof(string, ...any)    {}
-func (quietLogger) Warningf(string, ...any) {}
-func (quietLogger) Errorf(string, ...any)   {}
-func (quietLogger) Debug(string)            {}
-func (quietLogger) Info(string)             {}
-func (quietLogger) Warning(string)          {}
-func (quietLogger) Error(string)            {}
-
 // stompConn is a go-stomp connection with the socket under it, so teardown
 // can close the socket if the DISCONNECT handshake stalls.
 type stompConn struct {
@@ -80,34 +69,13 @@ type stompConn struct {
 	conn *stomp.Conn
 }
 
-// dialStomp opens a go-stomp connection with heart-beats off.
+// dialStomp opens a go-stomp connection (bench.DialSTOMP).
 func (b *bench) dialStomp(ctx context.Context) (*stompConn, error) {
 	cfg := b.cfg
-	d := net.Dialer{Timeout: cfg.dialTimeout}
-	nc, err := d.DialContext(ctx, "tcp", cfg.dialAddr)
+	nc, conn, err := ibench.DialSTOMP(ctx, ibench.STOMPDial{Addr: cfg.dialAddr, Host: cfg.host, Login: cfg.login, Passcode: cfg.passcode,
+		Version: cfg.version, Timeout: cfg.dialTimeout, SendTimeout: sendTimeout, ReceiptTimeout: receiptTimeout, CloseTimeout: closeTimeout})
 	if err != nil {
 		return nil, err
-	}
-	opts := []func(*stomp.Conn) error{
-		// go-stomp asks for 1-minute heart-beats by default and drops the
-		// connection when the broker is late; a loaded broker can be.
-		stomp.ConnOpt.HeartBeat(0, 0),
-		stomp.ConnOpt.Host(cfg.host),
-		stomp.ConnOpt.AcceptVersion(stomp.Version(cfg.version)),
-		stomp.ConnOpt.MsgSendTimeout(sendTimeout),
-		stomp.ConnOpt.RcvReceiptTimeout(receiptTimeout),
-		stomp.ConnOpt.DisconnectReceiptTimeout(closeTimeout),
-		stomp.ConnOpt.Logger(quietLogger{}),
-	}
-	if cfg.login != "" || cfg.passcode != "" {
-		opts = append(opts, stomp.ConnOpt.Login(cfg.login, cfg.passcode))
-	}
-	cctx, cancel := context.WithTimeout(ctx, cfg.dialTimeout)
-	defer cancel()
-	conn, err := stomp.ConnectWithContext(cctx, nc, opts...)
-	if err != nil {
-		nc.Close()
-		return nil, fmt.Errorf("stomp CONNECT: %w", err)
 	}
 	return &stompConn{nc: nc, conn: conn}, nil
 }
@@ -131,12 +99,9 @@ func (s *stompConn) close() {
 // consumer is one subscribing connection.
 //
 // In client-individual mode the receive loop never calls Ack itself: it
-// hands each message to ackLoop through an unbounded queue. go-stomp v3.1.3
-// deadlocks otherwise once the broker sends faster than the consumer acks:
-// its connection goroutine blocks handing a MESSAGE to the full
-// subscription channel, while the consumer blocks in Ack on the full write
-// queue (20 frames) that only that same goroutine drains. A broker's
-// prefetch bounds the ack queue.
+// hands each message to a bench.STOMPAcker, whose goroutine acks (see
+// there why: go-stomp v3.1.3 deadlocks otherwise once the broker sends
+// faster than the consumer acks). A broker's prefetch bounds its queue.
 type consumer struct {
 	sc    *stompConn
 	sub   *stomp.Subscription
@@ -144,10 +109,8 @@ type consumer struct {
 	ready atomic.Bool // received at least one message (fanout probe)
 	done  chan struct{}
 
-	ackMu   sync.Mutex
-	ackQ    []*stomp.Message // guarded by ackMu
-	ackKick chan struct{}    // capacity 1; closed when loop returns
-	ackDone chan struct{}    // closed when ackLoop returns
+	acks    *ibench.STOMPAcker // nil with ack auto
+	ackDone chan struct{}      // closed when the acker returns
 }
 
 // startConsumer connects, subscribes to b.dest and starts the receive loop.
@@ -172,14 +135,19 @@ func (b *bench) startConsumer(ctx context.Context) (*consumer, error) {
 		sc.close()
 		return nil, fmt.Errorf("consumer SUBSCRIBE: %w", err)
 	}
-	c := &consumer{sc: sc, sub: sub, done: make(chan struct{}),
-		ackKick: make(chan struct{}, 1), ackDone: make(chan struct{})}
-	go c.loop(b)
+	c := &consumer{sc: sc, sub: sub, done: make(chan struct{})}
 	if mode == stomp.AckAuto {
+		c.ackDone = make(chan struct{})
 		close(c.ackDone)
 	} else {
-		go c.ackLoop(b)
+		c.acks = ibench.NewSTOMPAcker(sc.conn, func(body []byte) {
+			if getStamp(body) != 0 {
+				b.delivered.Add(1)
+			}
+		}, func(err error) { b.fail(fmt.Errorf("consumer: %w", err)) })
+		c.ackDone = c.acks.Done
 	}
+	go c.loop(b)
 	return c, nil
 }
 
@@ -189,8 +157,9 @@ func (b *bench) startConsumer(ctx context.Context) (*consumer, error) {
 // acked otherwise.
 func (c *consumer) loop(b *bench) {
 	defer close(c.done)
-	defer close(c.ackKick)
-	ack := c.sub.AckMode() != stomp.AckAuto
+	if c.acks != nil {
+		defer c.acks.Stop()
+	}
 	for msg := range c.sub.C {
 		if msg.Err != nil {
 			b.fail(fmt.Errorf("consumer: %w", msg.Err))
@@ -204,42 +173,12 @@ func (c *consumer) loop(b *bench) {
 		if ts != 0 && b.measuring.Load() {
 			c.hist.record(time.Since(b.base) - ts)
 		}
-		if ack {
-			c.ackMu.Lock()
-			c.ackQ = append(c.ackQ, msg)
-			c.ackMu.Unlock()
-			select {
-			case c.ackKick <- struct{}{}:
-			default:
-			}
+		if c.acks != nil {
+			c.acks.Push(msg)
 			continue
 		}
 		if ts != 0 { // 0: fanout probe
 			b.delivered.Add(1)
-		}
-	}
-}
-
-// ackLoop acks what loop queued, in order, until loop returns or teardown.
-func (c *consumer) ackLoop(b *bench) {
-	defer close(c.ackDone)
-	var batch []*stomp.Message
-	for range c.ackKick {
-		c.ackMu.Lock()
-		batch, c.ackQ = c.ackQ, batch[:0]
-		c.ackMu.Unlock()
-		for i, msg := range batch {
-			batch[i] = nil
-			if b.tearing.Load() {
-				return
-			}
-			if err := c.sc.conn.Ack(msg); err != nil {
-				b.fail(fmt.Errorf("consumer ACK: %w", err))
-				return
-			}
-			if getStamp(msg.Body) != 0 {
-				b.delivered.Add(1)
-			}
 		}
 	}
 }
@@ -410,7 +349,7 @@ func runOnce(ctx context.Context, cfg *config, run string) (res *result, err err
 	mach0, machErr0 := machineCPU()
 	t0 := time.Now()
 	b.measuring.Store(true)
-	if err := b.sleep(ctx, cfg.duration); err != nil {
+	if err := b.window(ctx, cfg.duration); err != nil {
 		return nil, err
 	}
 	b.measuring.Store(false)

@@ -1,3 +1,6 @@
+// Package management_test tests the console over a persistent broker (a
+// journal and page store): package management may not import persistence,
+// even in its tests.
 package management_test
 
 import (

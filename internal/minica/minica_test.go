@@ -1,4 +1,4 @@
-package tlstest_test
+package minica_test
 
 import (
 	"crypto/tls"
@@ -7,12 +7,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/junctionmq/junction/internal/tlstest"
+	"github.com/junctionmq/junction/internal/minica"
 )
 
-func newCA(t *testing.T, name string) *tlstest.CA {
+func newCA(t *testing.T, name string) *minica.CA {
 	t.Helper()
-	ca, err := tlstest.NewCA(name)
+	ca, err := minica.NewCA(name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +76,7 @@ func TestClientUsage(t *testing.T) {
 
 func TestLoadCA(t *testing.T) {
 	ca := newCA(t, "test CA")
-	again, err := tlstest.LoadCA(ca.CertPEM, ca.KeyPEM)
+	again, err := minica.LoadCA(ca.CertPEM, ca.KeyPEM)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,13 +90,13 @@ func TestLoadCA(t *testing.T) {
 	}
 
 	other := newCA(t, "other CA")
-	if _, err := tlstest.LoadCA(ca.CertPEM, other.KeyPEM); err == nil || !strings.Contains(err.Error(), "does not match") {
+	if _, err := minica.LoadCA(ca.CertPEM, other.KeyPEM); err == nil || !strings.Contains(err.Error(), "does not match") {
 		t.Fatalf("LoadCA with another key = %v", err)
 	}
-	if _, err := tlstest.LoadCA(srv.CertPEM, srv.KeyPEM); err == nil {
+	if _, err := minica.LoadCA(srv.CertPEM, srv.KeyPEM); err == nil {
 		t.Fatal("LoadCA accepted a leaf certificate")
 	}
-	if _, err := tlstest.LoadCA([]byte("junk"), ca.KeyPEM); err == nil {
+	if _, err := minica.LoadCA([]byte("junk"), ca.KeyPEM); err == nil {
 		t.Fatal("LoadCA accepted junk")
 	}
 }

@@ -1,4 +1,4 @@
-package main
+package scenario
 
 import (
 	"context"
@@ -16,6 +16,8 @@ import (
 	"time"
 
 	amqp "github.com/Azure/go-amqp"
+
+	ibench "github.com/junctionmq/junction/internal/bench"
 )
 
 // AMQP scenario names accepted by -scenario of the amqp subcommand; the
@@ -189,32 +191,9 @@ type amqpClient struct {
 // dial opens a connection and a session on it, within the dial timeout.
 func (b *amqpBench) dial(ctx context.Context) (*amqpClient, error) {
 	cfg := b.cfg
-	dctx, cancel := context.WithTimeout(ctx, cfg.dialTimeout)
-	defer cancel()
-	var d net.Dialer
-	nc, err := d.DialContext(dctx, "tcp", cfg.dialAddr)
+	nc, conn, sess, err := ibench.DialAMQP(ctx, ibench.AMQPDial{Addr: cfg.dialAddr, User: cfg.user, Pass: cfg.pass, Timeout: cfg.dialTimeout})
 	if err != nil {
 		return nil, err
-	}
-	opts := &amqp.ConnOptions{
-		// No idle timeout asked of the broker: a loaded broker late with
-		// an empty frame must not fail the run (as heart-beat:0,0 for
-		// STOMP). go-amqp still answers the broker's own idle timeout.
-		IdleTimeout: -1,
-		SASLType:    amqp.SASLTypeAnonymous(),
-	}
-	if cfg.user != "" {
-		opts.SASLType = amqp.SASLTypePlain(cfg.user, cfg.pass)
-	}
-	conn, err := amqp.NewConn(dctx, nc, opts)
-	if err != nil {
-		nc.Close()
-		return nil, fmt.Errorf("AMQP open: %w", err)
-	}
-	sess, err := conn.NewSession(dctx, nil)
-	if err != nil {
-		conn.Close()
-		return nil, fmt.Errorf("AMQP begin: %w", err)
 	}
 	return &amqpClient{nc: nc, conn: conn, sess: sess}, nil
 }
@@ -603,7 +582,7 @@ func runAMQPOnce(ctx context.Context, cfg *amqpConfig, run string) (*amqpResult,
 		return nil, err
 	}
 	b.measuring.Store(true)
-	if err := b.sleep(ctx, cfg.duration); err != nil {
+	if err := b.window(ctx, cfg.duration); err != nil {
 		return nil, err
 	}
 	b.measuring.Store(false)

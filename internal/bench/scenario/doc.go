@@ -1,17 +1,21 @@
-// Command junction-bench is Junction's load generator. It measures STOMP
-// brokers over loopback with the go-stomp client
-// (github.com/go-stomp/stomp/v3), and MQTT brokers with the paho v3 client
-// (github.com/eclipse/paho.mqtt.golang), so that Junction and its peers
-// (ActiveMQ Classic, RabbitMQ, Mosquitto) are measured by the same client,
-// side by side.
+// Package scenario holds the fixed scenarios of `junction bench stomp`,
+// `junction bench mqtt` and `junction bench amqp`: the runs that produce
+// the figures of docs/benchmarks.md. It measures STOMP brokers with the
+// go-stomp client (github.com/go-stomp/stomp/v3) and a raw STOMP
+// producer, MQTT brokers with the paho v3 client
+// (github.com/eclipse/paho.mqtt.golang) and AMQP 1.0 brokers with go-amqp,
+// so that Junction and its peers (ActiveMQ Classic, RabbitMQ, Mosquitto)
+// are measured by the same client, side by side. It shares the latency
+// histogram, the time stamps and the go-stomp options with the free-form
+// runs of package bench (`junction bench --url ...`).
 //
 // Usage:
 //
-//	junction-bench stomp -addr 127.0.0.1:61613 -scenario S [flags]
-//	junction-bench mqtt -addr 127.0.0.1:1883 -scenario S [flags]
-//	junction-bench amqp -addr 127.0.0.1:5672 -scenario S [flags]
+//	junction bench stomp -addr 127.0.0.1:61613 -scenario S [flags]
+//	junction bench mqtt -addr 127.0.0.1:1883 -scenario S [flags]
+//	junction bench amqp -addr 127.0.0.1:5672 -scenario S [flags]
 //
-// Run "junction-bench stomp -h" for every flag. Each run uses a fresh
+// Run "junction bench stomp -h" for every flag (one dash or two). Each run uses a fresh
 // destination (/queue/bench.<scenario>.<random> or /topic/...), runs for
 // -warmup, measures for -duration, stops the producers, drains what is left
 // for at most -drain, and prints one line per run: plain text by default,
@@ -180,8 +184,12 @@
 // The tool only targets loopback addresses (127.0.0.0/8, ::1, or names that
 // resolve only to them) and refuses others: this workplace forbids load on
 // any other address. Every loop is bounded by -warmup + -duration + -drain
-// plus short fixed grace periods, so it never runs forever. All connections
-// disable STOMP heart-beats (heart-beat:0,0): go-stomp's default is one
+// plus short fixed grace periods, so it never runs forever. A signal
+// (SIGINT, SIGTERM) during a measured window ends it there: that run's
+// line is printed with the figures of the window so far, marked
+// interrupted (JSON: "interrupted": true), and no median follows.
+//
+// All connections disable STOMP heart-beats (heart-beat:0,0): go-stomp's default is one
 // minute each way, and a loaded broker that is late with a heart-beat would
 // otherwise make the client drop the connection.
-package main
+package scenario

@@ -1,16 +1,16 @@
-// Package tlstest makes certificate authorities and certificates, for
+// Package minica makes certificate authorities and certificates, for
 // tests and for `junction cert dev`. Keys are ECDSA P-256; certificates
 // and keys come both parsed and PEM-encoded (keys as PKCS #8 "PRIVATE
 // KEY" blocks), ready for files or for tls.X509KeyPair.
 //
-//	ca, err := tlstest.NewCA("test CA")
+//	ca, err := minica.NewCA("test CA")
 //	srv, err := ca.Server("localhost", "127.0.0.1", "::1")
 //	cli, err := ca.Client("alice")
 //	pool := ca.Pool() // for tls.Config RootCAs or ClientCAs
 //
 // Nothing here is meant for production certificates: there is no
 // revocation, and CA keys live in plain files.
-package tlstest
+package minica
 
 import (
 	"crypto/ecdsa"
@@ -82,39 +82,39 @@ func NewCA(commonName string) (*CA, error) {
 func LoadCA(certPEM, keyPEM []byte) (*CA, error) {
 	cb, _ := pem.Decode(certPEM)
 	if cb == nil || cb.Type != "CERTIFICATE" {
-		return nil, errors.New("tlstest: no PEM certificate")
+		return nil, errors.New("minica: no PEM certificate")
 	}
 	cert, err := x509.ParseCertificate(cb.Bytes)
 	if err != nil {
-		return nil, fmt.Errorf("tlstest: %w", err)
+		return nil, fmt.Errorf("minica: %w", err)
 	}
 	if !cert.IsCA {
-		return nil, errors.New("tlstest: the certificate is not a CA")
+		return nil, errors.New("minica: the certificate is not a CA")
 	}
 	kb, _ := pem.Decode(keyPEM)
 	if kb == nil {
-		return nil, errors.New("tlstest: no PEM key")
+		return nil, errors.New("minica: no PEM key")
 	}
 	var key *ecdsa.PrivateKey
 	switch kb.Type {
 	case "PRIVATE KEY":
 		k, err := x509.ParsePKCS8PrivateKey(kb.Bytes)
 		if err != nil {
-			return nil, fmt.Errorf("tlstest: %w", err)
+			return nil, fmt.Errorf("minica: %w", err)
 		}
 		var ok bool
 		if key, ok = k.(*ecdsa.PrivateKey); !ok {
-			return nil, fmt.Errorf("tlstest: a %T key, want ECDSA", k)
+			return nil, fmt.Errorf("minica: a %T key, want ECDSA", k)
 		}
 	case "EC PRIVATE KEY":
 		if key, err = x509.ParseECPrivateKey(kb.Bytes); err != nil {
-			return nil, fmt.Errorf("tlstest: %w", err)
+			return nil, fmt.Errorf("minica: %w", err)
 		}
 	default:
-		return nil, fmt.Errorf("tlstest: PEM block %q, want a private key", kb.Type)
+		return nil, fmt.Errorf("minica: PEM block %q, want a private key", kb.Type)
 	}
 	if !key.PublicKey.Equal(cert.PublicKey) {
-		return nil, errors.New("tlstest: the key does not match the certificate")
+		return nil, errors.New("minica: the key does not match the certificate")
 	}
 	return &CA{Cert: cert, CertPEM: certPEM, KeyPEM: keyPEM, key: key}, nil
 }
@@ -131,7 +131,7 @@ func (ca *CA) Pool() *x509.CertPool {
 // address, valid for LeafValidity. Its common name is the first host.
 func (ca *CA) Server(hosts ...string) (*Cert, error) {
 	if len(hosts) == 0 {
-		return nil, errors.New("tlstest: a server certificate needs a host")
+		return nil, errors.New("minica: a server certificate needs a host")
 	}
 	tmpl := &x509.Certificate{
 		Subject:     pkix.Name{CommonName: hosts[0]},
@@ -211,15 +211,15 @@ func create(tmpl, parent *x509.Certificate, key, signer *ecdsa.PrivateKey) (*Cer
 	tmpl.SerialNumber = serial
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, &key.PublicKey, signer)
 	if err != nil {
-		return nil, fmt.Errorf("tlstest: %w", err)
+		return nil, fmt.Errorf("minica: %w", err)
 	}
 	cert, err := x509.ParseCertificate(der)
 	if err != nil {
-		return nil, fmt.Errorf("tlstest: %w", err)
+		return nil, fmt.Errorf("minica: %w", err)
 	}
 	pkcs8, err := x509.MarshalPKCS8PrivateKey(key)
 	if err != nil {
-		return nil, fmt.Errorf("tlstest: %w", err)
+		return nil, fmt.Errorf("minica: %w", err)
 	}
 	return &Cert{
 		Cert:    cert,

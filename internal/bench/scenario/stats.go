@@ -1,4 +1,4 @@
-package main
+package scenario
 
 import (
 	"encoding/json"
@@ -79,7 +79,12 @@ type result struct {
 	// Undrained: messages (fanout: deliveries) not received by the end of
 	// the bounded drain.
 	Undrained int64 `json:"undrained"`
+	// Interrupted: a signal ended the measured window early; the figures
+	// are those of the window so far.
+	Interrupted bool `json:"interrupted,omitempty"`
 }
+
+func (r *result) setInterrupted() { r.Interrupted = true }
 
 // labels returns the plain-text names of SentPerS and DeliveredPerS.
 func (r *result) labels() (sent, delivered string) {
@@ -120,6 +125,9 @@ func (r *result) text(b *strings.Builder) {
 	}
 	cpuFigures{r.CPUusPerMsg, r.CPUusPerDelivery, r.CPUCores, r.ClientCores, r.MachineCores, r.CPUBasis}.text(b, false)
 	fmt.Fprintf(b, " undrained=%d", r.Undrained)
+	if r.Interrupted {
+		b.WriteString(" interrupted")
+	}
 }
 
 // writeLine prints r as one line: JSON, or the plain text that text builds.

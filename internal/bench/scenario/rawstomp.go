@@ -1,4 +1,4 @@
-package main
+package scenario
 
 // A minimal STOMP 1.2 client-side frame writer and reader, used where
 // go-stomp's Conn cannot pipeline (its Send with a receipt holds the
