@@ -131,6 +131,7 @@ type Broker struct {
 	recovered      RecoveryStats
 	denials        denialCounts // authorization refusals (authz.go)
 	dup            dups         // duplicate ids per address (dedup.go)
+	sched          scheduler    // repeating messages (schedule.go)
 	dupCount       dupCounts
 	guards         guardCounts                 // pre-authentication budget and refusals, frame timeouts (preauth.go)
 	ev             atomic.Pointer[events]      // broker events (events.go); nil when off
@@ -232,6 +233,10 @@ func New(cfg Config) (*Broker, error) {
 			return nil, err
 		}
 	}
+	// After the diverts: a repeating message's copies go through them.
+	if err := b.startScheduler(); err != nil {
+		return nil, err
+	}
 	if cfg.Disk.Usage != nil {
 		b.checkDisk(cfg.Disk)
 		b.wg.Add(1)
@@ -251,6 +256,7 @@ func New(cfg Config) (*Broker, error) {
 // first; Close is idempotent.
 func (b *Broker) Close() error {
 	b.once.Do(func() {
+		b.stopScheduler()
 		b.mu.Lock()
 		b.closed = true
 		for _, q := range b.queues {
@@ -838,7 +844,7 @@ func (b *Broker) deliver(a *address, m *Message, now time.Time, o sendOpts) (pen
 	// further, and an id whose send fails is forgotten, so that the
 	// producer's next try is taken.
 	var de *dupEntry
-	if key := dupKey(m); key != "" && !o.journaled {
+	if key := dupKey(m, a.settings.DuplicateIDFromMessageID); key != "" && !o.journaled {
 		var dup bool
 		if de, dup = b.claimDup(a.name, key); dup {
 			b.countDup(a.name)

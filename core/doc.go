@@ -95,7 +95,9 @@
 //     its queue if needed: a new durable queue's binding is synced to the
 //     bindings journal with no lock held before the queue is bound
 //     (create.go), so no confirmed message names a queue the journal
-//     does not know.
+//     does not know. Scheduling properties set its delivery time, or
+//     make it a repeating message the scheduler keeps as a job and sends
+//     copies of (schedule.go).
 //     A composite address ("queue://a,topic://b") is sent part by part,
 //     and a divert or virtual topic of the address adds copies that are
 //     routed like sends of the broker's own, one confirmation for all
@@ -111,6 +113,8 @@
 //     consumers, while the producer's confirmation waits for the journal
 //     to call back after the fdatasync that covers it (group commit: one
 //     sync for many producers).
+//     On each queue a last-value key replaces the waiting message with
+//     the same key, and a full ring drops its oldest (lvq.go).
 //  5. A queue hands it to a consumer with credit; the consumer's front-end
 //     writes it to its client.
 //  6. The ack deletes its reference; with the last durable reference the

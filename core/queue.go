@@ -132,6 +132,9 @@ type Queue struct {
 	pg     *pageState
 	paging atomic.Bool
 
+	// lv is the last-value and ring state (lvq.go), guarded by mu.
+	lv lastValues
+
 	maxBytes    atomic.Int64 // bound on bytes; 0 = none (settings, or the consumer that created it)
 	capped      atomic.Bool  // maxBytes is a front-end's per-client budget (ConsumerOptions.MaxBytes)
 	bytes       atomic.Int64
@@ -225,6 +228,7 @@ func (q *Queue) enqueue(m *Message, now time.Time) {
 	if q.addLocked(r, now) {
 		moves = q.dispatchFreshLocked(now, moves)
 	}
+	moves = q.evictedLocked(moves)
 	closers := q.checkSlowLocked()
 	q.mu.Unlock()
 	q.b.carryOut(moves)
@@ -254,11 +258,13 @@ func (q *Queue) placeLocked(r *ref, now time.Time) bool {
 	// decides, has delivered them.
 	if q.up == nil && !m.DeliveryTime.IsZero() && m.DeliveryTime.After(now) {
 		q.scheduleLocked(r, m.DeliveryTime.UnixNano())
+		q.lastValueLocked(r)
 		return false
 	}
 	q.ready[m.Priority].pushBack(r)
 	q.nready++
 	q.freshLocked(r)
+	q.lastValueLocked(r)
 	return true
 }
 
@@ -744,7 +750,8 @@ type QueueStats struct {
 	Bytes        int64  // body bytes held in memory
 	MaxBytes     int64  // bound on Bytes; 0 = none
 	Paged        int64  // of Depth, the messages in the page store on disk
-	Dropped      uint64 // messages not taken because the queue was full
+	Dropped      uint64 // messages not taken because the queue was full, or dropped from a full ring (ring-size)
+	Replaced     uint64 // messages replaced by a newer one with their last-value key (lvq.go)
 	SlowKilled   uint64 // subscribers disconnected by slow-consumer-policy KILL
 	// OldestMessage is the send timestamp (Message.Timestamp) of the
 	// queue's oldest message, zero when it holds none: the earliest of
@@ -777,6 +784,7 @@ func (q *Queue) Stats() QueueStats {
 		MaxBytes:     q.maxBytes.Load(),
 		Paged:        q.stats.paged.Load(),
 		Dropped:      q.stats.dropped.Load(),
+		Replaced:     q.lv.replaced.Load(),
 		SlowKilled:   q.stats.slowKilled.Load(),
 	}
 }

@@ -187,6 +187,27 @@ func (s *Session) send(ctx context.Context, m *Message, done func(error)) error 
 	if err := s.authorizeSend(m.Address, now); err != nil {
 		return err
 	}
+	if len(m.Properties) > 0 {
+		// Scheduling properties (schedule.go): a later delivery time, or
+		// a repeating message the scheduler keeps.
+		spec, err := applySchedule(m, now)
+		if err != nil {
+			return err
+		}
+		if spec != nil {
+			// The address is checked (and auto-created) now, as for
+			// any send: a job for an address that cannot take it is
+			// refused to its producer.
+			if _, err := s.b.resolve(m, s); err != nil {
+				return err
+			}
+			if err := s.b.addJob(m, spec, now, done); err != nil {
+				return err
+			}
+			s.countIn(1, len(m.Body))
+			return nil
+		}
+	}
 	o := sendOpts{done: done, s: s, wait: !s.opts.NoWait}
 	pending, err := s.b.routeWith(m, now, o)
 	for errors.Is(err, errBlocked) {
@@ -790,6 +811,7 @@ type Tx struct {
 	sends   []*Message
 	acks    []*ref
 	records []recordOp // client records (records.go)
+	dups    []txDup    // duplicate ids written with the records (schedule.go)
 	done    bool
 }
 
@@ -891,6 +913,12 @@ func (t *Tx) Commit(ctx context.Context) error {
 		m.origin = t.s.id
 		err := b.prepare(m, t.s.opts.User, now)
 		if err == nil {
+			var spec *jobSpec
+			if spec, err = applySchedule(m, now); err == nil && spec != nil {
+				err = fmt.Errorf("%w: a repeating message (%s, %s) cannot be sent in a transaction", ErrInvalidMessage, PropScheduledRepeat, PropScheduledCron)
+			}
+		}
+		if err == nil {
 			addrs[i], err = b.resolve(m, t.s)
 		}
 		if err != nil {
@@ -953,7 +981,7 @@ func (t *Tx) claimDups(addrs []*address) ([]*dupEntry, error) {
 	b := t.s.b
 	var ids []*dupEntry
 	for i, m := range t.sends {
-		key := dupKey(m)
+		key := dupKey(m, addrs[i].settings.DuplicateIDFromMessageID)
 		if key == "" {
 			continue
 		}
@@ -968,7 +996,7 @@ func (t *Tx) claimDups(addrs []*address) ([]*dupEntry, error) {
 					b.settleDup(addrs[j].name, x, ErrDuplicateID)
 				}
 			}
-			return nil, fmt.Errorf("%w: %q on %q", ErrDuplicateID, m.Properties[PropDuplicateID], addrs[i].name)
+			return nil, fmt.Errorf("%w: %q on %q", ErrDuplicateID, key[strings.IndexByte(key, 0)+1:], addrs[i].name)
 		}
 		ids[i] = e
 	}
@@ -1032,6 +1060,14 @@ func (t *Tx) journal(addrs []*address, dupIDs []*dupEntry) (recIDs []uint64, rec
 		} else {
 			b.msgs.UpdateTx(txID, r.msg.ID, recAckRef, binary.AppendUvarint(nil, r.q.id))
 		}
+		n++
+	}
+	for _, d := range t.dups {
+		record := b.msgID.Add(1)
+		b.dup.mu.Lock()
+		d.e.record = record
+		b.dup.mu.Unlock()
+		b.msgs.AppendTx(txID, record, recDuplicateID, dupRecord(d.address, d.e.key))
 		n++
 	}
 	if n == 0 {

@@ -44,6 +44,17 @@ type Settings struct {
 	// IDCacheSize is the number of duplicate ids the address remembers
 	// (dedup.go); 0 turns duplicate detection off.
 	IDCacheSize int
+	// DuplicateIDFromMessageID makes an AMQP message's message-id its
+	// duplicate id when it has no _AMQ_DUPL_ID (dedup.go).
+	DuplicateIDFromMessageID bool
+	// LastValueKey names the property whose value keys a last-value
+	// queue (lvq.go): a new message replaces the queued one with the same
+	// value. Empty: only messages with _AMQ_LVQ_NAME are keyed.
+	LastValueKey string
+	// RingSize bounds the messages each queue of the address holds; when
+	// it is full the oldest waiting one is dropped (counted, lvq.go).
+	// 0 = no bound.
+	RingSize int64
 }
 
 // FullPolicy is what happens to a message sent to a full queue.
@@ -82,6 +93,9 @@ func (p FullPolicy) valid() bool {
 //	address-full-policy    PAGE
 //	slow-consumer-threshold 0 (off), slow-consumer-policy NOTIFY
 //	id-cache-size          20000
+//	duplicate-id-from-message-id false
+//	last-value-key         "" (only _AMQ_LVQ_NAME keys)
+//	ring-size              0 (off)
 func DefaultSettings() Settings {
 	return Settings{
 		DeadLetterAddress:    "DLQ",
@@ -116,6 +130,11 @@ type AddressSettings struct {
 	SlowConsumerThreshold *int64         `yaml:"slow-consumer-threshold"`
 	SlowConsumerPolicy    *string        `yaml:"slow-consumer-policy"`
 	IDCacheSize           *int           `yaml:"id-cache-size"`
+	// Artemis' duplicate detection, last-value and ring queues
+	// (dedup.go, lvq.go).
+	DuplicateIDFromMessageID *bool   `yaml:"duplicate-id-from-message-id"`
+	LastValueKey             *string `yaml:"last-value-key"`
+	RingSize                 *int64  `yaml:"ring-size"`
 }
 
 // Validate checks the pattern and the values.
@@ -143,6 +162,9 @@ func (a *AddressSettings) Validate() error {
 	}
 	if a.IDCacheSize != nil && (*a.IDCacheSize < 0 || *a.IDCacheSize > 10_000_000) {
 		return fmt.Errorf("address settings %q: id-cache-size must be between 0 and 10000000", a.Match)
+	}
+	if a.RingSize != nil && *a.RingSize < 0 {
+		return fmt.Errorf("address settings %q: ring-size must be >= 0", a.Match)
 	}
 	if a.SlowConsumerPolicy != nil && !SlowConsumerPolicy(*a.SlowConsumerPolicy).valid() {
 		return fmt.Errorf("address settings %q: slow-consumer-policy must be NOTIFY or KILL", a.Match)
@@ -198,6 +220,15 @@ func (a *AddressSettings) applyTo(s *Settings) {
 	}
 	if a.IDCacheSize != nil {
 		s.IDCacheSize = *a.IDCacheSize
+	}
+	if a.DuplicateIDFromMessageID != nil {
+		s.DuplicateIDFromMessageID = *a.DuplicateIDFromMessageID
+	}
+	if a.LastValueKey != nil {
+		s.LastValueKey = *a.LastValueKey
+	}
+	if a.RingSize != nil {
+		s.RingSize = *a.RingSize
 	}
 }
 
