@@ -19,6 +19,7 @@ import (
 	"github.com/junctionmq/junction/core"
 	"github.com/junctionmq/junction/core/guard"
 	"github.com/junctionmq/junction/core/selector"
+	"github.com/junctionmq/junction/internal/outbound"
 	"github.com/junctionmq/junction/stomp/internal/wire"
 )
 
@@ -91,10 +92,11 @@ type legacyAck struct {
 // outItem is one frame waiting for the writer: a control frame or a
 // delivery encoded as MESSAGE.
 type outItem struct {
-	f     *frame.Frame
-	d     core.Delivery
-	sub   *subscription
-	close bool // close the connection after writing f
+	f         *frame.Frame
+	d         core.Delivery
+	sub       *subscription
+	heartBeat bool // an EOL
+	close     bool // close the connection after writing f
 }
 
 // conn is one client connection. The read loop (serve) owns the protocol
@@ -128,16 +130,20 @@ type conn struct {
 	// would otherwise hold the read loop until there is room.
 	live atomic.Pointer[core.Session]
 
-	// The writer's queue, guarded by outMu.
-	outMu     sync.Mutex
-	out       []outItem
-	ctrl      int // control frames in out
-	writeIdle time.Duration
-	wake      chan struct{} // 1-slot kick for the writer
-	drained   *sync.Cond    // signalled when ctrl falls below the high-water mark
-	wdone     chan struct{} // closed when the writer exits
-	werr      error         // why the writer stopped, guarded by outMu
-	stopping  bool          // no more items accepted, guarded by outMu
+	// The write side (writer.go); conn is its encoder.
+	out *outbound.Writer[outItem]
+	// Heart-beats to the client (writer.go): a timer, set at CONNECT.
+	hb        *time.Timer
+	hbEvery   time.Duration
+	lastWrite atomic.Int64 // unix nanoseconds of the last write
+	// The encoder's (the writer's goroutine's):
+	acks    []autoAck // auto-ack deliveries of the write in progress
+	wclosed bool      // a frame that closes the connection was encoded
+
+	// outMu guards what follows, and orders the items pushed.
+	outMu    sync.Mutex
+	stopping bool       // no more items accepted
+	drained  *sync.Cond // on outMu: a slot was answered; made on first use
 	// slots hold the answers (RECEIPT, or ERROR when the journal failed)
 	// to frames still waiting for the journal, and to the frames after
 	// them, so that answers leave in frame order. Guarded by outMu.
@@ -172,17 +178,14 @@ func newConn(s *Server, nc net.Conn) *conn {
 		subs:      make(map[string]*subscription),
 		subsBySeq: make(map[uint64]*subscription),
 		txs:       make(map[string]*core.Tx),
-		wake:      make(chan struct{}, 1),
-		wdone:     make(chan struct{}),
 	}
-	c.drained = sync.NewCond(&c.outMu)
+	c.out = outbound.New[outItem](nc, c, outbound.Config{WriteTimeout: s.cfg.WriteTimeout, HighWater: outHighWater})
 	return c
 }
 
 func (c *conn) serve(ctx context.Context) {
 	c.log.Debug().Msg("stomp connection open")
 	start := time.Now()
-	go c.writeLoop()
 	stop := context.AfterFunc(ctx, func() {
 		// Shutdown: wake the read loop; it says goodbye. A SEND waiting
 		// for room gives up. Through the clock, which sets the read
@@ -234,7 +237,7 @@ func (c *conn) serve(ctx context.Context) {
 	if c.session != nil {
 		c.session.Close()
 	}
-	c.log.Debug().Dur("duration", time.Since(start)).Err(c.writerErr()).Msg("stomp connection closed")
+	c.log.Debug().Dur("duration", time.Since(start)).Err(c.out.Err()).Msg("stomp connection closed")
 }
 
 // closeFromOutside closes the connection for an administrator: the read
@@ -364,9 +367,10 @@ func (c *conn) journaled(s *answerSlot, f *frame.Frame, err error) {
 		n++
 	}
 	c.slots = c.slots[n:]
-	c.drained.Broadcast()
+	if c.drained != nil {
+		c.drained.Broadcast()
+	}
 	c.outMu.Unlock()
-	c.kick()
 }
 
 // onConnect negotiates the version and heart-beats and opens the session.
@@ -428,10 +432,10 @@ func (c *conn) onConnect(ctx context.Context, f *frame.Frame) error {
 	if version > wire.V10 {
 		h = append(h, frame.HeartBeat, strconv.FormatInt(sendEvery.Milliseconds(), 10)+","+strconv.FormatInt(recvEvery.Milliseconds(), 10))
 	}
-	c.outMu.Lock()
-	c.writeIdle = sendEvery
-	c.outMu.Unlock()
 	c.push(outItem{f: frame.New(frame.CONNECTED, h...)})
+	if sendEvery > 0 {
+		c.startHeartBeats(sendEvery)
+	}
 	return nil
 }
 
@@ -781,44 +785,52 @@ func (c *conn) push(it outItem) {
 	c.outMu.Lock()
 	c.pushLocked(it)
 	c.outMu.Unlock()
-	c.kick()
 }
 
+// pushLocked queues it; outMu is held, so that items queued under it
+// (the answers of slots) keep their order. Control frames count toward
+// the writer's high-water mark; deliveries, bounded by credit, do not.
 func (c *conn) pushLocked(it outItem) {
 	if c.stopping {
 		return
 	}
-	c.out = append(c.out, it)
-	if it.f != nil {
-		c.ctrl++
-	}
 	if it.close {
 		c.stopping = true
 	}
-}
-
-// kick wakes the writer.
-func (c *conn) kick() {
-	select {
-	case c.wake <- struct{}{}:
-	default:
+	if it.f != nil {
+		c.out.Push(it)
+	} else {
+		c.out.PushBounded(it)
 	}
 }
 
-// waitWritable blocks the read loop while too many control frames wait.
+// waitWritable blocks the read loop while too many control frames wait
+// for the writer, or too many durable sends for the journal.
 func (c *conn) waitWritable() error {
+	if c.out.Wait() != nil {
+		return c.writerErr()
+	}
 	c.outMu.Lock()
 	defer c.outMu.Unlock()
-	for (c.ctrl >= outHighWater || len(c.slots) >= maxPendingSends) && c.werr == nil {
-		c.drained.Wait()
+	for len(c.slots) >= maxPendingSends {
+		c.drainedLocked().Wait()
 	}
-	return c.werr
+	return nil
 }
 
+func (c *conn) drainedLocked() *sync.Cond {
+	if c.drained == nil {
+		c.drained = sync.NewCond(&c.outMu)
+	}
+	return c.drained
+}
+
+// writerErr says why the writer stopped.
 func (c *conn) writerErr() error {
-	c.outMu.Lock()
-	defer c.outMu.Unlock()
-	return c.werr
+	if err := c.out.Err(); err != nil {
+		return err
+	}
+	return errConnClosing
 }
 
 // finish stops accepting output, waits (bounded by the write timeout)
@@ -827,32 +839,24 @@ func (c *conn) finish() {
 	c.outMu.Lock()
 	// Answers still waiting for the journal go out first (a DISCONNECT
 	// receipt among them), bounded by the write timeout.
-	if len(c.slots) > 0 && c.werr == nil {
+	if len(c.slots) > 0 && c.out.Err() == nil {
 		timedOut := false
 		t := time.AfterFunc(c.s.cfg.WriteTimeout, func() {
 			c.outMu.Lock()
 			timedOut = true
-			c.drained.Broadcast()
+			c.drainedLocked().Broadcast()
 			c.outMu.Unlock()
 		})
-		for len(c.slots) > 0 && !timedOut && c.werr == nil {
-			c.drained.Wait()
+		for len(c.slots) > 0 && !timedOut {
+			c.drainedLocked().Wait()
 		}
 		t.Stop()
 	}
-	if !c.stopping {
-		c.stopping = true
-		c.out = append(c.out, outItem{close: true})
-	}
+	c.stopping = true
 	c.outMu.Unlock()
-	select {
-	case c.wake <- struct{}{}:
-	default:
+	if c.hb != nil {
+		c.hb.Stop()
 	}
-	select {
-	case <-c.wdone:
-	case <-time.After(c.s.cfg.WriteTimeout):
-	}
+	c.out.Finish(outItem{close: true}, c.s.cfg.WriteTimeout)
 	c.nc.Close()
-	<-c.wdone
 }
