@@ -12,6 +12,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -20,6 +21,7 @@ import (
 	"github.com/junctionmq/junction/amqp/internal/frames"
 	"github.com/junctionmq/junction/core"
 	"github.com/junctionmq/junction/core/guard"
+	"github.com/junctionmq/junction/internal/outbound"
 )
 
 // conn is one AMQP connection. The read loop (serve) owns the sessions'
@@ -57,13 +59,20 @@ type conn struct {
 	mu   sync.Mutex // see the type comment
 	hold holdState  // producer links whose credit is withheld
 
-	// The writer's queue and state.
-	outMu    sync.Mutex
-	out      []outItem // guarded by outMu
-	stopping bool      // guarded by outMu: no more output
-	werr     error     // guarded by outMu: why the writer stopped
-	wake     chan struct{}
-	wdone    chan struct{}
+	// The write side (writer.go): conn is the outbound writer's encoder,
+	// w its state, made at the first item.
+	out *outbound.Writer[outItem]
+	w   *writer
+	// Heart-beats (an empty frame when nothing was written for half the
+	// peer's idle timeout) and the rechecks of held links (hold.go) are
+	// timers that queue an item for the writer.
+	lastWrite     atomic.Int64 // unix nanoseconds of the last write
+	hbEvery       time.Duration
+	timerMu       sync.Mutex
+	hb            *time.Timer // guarded by timerMu
+	recheckT      *time.Timer // guarded by timerMu
+	recheckArmed  bool        // guarded by timerMu
+	timersStopped bool        // guarded by timerMu
 }
 
 // readBuffer is the size of a connection's buffered reader.
@@ -76,7 +85,7 @@ func newConn(s *Server, nc net.Conn) *conn {
 	// (MIN-MAX-FRAME-SIZE, Part 5 §5.3.1): a connection holds at most
 	// what its reader reads ahead.
 	acct := s.broker.PreAuth(readBuffer)
-	return &conn{
+	c := &conn{
 		s:        s,
 		nc:       nc,
 		br:       bufio.NewReaderSize(acct.Reader(clock), readBuffer),
@@ -85,9 +94,9 @@ func newConn(s *Server, nc net.Conn) *conn {
 		log:      s.cfg.Logger.With().Uint64("conn", id).Str("remote", nc.RemoteAddr().String()).Logger(),
 		sessions: make(map[uint16]*session),
 		txs:      make(map[string]*core.Tx),
-		wake:     make(chan struct{}, 1),
-		wdone:    make(chan struct{}),
 	}
+	c.out = outbound.New[outItem](nc, c, outbound.Config{WriteTimeout: s.cfg.WriteTimeout})
+	return c
 }
 
 // connError closes the connection with an AMQP error condition.
@@ -128,7 +137,9 @@ func (c *conn) serve(ctx context.Context) {
 	c.nc.SetWriteDeadline(time.Time{})
 	c.log.Debug().Str("container", c.containerID).Str("user", c.user).Msg("connected")
 
-	go c.writeLoop()
+	if iv := c.peerIdle / 2; iv > 0 {
+		c.startHeartBeats(iv)
+	}
 	stop := context.AfterFunc(ctx, func() {
 		c.closeWith(&frames.Error{Condition: frames.ErrCondConnectionForced, Description: "the broker is shutting down"})
 	})
@@ -139,17 +150,20 @@ func (c *conn) serve(ctx context.Context) {
 	// once must find its id free.
 	c.teardown()
 
+	c.stopTimers()
 	var ce *connError
 	switch {
 	case errors.As(err, &ce):
 		c.log.Debug().Str("condition", string(ce.e.Condition)).Str("description", ce.e.Description).Msg("closing with error")
 		c.closeWith(ce.e)
+		c.out.Finish(outItem{kind: kindNone}, c.s.cfg.WriteTimeout)
 	case errors.Is(err, errPeerClosed):
+		// The answering close is queued: it goes out last.
+		c.out.Finish(outItem{kind: kindNone}, c.s.cfg.WriteTimeout)
 	default:
 		c.log.Debug().Err(err).Msg("connection lost")
-		c.stopWriter(err)
+		c.out.Close()
 	}
-	<-c.wdone
 }
 
 // teardown ends every session: consumers close (their unsettled
