@@ -142,16 +142,12 @@ func New(cfg Config, b *core.Broker) *Server {
 // cancelled (the client then gets a close with amqp:connection:forced).
 // It closes nc before returning.
 func (s *Server) ServeConn(ctx context.Context, nc net.Conn) {
-	c := newConn(s, nc)
-	s.mu.Lock()
-	s.conns[c] = struct{}{}
-	s.mu.Unlock()
-	defer func() {
-		s.mu.Lock()
-		delete(s.conns, c)
-		s.mu.Unlock()
-	}()
-	c.serve(ctx)
+	c := &conn{s: s, nc: nc, ctx: ctx}
+	// This goroutine only waits (see conn.serve); the work runs in
+	// workers.
+	c.inWorker(workOpen)
+	c.serve()
+	c.inWorker(workClose)
 }
 
 // Connections returns the number of open connections.

@@ -233,7 +233,7 @@ func (c *conn) applyOutcome(od outDelivery, state frames.DeliveryState) error {
 	}
 	if err != nil && !errors.Is(err, core.ErrUnknownDelivery) {
 		// A delivery already settled (its link closed) is not an error.
-		c.log.Debug().Err(err).Msg("outcome not applied")
+		c.debug().Err(err).Msg("outcome not applied")
 	}
 	return nil
 }
