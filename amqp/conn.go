@@ -44,9 +44,8 @@ type conn struct {
 	wait    inbound.Waiter
 	yield   bool
 	working sync.WaitGroup
-	err     error       // why the connection ends (errIdle: nothing more to read for now)
-	ready   bool        // the handshake is done
-	stop    func() bool // context.AfterFunc's, once ready
+	err     error // why the connection ends (errIdle: nothing more to read for now)
+	ready   bool  // the handshake is done
 	// clock bounds the time of each frame; read deadlines are set
 	// through it (guard.Clock). acct charges what the client sends to the
 	// broker's pre-authentication budget until SASL (or the anonymous
@@ -223,7 +222,7 @@ func (c *conn) work() error {
 		if iv := c.peerIdle / 2; iv > 0 {
 			c.startHeartBeats(iv)
 		}
-		c.stop = context.AfterFunc(c.ctx, c.shutdown)
+		c.s.watch.Add(c.ctx, c)
 	}
 	return c.readLoop()
 }
@@ -258,7 +257,7 @@ func (c *conn) end() {
 		c.out.Close()
 		return
 	}
-	c.stop()
+	c.s.watch.Remove(c.ctx, c)
 	err = c.readErr(err)
 	// Release the container-id (and everything else) before the peer
 	// can learn that the connection ended: a client that reconnects at

@@ -13,6 +13,7 @@ import (
 	"github.com/junctionmq/junction/amqp/internal/encoding"
 	"github.com/junctionmq/junction/amqp/internal/frames"
 	"github.com/junctionmq/junction/core"
+	"github.com/junctionmq/junction/internal/inbound"
 )
 
 // Config configures a Server. Zero fields take the defaults given.
@@ -131,11 +132,15 @@ type Server struct {
 
 	mu    sync.Mutex
 	conns map[*conn]struct{} // guarded by mu
+	// watch closes the connections of a ServeConn context that ends.
+	watch inbound.Watch[*conn]
 }
 
 // New returns a server for broker b.
 func New(cfg Config, b *core.Broker) *Server {
-	return &Server{cfg: cfg.withDefaults(), broker: b, conns: make(map[*conn]struct{})}
+	s := &Server{cfg: cfg.withDefaults(), broker: b, conns: make(map[*conn]struct{})}
+	s.watch.Stop = (*conn).shutdown
+	return s
 }
 
 // ServeConn serves one client connection until it ends or ctx is

@@ -248,7 +248,7 @@ func (c *conn) open() {
 	s.mu.Lock()
 	s.conns[c] = struct{}{}
 	s.mu.Unlock()
-	c.stop = context.AfterFunc(c.ctx, c.shutdown)
+	s.watch.Add(c.ctx, c)
 	c.debug().Msg("stomp connection open")
 }
 
@@ -267,7 +267,7 @@ func (c *conn) shutdown() {
 // goodbye and the session's end; and forgets it.
 func (c *conn) close() {
 	ctx, err := c.ctx, c.err
-	c.stop()
+	c.s.watch.Remove(ctx, c)
 	c.acct.Close()
 	switch {
 	case ctx.Err() != nil:

@@ -13,6 +13,7 @@ import (
 
 	"github.com/junctionmq/junction/core"
 	"github.com/junctionmq/junction/core/guard"
+	"github.com/junctionmq/junction/internal/inbound"
 	"github.com/junctionmq/junction/stomp/internal/wire"
 )
 
@@ -140,11 +141,15 @@ type Server struct {
 
 	mu    sync.Mutex
 	conns map[*conn]struct{} // guarded by mu
+	// watch stops the connections of a ServeConn context that ends.
+	watch inbound.Watch[*conn]
 }
 
 // New returns a server for broker b.
 func New(cfg Config, b *core.Broker) *Server {
-	return &Server{cfg: cfg.withDefaults(), broker: b, conns: make(map[*conn]struct{})}
+	s := &Server{cfg: cfg.withDefaults(), broker: b, conns: make(map[*conn]struct{})}
+	s.watch.Stop = (*conn).shutdown
+	return s
 }
 
 // ServeConn serves one client connection until it ends or ctx is
