@@ -23,7 +23,7 @@ var allowed = map[string][]string{
 	"transports":          {},
 	"websocket":           {},
 	"stomp":               {"core", "internal/inbound", "internal/outbound"},
-	"mqtt":                {"core", "internal/outbound"},
+	"mqtt":                {"core", "internal/inbound", "internal/outbound"},
 	"amqp":                {"core", "internal/inbound", "internal/outbound"},
 	"management":          {"core"},
 	"security":            {"core"},
