@@ -25,10 +25,10 @@ import (
 	"github.com/junctionmq/junction/internal/outbound"
 )
 
-// conn is one AMQP connection. The read loop (serve) owns the sessions'
-// and links' incoming state; the writer goroutine owns the socket's
-// write side; core consumers' handlers only queue deliveries. State both
-// loops touch (session windows, delivery ids, unsettled deliveries, the
+// conn is one AMQP connection. The read loop (readLoop, in workers one
+// after another) owns the sessions' and links' incoming state; an
+// outbound.Writer owns the socket's write side (conn is its encoder);
+// core consumers' handlers only queue deliveries. State both sides touch (session windows, delivery ids, unsettled deliveries, the
 // credit of client senders) is guarded by mu, which is never held while
 // calling into core.
 type conn struct {

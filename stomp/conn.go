@@ -100,8 +100,9 @@ type outItem struct {
 	close     bool // close the connection after writing f
 }
 
-// conn is one client connection. The read loop (serve) owns the protocol
-// state; the writer goroutine owns the socket's write side.
+// conn is one client connection. The read loop (readLoop, in workers one
+// after another) owns the protocol state; an outbound.Writer owns the
+// socket's write side.
 type conn struct {
 	s   *Server
 	ctx context.Context // ServeConn's: its end stops the connection
@@ -114,8 +115,7 @@ type conn struct {
 	wait    inbound.Waiter
 	yield   bool
 	working sync.WaitGroup
-	err     error       // why the read loop ended (errIdle: nothing more to read for now)
-	stop    func() bool // context.AfterFunc's
+	err     error // why the read loop ended (errIdle: nothing more to read for now)
 	opened  time.Time
 	// clock bounds the time of each frame; the read loop sets its read
 	// deadlines through it (guard.Clock). acct charges what the client
@@ -144,7 +144,7 @@ type conn struct {
 	// The write side (writer.go); conn is its encoder.
 	out *outbound.Writer[outItem]
 	// Heart-beats to the client (writer.go): a timer, set at CONNECT.
-	hb        *time.Timer
+	hb        *time.Timer // guarded by outMu
 	hbEvery   time.Duration
 	lastWrite atomic.Int64 // unix nanoseconds of the last write
 	// The encoder's (the writer's goroutine's):
@@ -967,10 +967,10 @@ func (c *conn) finish() {
 		t.Stop()
 	}
 	c.stopping = true
-	c.outMu.Unlock()
 	if c.hb != nil {
 		c.hb.Stop()
 	}
+	c.outMu.Unlock()
 	c.out.Finish(outItem{close: true}, c.s.cfg.WriteTimeout)
 	c.nc.Close()
 }

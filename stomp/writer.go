@@ -89,25 +89,24 @@ func noteAuto(acks []autoAck, cons *core.Consumer, id uint64) []autoAck {
 func (c *conn) startHeartBeats(every time.Duration) {
 	c.hbEvery = every
 	c.lastWrite.Store(time.Now().UnixNano())
+	c.outMu.Lock()
 	c.hb = time.AfterFunc(every, c.heartBeat)
+	c.outMu.Unlock()
 }
 
 // heartBeat is the heart-beat timer's function.
 func (c *conn) heartBeat() {
-	since := time.Duration(time.Now().UnixNano() - c.lastWrite.Load())
-	if wait := c.hbEvery - since; wait > 0 {
-		c.hb.Reset(wait)
+	wait := c.hbEvery - time.Duration(time.Now().UnixNano()-c.lastWrite.Load())
+	c.outMu.Lock()
+	defer c.outMu.Unlock()
+	if c.stopping {
 		return
 	}
-	c.outMu.Lock()
-	stopping := c.stopping
-	if !stopping {
+	if wait <= 0 {
 		c.out.PushBounded(outItem{heartBeat: true})
+		wait = c.hbEvery
 	}
-	c.outMu.Unlock()
-	if !stopping {
-		c.hb.Reset(c.hbEvery)
-	}
+	c.hb.Reset(wait)
 }
 
 // appendMessage encodes a delivery as a MESSAGE frame.
