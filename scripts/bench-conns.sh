@@ -12,8 +12,8 @@ set -eu
 rounds=$1 conns=$2
 shift 2
 jb=${JB:-bin/junction-bench}
-stomp=127.0.0.1:${STOMP_PORT:-47613} amqp=127.0.0.1:${AMQP_PORT:-47672}
-ulimit -n $((conns * 2 + 1000))
+stomp=127.0.0.1:${STOMP_PORT:-27613} amqp=127.0.0.1:${AMQP_PORT:-27672}
+ulimit -n $((conns * 2 + 1000)) 2>/dev/null || true # Go raises its own soft limit to the hard one
 run() { # binary proto scenario args...
 	bin=$1 proto=$2
 	shift 2
@@ -26,7 +26,7 @@ run() { # binary proto scenario args...
 	[ "$proto" = amqp ] && addr=$amqp
 	printf '%s\t' "$bin"
 	"$jb" conns -proto "$proto" -addr "$addr" -pid "$pid" "$@" || true
-	kill "$pid"
+	kill "$pid" 2>/dev/null || echo "broker exited early: $(tail -3 "$dir/log")"
 	wait "$pid" 2>/dev/null || true
 	rm -rf "$dir"
 }
