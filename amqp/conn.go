@@ -44,8 +44,12 @@ type conn struct {
 	wait    inbound.Waiter
 	yield   bool
 	working sync.WaitGroup
-	err     error // why the connection ends (errIdle: nothing more to read for now)
-	ready   bool  // the handshake is done
+	closed  bool // close has run (in the worker that met the end)
+	// midMessage: the last transfer read said more follow; the read
+	// loop does not yield until the message's last.
+	midMessage bool
+	err        error // why the connection ends (errIdle: nothing more to read for now)
+	ready      bool  // the handshake is done
 	// clock bounds the time of each frame; read deadlines are set
 	// through it (guard.Clock). acct charges what the client sends to the
 	// broker's pre-authentication budget until SASL (or the anonymous
@@ -168,6 +172,12 @@ func (c *conn) worker(kind int) {
 		c.open()
 	case workRun:
 		c.err = c.work()
+		if c.err != errIdle {
+			// The end, at once: a goroutine less to start before the
+			// goodbye leaves.
+			c.close()
+			c.closed = true
+		}
 	case workClose:
 		c.close()
 	}
@@ -580,7 +590,9 @@ func (c *conn) readLoop() error {
 		// A frame's clock starts with its first byte, which may be read
 		// ahead already.
 		c.clock.Next(c.buffered())
-		if c.yield && c.buffered() == 0 && !c.wait.Ready() {
+		// Not in the middle of a message in several transfers: its next
+		// frame is on its way, and a wait would cost a worker per frame.
+		if c.yield && !c.midMessage && c.buffered() == 0 && !c.wait.Ready() {
 			// The deadline of the wait: the idle timeout's.
 			if err := c.clock.Arm(); err != nil {
 				return err
@@ -601,6 +613,9 @@ func (c *conn) readLoop() error {
 		}
 		if perf == nil {
 			continue // heartbeat
+		}
+		if t, ok := perf.(*frames.Transfer); ok {
+			c.midMessage = t.More
 		}
 		if err := c.handle(h.Channel, perf, payload); err != nil {
 			return err

@@ -152,7 +152,9 @@ func (s *Server) ServeConn(ctx context.Context, nc net.Conn) {
 	// workers.
 	c.inWorker(workOpen)
 	c.serve()
-	c.inWorker(workClose)
+	if !c.closed {
+		c.inWorker(workClose)
+	}
 }
 
 // Connections returns the number of open connections.

@@ -115,6 +115,7 @@ type conn struct {
 	wait    inbound.Waiter
 	yield   bool
 	working sync.WaitGroup
+	closed  bool  // close has run (in the worker that met the end)
 	err     error // why the read loop ended (errIdle: nothing more to read for now)
 	opened  time.Time
 	// clock bounds the time of each frame; the read loop sets its read
@@ -206,6 +207,12 @@ func (c *conn) worker(kind int) {
 		c.open()
 	case workRun:
 		c.err = c.readLoop()
+		if c.err != errIdle {
+			// The end, at once: a goroutine less to start before the
+			// goodbye leaves.
+			c.close()
+			c.closed = true
+		}
 	case workClose:
 		c.close()
 	}
