@@ -42,6 +42,7 @@ type connsConfig struct {
 	duration, warmup      time.Duration
 	settle, dialTimeout   time.Duration
 	asJSON                bool
+	goodbye               bool
 }
 
 func parseConnsFlags(args []string, stderr io.Writer) (*connsConfig, error) {
@@ -64,6 +65,7 @@ func parseConnsFlags(args []string, stderr io.Writer) (*connsConfig, error) {
 	fs.DurationVar(&c.settle, "settle", 2*time.Second, "idle: wait before reading the broker's memory")
 	fs.DurationVar(&c.dialTimeout, "dial-timeout", 10*time.Second, "bound of one dial and handshake")
 	fs.BoolVar(&c.asJSON, "json", false, "print the result as JSON")
+	fs.BoolVar(&c.goodbye, "goodbye", true, "idle: say goodbye (STOMP DISCONNECT, AMQP close) before closing a connection")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil, err
@@ -319,7 +321,11 @@ func connsIdle(ctx context.Context, cfg *connsConfig) (*connsResult, error) {
 	closeAll := func() {
 		parallel(len(conns), cfg.conc, time.Now().Add(time.Minute), func(i int) error {
 			if nc := conns[i]; nc != nil {
-				connsClose(nc, cfg.proto, false)
+				if cfg.goodbye {
+					connsClose(nc, cfg.proto, false)
+				} else {
+					nc.Close()
+				}
 				conns[i] = nil
 			}
 			return nil
