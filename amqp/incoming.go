@@ -146,7 +146,7 @@ func (l *link) receive(p *incoming, raw []byte) error {
 // client gave up knowing.
 func (c *conn) logDropped(err error) {
 	if err != nil {
-		c.log.Debug().Err(err).Msg("pre-settled message dropped")
+		c.debug().Err(err).Msg("pre-settled message dropped")
 	}
 }
 
@@ -168,6 +168,9 @@ func (l *link) txControl(p *incoming, pm *frames.Message) {
 		}
 		c.nextTxn++
 		id := binary.BigEndian.AppendUint32(nil, c.nextTxn)
+		if c.txs == nil {
+			c.txs = make(map[string]*core.Tx)
+		}
 		c.txs[string(id)] = tx
 		l.settleIn(p, &frames.Declared{TxnID: id}, true)
 	case *frames.Discharge:
