@@ -154,9 +154,10 @@ type Broker struct {
 
 // address is a named destination with the queues bound to it.
 type address struct {
-	name     string
-	settings Settings
-	auto     bool // created on first use
+	name      string
+	settings  Settings    // guarded by Broker.mu (a reload replaces it)
+	dupFromID atomic.Bool // settings.DuplicateIDFromMessageID, for sends
+	auto      bool        // created on first use
 
 	// Guarded by Broker.mu:
 	anycast   *Queue   // the queue of an anycast address (named as the address)
@@ -526,6 +527,7 @@ func (b *Broker) addressLocked(name string, auto bool) *address {
 	a := b.addresses[name]
 	if a == nil {
 		a = &address{name: name, settings: b.settings.resolve(name), auto: auto}
+		a.dupFromID.Store(a.settings.DuplicateIDFromMessageID)
 		b.addresses[name] = a
 		b.bumpLocked()
 		b.emit(Event{Type: EventAddressAdded, Address: name})
@@ -844,7 +846,7 @@ func (b *Broker) deliver(a *address, m *Message, now time.Time, o sendOpts) (pen
 	// further, and an id whose send fails is forgotten, so that the
 	// producer's next try is taken.
 	var de *dupEntry
-	if key := dupKey(m, a.settings.DuplicateIDFromMessageID); key != "" && !o.journaled {
+	if key := dupKey(m, b.dupFromMessageID(a)); key != "" && !o.journaled {
 		var dup bool
 		if de, dup = b.claimDup(a.name, key); dup {
 			b.countDup(a.name)
@@ -996,6 +998,11 @@ func (b *Broker) deliver(a *address, m *Message, now time.Time, o sendOpts) (pen
 	}
 	return pending && o.done != nil, nil
 }
+
+// dupFromMessageID is the address's duplicate-id-from-message-id
+// setting, read without b.mu (under which a reload replaces settings):
+// a send may be routed with b.mu held.
+func (b *Broker) dupFromMessageID(a *address) bool { return a.dupFromID.Load() }
 
 func btoi(b bool) int {
 	if b {

@@ -18,6 +18,7 @@ func (b *Broker) SetAddressSettings(list []AddressSettings) error {
 	b.mu.Lock()
 	for name, a := range b.addresses {
 		a.settings = b.settings.resolve(name) // read under b.mu
+		a.dupFromID.Store(a.settings.DuplicateIDFromMessageID)
 	}
 	qs := make([]*Queue, 0, len(b.queues))
 	for _, q := range b.queues {

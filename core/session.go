@@ -981,7 +981,7 @@ func (t *Tx) claimDups(addrs []*address) ([]*dupEntry, error) {
 	b := t.s.b
 	var ids []*dupEntry
 	for i, m := range t.sends {
-		key := dupKey(m, addrs[i].settings.DuplicateIDFromMessageID)
+		key := dupKey(m, b.dupFromMessageID(addrs[i]))
 		if key == "" {
 			continue
 		}
