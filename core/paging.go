@@ -85,9 +85,11 @@ func (b *Broker) newGen() uint64 {
 }
 
 // canPage reports whether q can page m: a durable message on a durable
-// queue of a broker with a journal and a pager.
+// queue of a broker with a journal and a pager, whose body is not in the
+// large-message store (a streamed message costs its metadata in memory,
+// not its body: see largebody.go).
 func (q *Queue) canPage(m *Message) bool {
-	return q.durable && m.Durable && q.b.msgs != nil && q.b.pager != nil
+	return q.durable && m.Durable && q.b.msgs != nil && q.b.pager != nil && m.lb == nil
 }
 
 // page appends m to q's page store, opening one if q is not paging yet.

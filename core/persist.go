@@ -1,9 +1,11 @@
 package core
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"time"
 )
 
@@ -41,11 +43,19 @@ type MessageJournal interface {
 }
 
 // LargeStore keeps message bodies above Config.LargeMessageThreshold in
-// files of their own, so that big bodies do not bloat journal files.
-// persistence/large satisfies it. Write must be durable when it returns.
+// files of their own, so that big bodies do not bloat journal files and
+// are never held whole in memory (largebody.go). persistence/large
+// satisfies it. It streams: a body of any size costs a bounded buffer.
 type LargeStore interface {
-	Write(id uint64, body []byte) error
-	Read(id uint64) ([]byte, error)
+	// Write stores the body read from r until io.EOF under id and
+	// returns its length; it is durable when Write returns nil. If r
+	// (with any error but io.EOF) or the disk fails, nothing is left
+	// under id.
+	Write(id uint64, r io.Reader) (int64, error)
+	// Open returns a reader of the body of id, from its start.
+	Open(id uint64) (io.ReadCloser, error)
+	// Size returns the length of the body of id.
+	Size(id uint64) (int64, error)
 	Remove(id uint64) error
 	List() ([]uint64, error)
 }
@@ -107,11 +117,20 @@ func (b *Broker) journalMessage(m *Message, qs []*Queue, done func(error)) {
 // its own file (durably, so a synced record never names a missing file).
 func (b *Broker) messageRecord(m *Message, ids []uint64) ([]byte, error) {
 	m.durableRefs.Store(int32(len(ids)))
-	if b.large != nil && len(m.Body) > b.largeThreshold {
-		if err := b.large.Write(m.ID, m.Body); err != nil {
+	switch {
+	case m.lb != nil:
+		// Streamed (ReceiveBody) and durable already: the journal takes
+		// the file over.
+		if err := b.ownBody(m); err != nil {
+			return nil, err
+		}
+		m.lb.keep()
+	case b.large != nil && len(m.Body) > b.largeThreshold:
+		n, err := b.large.Write(m.ID, bytes.NewReader(m.Body))
+		if err != nil {
 			return nil, fmt.Errorf("%w: large message body: %w", ErrPersistence, err)
 		}
-		m.large = true
+		m.lb = keptBody(b.large, m.ID, n) // m.Body stays: it is not Streamed
 	}
 	return encodeMessage(m, ids), nil
 }
@@ -136,7 +155,7 @@ func (b *Broker) persistSettled(r *ref) {
 	}
 	m := r.msg
 	if m.durableRefs.Add(-1) <= 0 {
-		if m.large {
+		if m.lb != nil {
 			// The file goes once the delete is on disk: a crash before
 			// that finds the record with its file.
 			b.msgs.Delete(m.ID, true, func(err error) {
@@ -309,13 +328,16 @@ func (b *Broker) recover() (RecoveryStats, error) {
 		if err != nil {
 			return err
 		}
-		if m.large {
+		if m.lb != nil {
 			if b.large == nil {
 				return fmt.Errorf("%w: message %d has its body in the large-message store, which is not configured", errCorruptRecord, id)
 			}
-			if m.Body, err = b.large.Read(id); err != nil {
+			// By reference: the body stays in its file.
+			size, err := b.large.Size(id)
+			if err != nil {
 				return fmt.Errorf("core: body of large message %d: %w", id, err)
 			}
+			m.lb = keptBody(b.large, id, size)
 			largeIDs[id] = true
 		}
 		cur = &pending{m: m, queues: qs}

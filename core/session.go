@@ -1007,7 +1007,7 @@ func (t *Tx) journal(addrs []*address, dupIDs []*dupEntry) (recIDs []uint64, rec
 		}
 		if r.msg.durableRefs.Add(-1) <= 0 {
 			b.msgs.DeleteTx(txID, r.msg.ID)
-			if r.msg.large {
+			if r.msg.lb != nil {
 				largeGone = append(largeGone, r.msg.ID)
 			}
 		} else {

@@ -141,6 +141,14 @@ func (c *conn) appendDelivery(buf []byte, it outItem, held bool) ([]byte, bool) 
 	p := &pub
 	p.topic = c.topicFor(m.Address)
 	p.payload = m.Body
+	if m.Streamed() {
+		// Not streamed to MQTT consumers yet: read whole.
+		b, err := m.ReadBody()
+		if err != nil {
+			c.s.log.Warn().Err(err).Uint64("message", m.ID).Msg("reading a large body failed")
+		}
+		p.payload = b
+	}
 	p.qos = qos
 	// A retained message sent for a new subscription has its flag set;
 	// a live one has it only with retain-as-published [MQTT-3.3.1-12].

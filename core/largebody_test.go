@@ -1,0 +1,176 @@
+package core
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"runtime"
+	"testing"
+	"time"
+)
+
+// streamOf returns a reader of n bytes with a pattern, and the bytes.
+func streamOf(n int) (io.Reader, []byte) {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(i % 251)
+	}
+	return bytes.NewReader(b), b
+}
+
+// failAfter gives n bytes, then fails as a connection cut off mid-body.
+type failAfter struct {
+	r io.Reader
+	n int
+}
+
+func (f *failAfter) Read(p []byte) (int, error) {
+	if f.n == 0 {
+		return 0, io.ErrUnexpectedEOF
+	}
+	p = p[:min(len(p), f.n)]
+	n, err := f.r.Read(p)
+	f.n -= n
+	return n, err
+}
+
+// waitCount waits until the store holds want bodies, running the
+// collector so unreferenced bodies are cleaned up.
+func waitCount(t *testing.T, l *memLarge, want int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for l.count() != want {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d large bodies stored, want %d", l.count(), want)
+		}
+		runtime.GC()
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestStreamedBodies(t *testing.T) {
+	msgs, bindings, large := newMemJournal(), newMemJournal(), &memLarge{bodies: map[uint64][]byte{}}
+	dla := "DLQ"
+	open := func() *Broker {
+		b, err := New(Config{Messages: msgs, Bindings: bindings, Large: large, LargeMessageThreshold: 64, ExpiryScanInterval: -1,
+			AddressSettings: []AddressSettings{{Match: "q", DeadLetterAddress: &dla}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { b.Close() })
+		return b
+	}
+	b1 := open()
+	s := newSession(t, b1, "")
+	if s.StreamThreshold() != 64 {
+		t.Fatalf("StreamThreshold %d", s.StreamThreshold())
+	}
+
+	// A sender cut off mid-body: an error, no body stored, nothing sent.
+	r, _ := streamOf(5000)
+	m := &Message{Address: "q", RoutingType: Anycast, Durable: true}
+	if err := s.ReceiveBody(m, &failAfter{r: r, n: 3000}, 5000); !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Fatalf("cut body: %v", err)
+	}
+	if large.count() != 0 {
+		t.Fatal("a cut body was stored")
+	}
+
+	// Durable: the journal keeps the file; the record holds no body.
+	r, big := streamOf(5000)
+	m = &Message{Address: "q", RoutingType: Anycast, Durable: true}
+	if err := s.ReceiveBody(m, r, 5000); err != nil {
+		t.Fatal(err)
+	}
+	if !m.Streamed() || m.Size() != 5000 || m.Body != nil {
+		t.Fatalf("streamed %v size %d", m.Streamed(), m.Size())
+	}
+	if err := s.Send(context.Background(), m); err != nil {
+		t.Fatal(err)
+	}
+	// Non-durable: the file goes once nothing references the message.
+	r, _ = streamOf(3000)
+	nd := &Message{Address: "nd", RoutingType: Anycast}
+	if err := s.ReceiveBody(nd, r, -1); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Send(context.Background(), nd); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range msgs.order {
+		if r := msgs.recs[id]; r != nil && len(r.payload) > 500 {
+			t.Fatalf("record %d holds %d bytes: the large body went into the journal", id, len(r.payload))
+		}
+	}
+	if large.count() != 2 {
+		t.Fatalf("%d bodies, want 2", large.count())
+	}
+	c, col := subscribe(t, s, ConsumerOptions{Address: "nd", RoutingType: Anycast, Credit: 10})
+	d := col.next(t)
+	if got, err := d.Message.ReadBody(); err != nil || d.Message.Size() != 3000 || len(got) != 3000 {
+		t.Fatalf("non-durable body: %d %v", len(got), err)
+	}
+	if err := c.Ack(d.ID); err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	d, nd = Delivery{}, nil
+	waitCount(t, large, 1)
+	s.Close()
+	b1.Close()
+
+	// Recovered by reference; rejected to the DLQ, the copy gets its
+	// own file and the original's goes with its record.
+	b2 := open()
+	s2 := newSession(t, b2, "")
+	c2, col2 := subscribe(t, s2, ConsumerOptions{Address: "q", RoutingType: Anycast, Credit: 10})
+	d = col2.next(t)
+	if !d.Message.Streamed() {
+		t.Fatal("recovered body in memory")
+	}
+	head, err := d.Message.BodyHead(10)
+	if err != nil || !bytes.Equal(head, big[:10]) {
+		t.Fatalf("BodyHead %v %v", head, err)
+	}
+	if err := c2.Reject(d.ID); err != nil {
+		t.Fatal(err)
+	}
+	_, col3 := subscribe(t, s2, ConsumerOptions{Address: "DLQ", RoutingType: Anycast, Credit: 10})
+	d = col3.next(t)
+	got, err := d.Message.ReadBody()
+	if err != nil || !bytes.Equal(got, big) {
+		t.Fatalf("dead-lettered body: %d bytes, %v", len(got), err)
+	}
+	waitCount(t, large, 1)
+	if _, ok := large.bodies[d.Message.ID]; !ok {
+		t.Fatal("the dead-lettered copy has no file of its own")
+	}
+}
+
+func TestStreamedBodyDiskCheck(t *testing.T) {
+	large := &memLarge{bodies: map[uint64][]byte{}}
+	free := int64(10000)
+	b, err := New(Config{Large: large, LargeMessageThreshold: 64, ExpiryScanInterval: -1,
+		Disk: DiskLimits{MinFree: 1000, Free: func() (int64, error) { return free, nil }}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	s := newSession(t, b, "")
+	r, _ := streamOf(9500)
+	if err := s.ReceiveBody(&Message{Address: "q"}, r, 9500); !errors.Is(err, ErrDiskFull) {
+		t.Fatalf("announced past the free space: %v", err)
+	}
+	r, _ = streamOf(9500)
+	if err := s.ReceiveBody(&Message{Address: "q"}, r, -1); !errors.Is(err, ErrDiskFull) {
+		t.Fatalf("grown past the free space: %v", err)
+	}
+	r, _ = streamOf(5000)
+	if err := s.ReceiveBody(&Message{Address: "q"}, r, 5000); err != nil {
+		t.Fatal(err)
+	}
+	if large.count() != 1 {
+		t.Fatalf("%d bodies", large.count())
+	}
+}
