@@ -643,7 +643,7 @@ type messageJSON struct {
 	DeliveryCount uint32         `json:"deliveryCount"`
 	InFlight      bool           `json:"inFlight"`
 	Scheduled     bool           `json:"scheduled"`
-	Size          int64           `json:"size"`
+	Size          int64          `json:"size"`
 	Body          string         `json:"body"`
 	BodyEncoding  string         `json:"bodyEncoding"` // "text" or "base64"
 	Truncated     bool           `json:"truncated"`

@@ -76,6 +76,9 @@ func (c *conn) writeLoop() {
 				buf = wire.Encode(buf, it.f, c.version)
 			} else if it.sub != nil {
 				buf = c.appendMessage(buf, it.d, it.sub)
+				if it.d.Message.Streamed() && !c.streamBody(&buf, it.d.Message) {
+					return
+				}
 				if it.sub.ack == ackAuto {
 					// The delivery names its consumer: sub.consumer may not
 					// be set yet when Subscribe's first deliveries arrive.
@@ -181,8 +184,11 @@ func (c *conn) appendMessage(buf []byte, d core.Delivery, sub *subscription) []b
 	}
 	buf = appendMessageHeaders(buf, m, v)
 	buf = append(buf, "content-length:"...)
-	buf = strconv.AppendInt(buf, int64(len(m.Body)), 10)
+	buf = strconv.AppendInt(buf, m.Size(), 10)
 	buf = append(buf, "\n\n"...)
+	if m.Streamed() {
+		return buf // the body and the NUL follow (streamBody)
+	}
 	buf = append(buf, m.Body...)
 	return append(buf, 0)
 }

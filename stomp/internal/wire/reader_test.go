@@ -375,3 +375,51 @@ func TestReadAllocs(t *testing.T) {
 		t.Errorf("Read: %v allocs per frame, want <= 4", allocs)
 	}
 }
+
+func TestStreamedBody(t *testing.T) {
+	body := strings.Repeat("0123456789", 1000)
+	in := "SEND\ndestination:q\ncontent-length:10000\n\n" + body + "\x00" +
+		"SEND\ndestination:q\ncontent-length:5\n\nsmall\x00" +
+		"SEND\ndestination:q\ncontent-length:20000\n\n"
+	r := NewReader(strings.NewReader(in), Limits{MaxFrameSize: 1000})
+	r.SetStreaming(100, 15000)
+	f, err := r.Read()
+	if err != nil || f.Body != nil || r.Streaming() != 10000 {
+		t.Fatalf("Read: %v, body %d, streaming %d", err, len(f.Body), r.Streaming())
+	}
+	got, err := io.ReadAll(r.Body())
+	if err != nil || string(got) != body {
+		t.Fatalf("Body: %d bytes, %v", len(got), err)
+	}
+	f, err = r.Read()
+	if err != nil || string(f.Body) != "small" || r.Streaming() != 0 {
+		t.Fatalf("small frame: %v %q", err, f.Body)
+	}
+	// Over the streaming maximum: refused before any of the body is read.
+	if _, err := r.Read(); !errors.Is(err, ErrFrameTooLarge) {
+		t.Fatalf("over the maximum: %v", err)
+	}
+
+	// Cut off mid-body; a missing NUL.
+	r = NewReader(strings.NewReader("SEND\ndestination:q\ncontent-length:200\n\n"+body[:150]), Limits{})
+	r.SetStreaming(100, 1000)
+	if _, err := r.Read(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadAll(r.Body()); !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Fatalf("cut body: %v", err)
+	}
+	r = NewReader(strings.NewReader("SEND\ndestination:q\ncontent-length:200\n\n"+body[:201]), Limits{})
+	r.SetStreaming(100, 1000)
+	r.Read()
+	if _, err := io.ReadAll(r.Body()); !errors.Is(err, ErrMissingNul) {
+		t.Fatalf("no NUL: %v", err)
+	}
+	// A body left unread fails the next Read.
+	r = NewReader(strings.NewReader("SEND\ndestination:q\ncontent-length:200\n\n"+body[:200]+"\x00"), Limits{})
+	r.SetStreaming(100, 1000)
+	r.Read()
+	if _, err := r.Read(); err == nil {
+		t.Fatal("Read with the body unread")
+	}
+}
