@@ -174,3 +174,44 @@ func TestStreamedBodyDiskCheck(t *testing.T) {
 		t.Fatalf("%d bodies", large.count())
 	}
 }
+
+// A retained streamed message is kept by reference in a file of its own
+// (the sent message's goes with it), survives a restart, and its file
+// goes when the value is replaced.
+func TestRetainedStreamedBody(t *testing.T) {
+	msgs, bindings, large := newMemJournal(), newMemJournal(), &memLarge{bodies: map[uint64][]byte{}}
+	open := func() *Broker {
+		b, err := New(Config{Messages: msgs, Bindings: bindings, Large: large, LargeMessageThreshold: 64, ExpiryScanInterval: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { b.Close() })
+		return b
+	}
+	b1 := open()
+	s := newSession(t, b1, "")
+	r, body := streamOf(4000)
+	m := &Message{Address: "t", Durable: true}
+	if err := s.ReceiveBody(m, r, 4000); err != nil {
+		t.Fatal(err)
+	}
+	if err := b1.Retain(m); err != nil {
+		t.Fatal(err)
+	}
+	m = nil
+	waitCount(t, large, 1) // the sent message's file went; the retained copy's stays
+	b1.Close()
+
+	b2 := open()
+	rs := b2.Retained()
+	if len(rs) != 1 || !rs[0].Streamed() {
+		t.Fatalf("retained after restart: %v", rs)
+	}
+	if got, err := rs[0].ReadBody(); err != nil || !bytes.Equal(got, body) {
+		t.Fatalf("retained body: %d bytes, %v", len(got), err)
+	}
+	if err := b2.Retain(&Message{Address: "t", Durable: true}); err != nil { // clears it
+		t.Fatal(err)
+	}
+	waitCount(t, large, 0)
+}

@@ -394,6 +394,16 @@ func (b *Broker) recover() (RecoveryStats, error) {
 		if err != nil {
 			return st, fmt.Errorf("core: listing large messages: %w", err)
 		}
+		for _, m := range b.retained.byAddr {
+			if m.lb != nil {
+				size, err := b.large.Size(m.lb.id)
+				if err != nil {
+					return st, fmt.Errorf("core: body of retained large message %d: %w", m.lb.id, err)
+				}
+				m.lb.size = size
+				largeIDs[m.lb.id] = true
+			}
+		}
 		for _, id := range ids {
 			if !largeIDs[id] {
 				b.logStoreErr(b.large.Remove(id))

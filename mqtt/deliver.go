@@ -142,12 +142,7 @@ func (c *conn) appendDelivery(buf []byte, it outItem, held bool) ([]byte, bool) 
 	p.topic = c.topicFor(m.Address)
 	p.payload = m.Body
 	if m.Streamed() {
-		// Not streamed to MQTT consumers yet: read whole.
-		b, err := m.ReadBody()
-		if err != nil {
-			c.s.log.Warn().Err(err).Uint64("message", m.ID).Msg("reading a large body failed")
-		}
-		p.payload = b
+		p.streamed = m.Size() // written from its file after the head
 	}
 	p.qos = qos
 	// A retained message sent for a new subscription has its flag set;
@@ -205,6 +200,9 @@ func (c *conn) appendDelivery(buf []byte, it outItem, held bool) ([]byte, bool) 
 		}
 	}
 	buf = appendPublish(buf, p, c.version)
+	if p.streamed > 0 {
+		buf = c.streamPayload(buf, m)
+	}
 	if qos == 0 && it.kind == itemDelivery {
 		c.enc.qos0 = append(c.enc.qos0, qos0Ack{cons: d.Consumer, id: d.ID, upTo: !it.sub.qos1.Load()})
 	}

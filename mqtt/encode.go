@@ -54,6 +54,9 @@ func appendBinary(b []byte, p []byte) []byte {
 type publish struct {
 	topic   string
 	payload []byte
+	// streamed is the length of a payload written from its file after
+	// the packet's head (stream.go), instead of payload.
+	streamed int64
 	qos     byte
 	retain  bool
 	dup     bool
@@ -102,7 +105,7 @@ func (p *publish) size(v byte) int {
 }
 
 func (p *publish) remaining(v byte) int {
-	rem := 2 + len(p.topic) + len(p.payload)
+	rem := 2 + len(p.topic) + len(p.payload) + int(p.streamed)
 	if p.qos > 0 {
 		rem += 2
 	}
