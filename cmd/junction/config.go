@@ -104,6 +104,7 @@ func defaultConfig() Config {
 		MQTT: MQTTConfig{
 			Listen:         "127.0.0.1:1883",
 			MaxPacketSize:  10 << 20,
+			MaxMessageSize: 256 << 20,
 			SessionExpiry:  time.Hour,
 			ReceiveMaximum: 1024,
 
@@ -155,6 +156,7 @@ func defaultConfig() Config {
 type MQTTConfig struct {
 	Listen         string        `yaml:"listen"`
 	MaxPacketSize  ByteSize      `yaml:"max-packet-size"`
+	MaxMessageSize ByteSize      `yaml:"max-message-size"`
 	SessionExpiry  time.Duration `yaml:"max-session-expiry"`
 	ReceiveMaximum int           `yaml:"receive-maximum"`
 	// MaxSessionBytes is each persistent-session subscription's budget.
@@ -389,6 +391,7 @@ var options = append([]option{
 	durationOpt("stomp-heart-beat", "stomp.heart-beat-min", "deprecated: the former name of --stomp-heart-beat-min", func(c *Config) *time.Duration { return &c.Stomp.HeartBeatMin }),
 	intOpt("stomp-prefetch", "stomp.prefetch", "default STOMP subscription prefetch window", func(c *Config) *int { return &c.Stomp.Prefetch }),
 	stringOpt("mqtt", "mqtt.listen", "MQTT listen address (empty disables)", func(c *Config) *string { return &c.MQTT.Listen }),
+	sizeOpt("mqtt-max-message-size", "mqtt.max-message-size", "largest MQTT PUBLISH whose payload is streamed to disk as it arrives (one above the large-message threshold); at most 256MiB, MQTT's limit", func(c *Config) *ByteSize { return &c.MQTT.MaxMessageSize }),
 	sizeOpt("mqtt-max-packet-size", "mqtt.max-packet-size", "largest MQTT packet accepted", func(c *Config) *ByteSize { return &c.MQTT.MaxPacketSize }),
 	sizeOpt("mqtt-max-session-bytes", "mqtt.max-session-bytes", "bytes one persistent-session subscription holds for an offline device", func(c *Config) *ByteSize { return &c.MQTT.MaxSessionBytes }),
 	durationOpt("mqtt-max-session-expiry", "mqtt.max-session-expiry", "longest time a disconnected MQTT session is kept", func(c *Config) *time.Duration { return &c.MQTT.SessionExpiry }),
@@ -624,6 +627,9 @@ func (c *Config) validate() []fieldError {
 	}
 	if c.WebSocket.MaxMessageSize < 1024 {
 		bad("websocket.max-message-size", "must be at least 1KiB")
+	}
+	if c.MQTT.MaxMessageSize < c.MQTT.MaxPacketSize || c.MQTT.MaxMessageSize > 256<<20+5 {
+		bad("mqtt.max-message-size", "must be between max-packet-size and 256MiB")
 	}
 	if c.MQTT.MaxPacketSize < 1024 || c.MQTT.MaxPacketSize > 256<<20 {
 		bad("mqtt.max-packet-size", "must be between 1KiB and 256MiB (MQTT's limit)")

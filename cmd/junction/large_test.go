@@ -13,6 +13,7 @@ import (
 	"time"
 
 	goamqp "github.com/Azure/go-amqp"
+	paho "github.com/eclipse/paho.mqtt.golang"
 	gostomp "github.com/go-stomp/stomp/v3"
 )
 
@@ -27,7 +28,8 @@ func largeBody(n int) []byte {
 // Large messages cross protocols without being assembled: a STOMP body
 // above the threshold (and above the STOMP frame limit) reaches an AMQP
 // receiver, split into frames from its file, and an AMQP one a STOMP
-// subscriber; over TCP and over WebSockets. The console's browse shows
+// subscriber; a STOMP one an MQTT subscriber and an MQTT one an AMQP
+// receiver (above the MQTT packet limit); over TCP and over WebSockets. The console's browse shows
 // the size and the start of a large body, read by reference. The files
 // go once the messages are acked.
 func TestLargeMessagesCrossProtocol(t *testing.T) {
@@ -127,6 +129,43 @@ func TestLargeMessagesCrossProtocol(t *testing.T) {
 				t.Fatal("no STOMP message")
 			}
 			sub.Unsubscribe()
+
+			// STOMP → MQTT and MQTT → AMQP, 12 MiB each, through
+			// topics (multicast).
+			mc := newMQTT3Endpoint(t, d).(*mqtt3Endpoint)
+			got := make(chan []byte, 1)
+			topic := "large/s2m/" + d.name
+			if err := mqttWait(mc.rcv.Subscribe(topic, 1, func(_ paho.Client, m paho.Message) { got <- m.Payload() })); err != nil {
+				t.Fatal(err)
+			}
+			body = largeBody(12<<20 + 11)
+			if err := sc.Send("/topic/large.s2m."+d.name, "", body, gostomp.SendOpt.Receipt); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case p := <-got:
+				if sha256.Sum256(p) != sha256.Sum256(body) {
+					t.Fatalf("STOMP to MQTT: %d bytes", len(p))
+				}
+			case <-ctx.Done():
+				t.Fatal("no MQTT message")
+			}
+			r, err = as.NewReceiver(ctx, "topic://large.m2a."+d.name, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tok := mc.snd.Publish("large/m2a/"+d.name, 1, false, body); !tok.WaitTimeout(30*time.Second) || tok.Error() != nil {
+				t.Fatalf("MQTT publish: %v", tok.Error())
+			}
+			am, err = r.Receive(ctx, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if sha256.Sum256(am.GetData()) != sha256.Sum256(body) {
+				t.Fatalf("MQTT to AMQP: %d bytes", len(am.GetData()))
+			}
+			r.AcceptMessage(ctx, am)
+			r.Close(ctx)
 		})
 	}
 	dir := filepath.Join(cfg.DataDir, "large")

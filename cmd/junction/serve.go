@@ -250,6 +250,7 @@ func (in *instance) startListeners(cfg Config) error {
 		FrameMinRate:         int64(cfg.Limits.FrameMinRate),
 		MaxSubscriptions:     unlimitedIfZero(cfg.Limits.MaxSubscriptions),
 		MaxPacketSize:        int(cfg.MQTT.MaxPacketSize),
+		MaxMessageSize:       int(cfg.MQTT.MaxMessageSize),
 		MaxSessionExpiry:     cfg.MQTT.SessionExpiry,
 		ReceiveMaximum:       cfg.MQTT.ReceiveMaximum,
 		MaxSessionBytes:      int64(cfg.MQTT.MaxSessionBytes),
