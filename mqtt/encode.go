@@ -57,10 +57,10 @@ type publish struct {
 	// streamed is the length of a payload written from its file after
 	// the packet's head (stream.go), instead of payload.
 	streamed int64
-	qos     byte
-	retain  bool
-	dup     bool
-	id      uint16
+	qos      byte
+	retain   bool
+	dup      bool
+	id       uint16
 	// MQTT 5 properties (ignored for 3.1.1).
 	format        bool // payload format indicator: UTF-8
 	expiry        uint32
