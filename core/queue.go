@@ -615,7 +615,7 @@ func (q *Queue) deliverLocked(c *Consumer, r *ref) {
 	c.live++
 	q.stats.inflight.Add(1)
 	c.s.msgsOut.Add(1)
-	c.s.bytesOut.Add(uint64(len(r.msg.Body)))
+	c.s.bytesOut.Add(uint64(r.msg.Size()))
 	c.handler(Delivery{ID: r.deliveryID, Message: r.msg, DeliveryCount: r.failures, Mark: r.mark, Consumer: c, recovered: r.recovered})
 }
 

@@ -198,7 +198,7 @@ func (s *Session) send(ctx context.Context, m *Message, done func(error)) error 
 	if err != nil {
 		return err
 	}
-	s.countIn(1, len(m.Body))
+	s.countIn(1, int(m.Size()))
 	if !pending && done != nil {
 		done(nil)
 	}
@@ -920,7 +920,7 @@ func (t *Tx) Commit(ctx context.Context) error {
 	}
 	n, nbytes := len(t.sends), 0
 	for _, m := range t.sends {
-		nbytes += len(m.Body)
+		nbytes += int(m.Size())
 	}
 	t.s.countIn(n, nbytes)
 	t.sends, t.acks = nil, nil
