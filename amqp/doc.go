@@ -22,6 +22,16 @@
 // the same one is refused (open marked
 // amqp:connection-establishment-failed, then close).
 //
+// # Large messages
+//
+// On a broker with a large-message store, a client's message whose body
+// is one data section above the large-message threshold is streamed to
+// its file as its transfer frames arrive, up to
+// [Config.MaxLargeMessageSize] (1 GiB; the links' advertised
+// max-message-size), and a streamed body goes to client receivers from
+// its file, cut into transfer frames as usual; see stream.go. Other
+// bodies are reassembled in memory within [Config.MaxMessageSize].
+//
 // # Addresses
 //
 // A terminus address (or a message's to on the anonymous relay, a
