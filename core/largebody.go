@@ -31,8 +31,12 @@ import (
 //     its final name: the store removes it at once, or at the next open
 //     after a crash.
 //
-// Streamed messages are not paged: they cost a few hundred bytes of
-// memory, not their body, so a queue holds them by reference.
+// A streamed message costs its metadata against the memory budget, not
+// its body. A queue that pages pages it by reference (pageRecord): the
+// page record holds no body, and owns a link to the file under the
+// record's own id, which becomes the message's id when it is read back
+// (and the journal record's, which then owns the file); recovery keeps
+// the files the page records past their cursors name.
 
 // StreamBuffer is the buffer a front-end copies a large body through,
 // in and out: the memory one transfer costs.

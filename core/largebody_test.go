@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"runtime"
 	"testing"
@@ -212,6 +213,76 @@ func TestRetainedStreamedBody(t *testing.T) {
 	}
 	if err := b2.Retain(&Message{Address: "t", Durable: true}); err != nil { // clears it
 		t.Fatal(err)
+	}
+	waitCount(t, large, 0)
+}
+
+// A streamed message reaching a paging queue is paged by reference: its
+// record holds no body, a link to the body is the record's; it keeps
+// its place in the queue's order, survives a restart while paged, comes
+// back whole, and every file goes once it is acked.
+func TestStreamedBodyPagedByReference(t *testing.T) {
+	msgs, bindings, pager, large := newMemJournal(), newMemJournal(), newMemPager(), &memLarge{bodies: map[uint64][]byte{}}
+	limit := int64(100)
+	open := func() *Broker {
+		b, err := New(Config{Messages: msgs, Bindings: bindings, Pager: pager, Large: large, LargeMessageThreshold: 64,
+			ExpiryScanInterval: -1, AddressSettings: []AddressSettings{{Match: "big", MaxSizeBytes: &limit}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { b.Close() })
+		return b
+	}
+	b1 := open()
+	s := newSession(t, b1, "")
+	const n = 300 // messages "0".."299", "150" streamed
+	var big []byte
+	for i := range n {
+		if i != 150 {
+			sendDurable(t, s, "big", Anycast, fmt.Sprint(i))
+			continue
+		}
+		_, big = streamOf(5000)
+		copy(big, "150")
+		m := &Message{Address: "big", RoutingType: Anycast, Durable: true, Priority: DefaultPriority}
+		if err := s.ReceiveBody(m, bytes.NewReader(big), 5000); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Send(context.Background(), m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st := b1.Queue("big").Stats(); st.Paged < n/2 {
+		t.Fatalf("not paging: %+v", st)
+	}
+	for _, ps := range pager.stores {
+		for _, rec := range ps.recs {
+			if len(rec) > 500 {
+				t.Fatalf("a page record of %d bytes: the large body went into the page store", len(rec))
+			}
+		}
+	}
+	waitCount(t, large, 1) // the record's link; the sent message's own file went with it
+	s.Close()
+	b1.Close()
+
+	b2 := open()
+	s2 := newSession(t, b2, "")
+	c, col := subscribe(t, s2, ConsumerOptions{Address: "big", RoutingType: Anycast, Credit: 100})
+	for i := range n {
+		d := col.next(t)
+		if i == 150 {
+			got, err := d.Message.ReadBody()
+			if err != nil || !bytes.Equal(got, big) || !d.Message.Streamed() {
+				t.Fatalf("the paged large message: %d bytes, %v", len(got), err)
+			}
+		} else if got := body(d); got != fmt.Sprint(i) {
+			t.Fatalf("message %d: got %q", i, got)
+		}
+		if err := c.Ack(d.ID); err != nil {
+			t.Fatal(err)
+		}
+		c.Flow(1)
 	}
 	waitCount(t, large, 0)
 }

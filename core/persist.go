@@ -56,6 +56,9 @@ type LargeStore interface {
 	Open(id uint64) (io.ReadCloser, error)
 	// Size returns the length of the body of id.
 	Size(id uint64) (int64, error)
+	// Link stores the body of from under to as well, durably (a hard
+	// link, or a copy); each can then be removed alone.
+	Link(from, to uint64) error
 	Remove(id uint64) error
 	List() ([]uint64, error)
 }
@@ -384,7 +387,7 @@ func (b *Broker) recover() (RecoveryStats, error) {
 		b.msgs.Delete(id, false, b.logStoreErr)
 	}
 	b.staleRecords = nil
-	if err := b.recoverPages(byID, cursors, &st); err != nil {
+	if err := b.recoverPages(byID, cursors, &st, largeIDs); err != nil {
 		return st, err
 	}
 	if b.large != nil {

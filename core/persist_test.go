@@ -410,6 +410,17 @@ func (l *memLarge) Open(id uint64) (io.ReadCloser, error) {
 	return io.NopCloser(bytes.NewReader(b)), nil
 }
 
+func (l *memLarge) Link(from, to uint64) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	b, ok := l.bodies[from]
+	if !ok {
+		return errors.New("no such body")
+	}
+	l.bodies[to] = b
+	return nil
+}
+
 func (l *memLarge) Size(id uint64) (int64, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -79,7 +79,7 @@ func (b *Broker) setRetained(m *Message, id uint64) {
 	}
 	b.mu.Unlock()
 	if had && old != 0 {
-		b.deleteRetained(old, oldMsg)
+		b.deleteWithBody(old, oldMsg)
 	}
 }
 
@@ -101,9 +101,10 @@ func (b *Broker) retainedCopy(m *Message, id uint64) (*Message, error) {
 	return c, nil
 }
 
-// deleteRetained deletes the record id of the retained message m, and
-// its body's file once the delete is on disk.
-func (b *Broker) deleteRetained(id uint64, m *Message) {
+// deleteWithBody deletes the record id of m (a retained value, a
+// message read back from a page store), and m's body's file once the
+// delete is on disk when the record owns it.
+func (b *Broker) deleteWithBody(id uint64, m *Message) {
 	if m == nil || m.lb == nil || m.lb.id != id {
 		b.msgs.Delete(id, false, b.logStoreErr)
 		return
@@ -209,7 +210,7 @@ func (b *Broker) dropRetained(m *Message) {
 	delete(b.retained.ids, m.Address)
 	b.mu.Unlock()
 	if id != 0 {
-		b.deleteRetained(id, m)
+		b.deleteWithBody(id, m)
 	}
 }
 

@@ -357,6 +357,13 @@ func (l fencedLarge) Write(id uint64, r io.Reader) (int64, error) {
 	return l.LargeStore.Write(id, r)
 }
 
+func (l fencedLarge) Link(from, to uint64) error {
+	if err := l.f.check(); err != nil {
+		return err
+	}
+	return l.LargeStore.Link(from, to)
+}
+
 func (l fencedLarge) Remove(id uint64) error {
 	if err := l.f.check(); err != nil {
 		return err

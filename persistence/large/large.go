@@ -187,6 +187,40 @@ func (s *Store) Read(id uint64) ([]byte, error) {
 	return b, nil
 }
 
+// linker is an fs.FS that can make hard links (fs.OS()).
+type linker interface {
+	Link(oldname, newname string) error
+}
+
+// Link stores the body of from under to as well, durably: a hard link
+// where the file system has them (no bytes copied), a streamed copy
+// otherwise. Either body can then be removed without the other.
+func (s *Store) Link(from, to uint64) error {
+	l, ok := s.fs.(linker)
+	if !ok {
+		r, err := s.Open(from)
+		if err != nil {
+			return err
+		}
+		defer r.Close()
+		_, err = s.Write(to, r)
+		return err
+	}
+	tmp := s.name(to, ".tmp")
+	err := l.Link(s.name(from, ".msg"), tmp)
+	if err == nil {
+		err = s.fs.Rename(tmp, s.name(to, ".msg"))
+	}
+	if err == nil {
+		err = s.fs.SyncDir(s.dir)
+	}
+	if err != nil {
+		s.fs.Remove(tmp)
+		return fmt.Errorf("large: link %d to %d: %w", from, to, err)
+	}
+	return nil
+}
+
 // Remove deletes the body of id and syncs the directory.
 func (s *Store) Remove(id uint64) error {
 	if err := s.fs.Remove(s.name(id, ".msg")); err != nil {

@@ -49,6 +49,13 @@ func TestStore(t *testing.T) {
 			if err != nil || !slices.Equal(ids, []uint64{2, 3}) {
 				t.Fatalf("List %v %v", ids, err)
 			}
+			// Link: a hard link on the OS, a copy in memory.
+			if err := s.Link(2, 4); err != nil {
+				t.Fatal(err)
+			}
+			if got, err := s.Read(4); err != nil || len(got) != 2000 {
+				t.Fatalf("Read linked: %d %v", len(got), err)
+			}
 		})
 	}
 }
@@ -140,11 +147,24 @@ func TestStreaming(t *testing.T) {
 	if err != nil || !bytes.Equal(got, body) {
 		t.Fatalf("Open: %d bytes, %v", len(got), err)
 	}
+	// Linked: the same body under another id, each removable alone.
+	if err := s.Link(5, 7); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Remove(5); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.Read(7); err != nil || !bytes.Equal(got, body) {
+		t.Fatalf("linked body: %d bytes, %v", len(got), err)
+	}
+	if err := s.Link(7, 5); err != nil {
+		t.Fatal(err)
+	}
 	// A sender cut off mid-body: an error, and nothing stored.
 	if _, err := s.Write(6, &cutReader{n: 2*BufferSize + 5}); !errors.Is(err, io.ErrUnexpectedEOF) {
 		t.Fatalf("cut Write: %v", err)
 	}
-	if ids, _ := s.List(); !slices.Equal(ids, []uint64{5}) {
+	if ids, _ := s.List(); !slices.Equal(ids, []uint64{5, 7}) {
 		t.Fatalf("after a cut write: %v", ids)
 	}
 	if _, err := s.Open(6); !errors.Is(err, ErrNotFound) {
