@@ -73,14 +73,16 @@ type brokerProc struct {
 	started map[string]any
 }
 
-// recoveredMessages is the number of messages p recovered at start.
+// recoveredMessages is the number of messages p recovered at start,
+// from the journal and from page stores.
 func recoveredMessages(t *testing.T, p *brokerProc) int {
 	t.Helper()
 	n, ok := p.started["recovered_messages"].(float64)
-	if !ok {
-		t.Fatalf("no recovered_messages in %v", p.started)
+	paged, ok2 := p.started["recovered_paged"].(float64)
+	if !ok || !ok2 {
+		t.Fatalf("no recovered_messages or recovered_paged in %v", p.started)
 	}
-	return int(n)
+	return int(n + paged)
 }
 
 type journalEvents struct{ rolls, reclaims, compactions, pagings atomic.Int64 }
@@ -261,6 +263,26 @@ func TestCrashKill9Large(t *testing.T) {
 	// consumer stalls after a dozen, and the rest pile up on disk.
 	runCrashRoundsWith(t, "", crashOpts{body: crashLargeBody, producers: 2, prefetch: "3", unackedEvery: 4,
 		minRun: 1500, randRun: 2500, large: true})
+}
+
+// TestCrashKill9PagingLarge is the paging crash test with one message in
+// eight of 1 to 2 MiB: large messages are paged by reference (a link to
+// their body per page record) while the queue pages, and the kill lands
+// amid paging, reading back and large transfers.
+func TestCrashKill9PagingLarge(t *testing.T) {
+	body := func(p, seq int) string {
+		if seq%8 != 7 {
+			return crashBody(p, seq)
+		}
+		key := fmt.Sprintf("%d-%d-", p, seq)
+		return key + strings.Repeat(strconv.Itoa(seq%10), 1<<20+(p*7919+seq*104729)%(1<<20))
+	}
+	ev := runCrashRoundsWith(t, "  page-segment-size: 64KiB\naddress-settings:\n  - match: crash\n    max-size-bytes: 4096\n",
+		crashOpts{body: body, minRun: 1000, randRun: 2000, large: true})
+	t.Logf("the queue started paging %d times", ev.pagings.Load())
+	if ev.pagings.Load() == 0 {
+		t.Fatal("the queue never paged: the test did not exercise paging")
+	}
 }
 
 // crashLargeBody is crashBody for TestCrashKill9Large: 1 to 6 MiB.
