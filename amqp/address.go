@@ -25,6 +25,24 @@ const (
 //     (multicast when it has only subscriptions);
 //  4. otherwise anycast.
 func (c *conn) resolve(addr string, caps []encoding.Symbol) (string, core.RoutingType, error) {
+	if strings.Contains(addr, ",") {
+		// An ActiveMQ composite destination: "queue://a,topic://b", or
+		// a list whose bare parts take the capability's routing type
+		// (anycast without one).
+		rt := core.RoutingDefault
+		switch {
+		case hasCap(caps, capTopic), hasCap(caps, capTempTopic), hasCap(caps, capMulticast):
+			rt = core.Multicast
+		}
+		comp := core.CompositeAddress(addr, rt)
+		for _, p := range strings.Split(comp, ",") {
+			if a, _ := core.ParseDestination(p); a == "" {
+				return "", rt, linkErr(frames.ErrCondInvalidField, "composite destination %q has an empty part", addr)
+			}
+		}
+		_, first := core.ParseDestination(comp)
+		return comp, first, nil
+	}
 	if a, ok := strings.CutPrefix(addr, queueScheme); ok {
 		return checkAddress(a, core.Anycast)
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -13,39 +12,12 @@ import (
 
 	"github.com/junctionmq/junction/amqp"
 	"github.com/junctionmq/junction/core"
-	"github.com/junctionmq/junction/persistence/journal"
 )
 
 // limited is address settings bounding addr's queues to max body bytes
 // with the given address-full-policy.
 func limited(addr string, max int64, policy string) core.AddressSettings {
 	return core.AddressSettings{Match: addr, MaxSizeBytes: &max, FullPolicy: &policy}
-}
-
-// diskFullConfig is a broker configuration with a journal whose disk
-// limit is always exceeded: durable sends are refused once the broker
-// has checked (waitDiskFull).
-func diskFullConfig(t *testing.T) core.Config {
-	t.Helper()
-	dir := t.TempDir()
-	msgs, err := journal.Open(journal.Config{Dir: filepath.Join(dir, "journal"), FileSize: 256 << 10})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { msgs.Close() })
-	bindings, err := journal.Open(journal.Config{Dir: filepath.Join(dir, "bindings"), FileSize: 64 << 10})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { bindings.Close() })
-	usage := func() (int64, int64, error) { return 2000, 1 << 40, nil }
-	return core.Config{Messages: msgs, Bindings: bindings,
-		Disk: core.DiskLimits{Usage: usage, MaxUsage: 1000, Interval: 5 * time.Millisecond}}
-}
-
-func waitDiskFull(t *testing.T, b *core.Broker) {
-	t.Helper()
-	eventually(t, "the disk limit to be seen", func() bool { return b.DiskFull() != "" })
 }
 
 // connInfo returns the only AMQP connection's information.
@@ -85,24 +57,6 @@ func TestFullFailRejects(t *testing.T) {
 	}
 	if d := queueDepth(tb, "fail"); d != 1 {
 		t.Fatalf("depth %d, want 1", d)
-	}
-}
-
-// A durable send while the store is over its disk limit is rejected with
-// amqp:resource-limit-exceeded; non-durable sends still go through.
-func TestDiskFullRejectsDurableSends(t *testing.T) {
-	tb := startBroker(t, amqp.Config{}, diskFullConfig(t))
-	waitDiskFull(t, tb.broker)
-	snd := newSender(t, tb.session(t, nil), "orders", nil)
-	m := text("durable")
-	m.Header = &goamqp.MessageHeader{Durable: true}
-	wantResourceLimit(t, snd.Send(ctxT(t), m, nil))
-	send(t, snd, text("non-durable"))
-	if got := tb.broker.DropStats()[core.RefusedDisk]; got != 1 {
-		t.Fatalf("refused_disk_full = %d, want 1", got)
-	}
-	if c := connInfo(t, tb.broker); c.Refused != 1 {
-		t.Fatalf("connection refused %d, want 1", c.Refused)
 	}
 }
 

@@ -18,7 +18,7 @@ import (
 // do not see them (they start with the internal prefix).
 const (
 	internalPrefix      = core.InternalPropertyPrefix + "AMQP_"
-	propMessageID       = internalPrefix + "MESSAGE_ID"
+	propMessageID       = core.PropAMQPMessageID
 	propSubject         = internalPrefix + "SUBJECT"
 	propContentEncoding = internalPrefix + "CONTENT_ENCODING"
 	propGroupSequence   = internalPrefix + "GROUP_SEQUENCE"

@@ -241,6 +241,39 @@ func TestTransactions(t *testing.T) {
 		t.Fatal("commit of the ack not accepted")
 	}
 	eventually(t, "one left", func() bool { return queueDepth(tb, "tx.q") == 1 })
+
+	// A duplicate id (_AMQ_DUPL_ID) already sent to the address fails
+	// the discharge, rolled back with the id named; nothing of the
+	// transaction is stored (docs/artemis-features.md).
+	c.send(0, &frames.Attach{Name: "dup", Handle: 3, Role: frames.RoleSender, InitialDeliveryCount: u32(0),
+		Source: &frames.Source{}, Target: &frames.Target{Address: addr("tx.dup")}}, nil)
+	expect[*frames.Attach](c)
+	expect[*frames.Flow](c)
+	postDup := func(txn []byte, id string) {
+		t.Helper()
+		settled := false
+		c.send(0, &frames.Transfer{Handle: 3, DeliveryID: u32(deliveryID), DeliveryTag: []byte{byte(deliveryID)}, Settled: &settled,
+			State: &frames.TransactionalState{TxnID: txn}},
+			encodeMessage(&frames.Message{BodyKind: frames.BodyData, Data: [][]byte{[]byte(id)},
+				ApplicationProperties: encoding.Map{{Key: core.PropDuplicateID, Value: id}}}))
+		deliveryID++
+		expect[*frames.Disposition](c)
+	}
+	txn = declare()
+	postDup(txn, "d1")
+	if _, ok := discharge(txn, false).(*frames.Accepted); !ok {
+		t.Fatal("commit of d1 not accepted")
+	}
+	txn = declare()
+	postDup(txn, "d2")
+	postDup(txn, "d1")
+	r, ok := discharge(txn, false).(*frames.Rejected)
+	if !ok || r.Error.Condition != frames.ErrCondTxRollback || !strings.Contains(r.Error.Description, `duplicate id already sent to this address: "d1"`) {
+		t.Fatalf("commit with a duplicate id: %+v", r)
+	}
+	if d := queueDepth(tb, "tx.dup"); d != 1 {
+		t.Fatalf("tx.dup holds %d messages, want d1 alone", d)
+	}
 }
 
 func TestIdleTimeout(t *testing.T) {

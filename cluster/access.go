@@ -34,7 +34,8 @@ type linkKey struct{ sid, group uint64 }
 // call is a request waiting for its kResult.
 type call struct {
 	leader uint64
-	key    linkKey // the session link it went through (zero: none)
+	link   *sessionLink // the session link it went through (nil: none)
+	at     time.Time
 	done   func(err error, str string, payload []byte)
 }
 
@@ -61,13 +62,14 @@ func (a *access) Open(s *core.Session) core.RemoteSession {
 
 // remoteSession is one client session's side of the cluster.
 type remoteSession struct {
-	a      *access
-	sid    uint64
-	opts   core.SessionOptions
-	mu     sync.Mutex
-	closed bool
-	lanes  map[uint64]*sendLane // guarded by mu: unconfirmed sends per group
-	order  sync.Mutex           // keeps one session's requests in call order across link set-up
+	a       *access
+	sid     uint64
+	opts    core.SessionOptions
+	mu      sync.Mutex
+	closed  bool
+	lanes   map[uint64]*sendLane // guarded by mu: unconfirmed sends per group
+	records recordLane           // client record writes, in order (records.go)
+	order   sync.Mutex           // keeps one session's requests in call order across link set-up
 }
 
 // link returns the session's link to group's leader, opening the session
@@ -142,9 +144,9 @@ func (a *access) request(ctx context.Context, l *sessionLink, leader uint64, m *
 // loss of the link) once.
 func (a *access) async(l *sessionLink, leader uint64, m *rpcMsg, done func(error, string, []byte)) {
 	m.rid = a.nextID.Add(1)
-	c := &call{leader: leader, done: done}
+	c := &call{leader: leader, done: done, at: time.Now()}
 	if l != nil {
-		c.key = linkKey{l.s.sid, l.group}
+		c.link = l
 	}
 	a.mu.Lock()
 	if l != nil && l.lost {
@@ -155,6 +157,41 @@ func (a *access) async(l *sessionLink, leader uint64, m *rpcMsg, done func(error
 	a.pending[m.rid] = c
 	a.mu.Unlock()
 	a.to(leader, m)
+}
+
+// expireCalls fails the requests that have waited longer than the
+// node's request timeout with core.ErrUnavailable, until stop: a lost
+// link fails its calls at once, but an answer can also be lost with a
+// link that stays up (a group broker closed between taking a request
+// and answering it), and a send waiting for it would then never be sent
+// again nor answered. A send retried this way carries its forwarding
+// id, so its group stores it once.
+func (a *access) expireCalls(stop <-chan struct{}) {
+	timeout := a.n.cfg.RequestTimeout
+	t := time.NewTicker(max(timeout/4, 50*time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		var late []*call
+		a.mu.Lock()
+		for rid, c := range a.pending {
+			if time.Since(c.at) > timeout {
+				late = append(late, c)
+				delete(a.pending, rid)
+				if c.link != nil {
+					a.loseLinkLocked(c.link, "no answer in time")
+				}
+			}
+		}
+		a.mu.Unlock()
+		for _, c := range late {
+			c.done(fmt.Errorf("%w: no answer from node %d within %v", core.ErrUnavailable, c.leader, timeout), "", nil)
+		}
+	}
 }
 
 func (a *access) forget(rid uint64, err error) {
@@ -168,6 +205,13 @@ func (a *access) result(rid uint64, err error, str string, payload []byte) {
 	a.mu.Lock()
 	c := a.pending[rid]
 	delete(a.pending, rid)
+	if c != nil && c.link != nil && errors.Is(err, core.ErrUnavailable) {
+		// The leader no longer serves the session this link opened (it
+		// lost the group, or forgot the session with a reset of the
+		// link between the nodes): the next request opens it again
+		// rather than failing the same way until it gives up.
+		a.loseLinkLocked(c.link, "the session is not served there")
+	}
 	a.mu.Unlock()
 	if c != nil {
 		c.done(err, str, payload)
@@ -341,13 +385,58 @@ func (s *remoteSession) Attach(o core.ConsumerOptions, sink core.Sink) (core.Ups
 		p := &part{u: u, idx: uint8(i), group: g}
 		u.parts = append(u.parts, p)
 	}
-	for _, p := range u.parts {
-		if err := p.attach(context.Background()); err != nil {
+	if len(u.parts) == 1 {
+		if err := u.parts[0].attachRetrying(); err != nil {
 			u.Close()
 			return nil, err
 		}
+		return u, nil
+	}
+	// A consumer of several groups (a wildcard subscription) is not
+	// refused because one of them is between leaders: the parts that
+	// cannot attach now do so in the background, as after a failover,
+	// and get the credit asked for meanwhile once they are attached.
+	for _, p := range u.parts {
+		ctx, cancel := context.WithTimeout(context.Background(), s.a.n.cfg.LeaderWait)
+		err := p.attach(ctx)
+		cancel()
+		if err == nil {
+			continue
+		}
+		if !errors.Is(err, core.ErrUnavailable) && !errors.Is(err, context.DeadlineExceeded) {
+			u.Close()
+			return nil, err
+		}
+		p.mu.Lock()
+		p.reattaching = true
+		p.mu.Unlock()
+		s.a.n.goWork(func(stop <-chan struct{}) { p.reattach(stop) })
 	}
 	return u, nil
+}
+
+// attachRetrying attaches a consumer's only part, trying again while
+// its group is unavailable (a leader changing under the request), for
+// up to a request timeout and a leader wait: a client subscribing
+// during a failover waits for it rather than being refused.
+func (p *part) attachRetrying() error {
+	n := p.u.s.a.n
+	deadline := time.Now().Add(n.cfg.RequestTimeout + n.cfg.LeaderWait)
+	delay := 20 * time.Millisecond
+	for {
+		ctx, cancel := context.WithDeadline(context.Background(), deadline)
+		err := p.attach(ctx)
+		cancel()
+		if err == nil || !errors.Is(err, core.ErrUnavailable) || p.u.s.isClosed() || time.Now().Add(delay).After(deadline) {
+			return err
+		}
+		select {
+		case <-n.stop:
+			return err
+		case <-time.After(delay):
+		}
+		delay = min(delay*2, 500*time.Millisecond)
+	}
 }
 
 // txGroup is the one group a transaction's sends and acks belong to.
@@ -475,7 +564,7 @@ func (a *access) loseLinkLocked(l *sessionLink, why string) {
 	}
 	var fail []*call
 	for rid, c := range a.pending {
-		if c.key == (linkKey{l.s.sid, l.group}) {
+		if c.link == l {
 			fail = append(fail, c)
 			delete(a.pending, rid)
 		}
@@ -539,12 +628,12 @@ func (a *access) leaderChanged(group, leader uint64) {
 }
 
 // deliver hands a kDeliver to its part.
-func (a *access) deliver(cid, tag uint64, m *core.Message, count uint32, redelivered bool) {
+func (a *access) deliver(cid, tag uint64, m *core.Message, count uint32, redelivered bool, mark uint32) {
 	a.mu.Lock()
 	p := a.parts[cid]
 	a.mu.Unlock()
 	if p != nil {
-		p.Deliver(tag, m, count, redelivered)
+		p.DeliverMarked(tag, m, count, redelivered, mark)
 	}
 }
 
@@ -757,13 +846,20 @@ func (p *part) detach() {
 
 // Deliver implements core.Sink for the part's upstream consumer.
 func (p *part) Deliver(id uint64, m *core.Message, count uint32, redelivered bool) {
+	p.DeliverMarked(id, m, count, redelivered, 0)
+}
+
+// DeliverMarked implements core.MarkSink: a delivery marked upstream
+// (an MQTT packet id kept with the message in its group) reaches the
+// mirror with its mark.
+func (p *part) DeliverMarked(id uint64, m *core.Message, count uint32, redelivered bool, mark uint32) {
 	p.mu.Lock()
 	if p.outstanding > 0 {
 		p.outstanding--
 	}
 	tag := makeTag(p.idx, p.epoch, id)
 	p.mu.Unlock()
-	p.u.feed.Deliver(tag, m, count, redelivered)
+	p.u.feed.DeliverMarked(tag, m, count, redelivered, mark)
 }
 
 // lost re-attaches a part whose upstream consumer is gone (through link

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"testing"
 	"time"
 
@@ -629,4 +630,80 @@ func TestClusterWipedNodeRejoins(t *testing.T) {
 		t.Fatalf("the rejoined node holds %d messages, want 150", total)
 	}
 	send(10)
+}
+
+func waitDone(t *testing.T, what string, f func(done func(error)) error) {
+	t.Helper()
+	ch := make(chan error, 1)
+	if err := f(func(err error) { ch <- err }); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	select {
+	case err := <-ch:
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatalf("%s: no outcome within 15s", what)
+	}
+}
+
+// A client's records and the marks of its deliveries live in the groups:
+// the client finds them from another node, and after the node leading
+// its subscription's group dies, its unacknowledged delivery comes again
+// with its mark, flagged redelivered.
+func TestClusterClientRecordsAndMarksFollowTheClient(t *testing.T) {
+	c := startCluster(t, 3, 2)
+	const addr = "dev/t"
+	l := c.leaderOf(addr)
+	var surv []int
+	for i := range c.nodes {
+		if i != l {
+			surv = append(surv, i)
+		}
+	}
+	s1, err := c.access[surv[0]].NewSession(core.SessionOptions{ClientID: "dev1", Protocol: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitDone(t, "set sub/a", func(d func(error)) error { return s1.SetClientRecord("sub/a", []byte("1"), d) })
+	waitDone(t, "set sub/b", func(d func(error)) error { return s1.SetClientRecord("sub/b", []byte("2"), d) })
+	waitDone(t, "clear sub/b", func(d func(error)) error { return s1.ClearClientRecords("sub/b", d) })
+	tx, err := s1.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.SetClientRecord("qos2/7", []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(context.Background()); err != nil {
+		t.Fatalf("transaction with a record: %v", err)
+	}
+	if got := c.access[surv[1]].ClientRecordHolders(); !slices.Contains(got, "dev1") {
+		t.Fatalf("record holders seen from another node: %v", got)
+	}
+
+	cons, col := subscribe(t, s1, core.ConsumerOptions{Address: addr, RoutingType: core.Multicast, SubscriptionName: "s1", Credit: 10})
+	prod := session(t, c.access[surv[1]], "")
+	m := &core.Message{Address: addr, RoutingType: core.Multicast, Durable: true, Body: []byte("m1"), Priority: core.DefaultPriority}
+	if err := prod.Send(context.Background(), m); err != nil {
+		t.Fatal(err)
+	}
+	d := col.next(t)
+	waitDone(t, "mark", func(done func(error)) error { return cons.Mark(d.ID, 42, done) })
+	s1.Close() // the delivery is not acknowledged
+
+	c.crash(l)
+	c.waitLeaders()
+	s2 := session(t, c.access[surv[1]], "dev1")
+	recs := s2.ClientRecords()
+	want := []core.ClientRecord{{Key: "qos2/7", Value: []byte("x")}, {Key: "sub/a", Value: []byte("1")}}
+	if fmt.Sprint(recs) != fmt.Sprint(want) {
+		t.Fatalf("records after the failover, from another node: %v, want %v", recs, want)
+	}
+	_, col2 := subscribe(t, s2, core.ConsumerOptions{Address: addr, RoutingType: core.Multicast, SubscriptionName: "s1", Credit: 10})
+	d2 := col2.next(t)
+	if string(d2.Message.Body) != "m1" || d2.Mark != 42 || !d2.Redelivered() {
+		t.Fatalf("redelivery %q mark %d redelivered %v; want m1, mark 42, flagged", d2.Message.Body, d2.Mark, d2.Redelivered())
+	}
 }

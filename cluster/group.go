@@ -270,6 +270,9 @@ func (g *group) activate(term uint64) {
 	cfg.Messages = groupJournal{g: g, ns: nsMessages}
 	cfg.Bindings = groupJournal{g: g, ns: nsBindings}
 	cfg.Large, cfg.Pager, cfg.Cluster = nil, nil, nil
+	// A message is handed out once committed, never before: see
+	// core.Config.VisibleWhenStored (and completer for the order).
+	cfg.VisibleWhenStored = true
 	cfg.TemporaryQueueTag = tempTag(g.id)
 	cfg.Logger = g.n.log.With().Uint64("group", g.id).Logger()
 	b, err := core.New(cfg)

@@ -31,6 +31,7 @@ type peerLink struct {
 	inSeq     uint64
 	lastHeard time.Time
 	buf       []byte
+	resetting bool // a reset of the peer is on its way (send)
 }
 
 type links struct {
@@ -74,13 +75,25 @@ func (l *links) send(to uint64, m *rpcMsg) {
 	if len(p.buf) > 64<<10 {
 		p.buf = nil // do not keep a big message's buffer
 	}
+	reset := false
 	if !ok {
 		l.breakOutLocked(p)
+		reset = !p.resetting
+		p.resetting = true
 	}
 	p.mu.Unlock()
-	if !ok {
+	if reset {
+		// Not here: send is called from core's delivery handlers with a
+		// queue's lock held, and resetting the peer closes the sessions
+		// it had here, whose consumers take queue locks (a consumer of
+		// the same queue deadlocked that way). One reset per break.
 		l.n.log.Debug().Uint64("peer", to).Msg("forwarding frame dropped: resetting the link")
-		l.n.resetPeer(to)
+		l.n.goWork(func(<-chan struct{}) {
+			p.mu.Lock()
+			p.resetting = false
+			p.mu.Unlock()
+			l.n.resetPeer(to)
+		})
 	}
 }
 
@@ -100,9 +113,22 @@ func (l *links) receive(from uint64, m *rpcMsg) bool {
 	}
 	p := l.peer(from)
 	p.mu.Lock()
-	p.lastHeard = time.Now()
-	reset, gap := false, false
+	now := time.Now()
+	// Silent for longer than the peer waits before it forgets us (this
+	// node was stopped or starved, and run has not seen it yet): the
+	// peer has most likely reset the link and redelivered elsewhere
+	// what it had sent us, so frames still in the pipe from before are
+	// not to be handled (a stale delivery would reach a client again,
+	// unflagged). Start afresh, as run does for a silent peer.
+	stale := p.inEpoch != 0 && now.Sub(p.lastHeard) > linkTimeout
+	if stale {
+		p.inEpoch, p.inSeq = 0, 0
+		l.breakOutLocked(p)
+	}
+	p.lastHeard = now
+	reset, gap := stale, stale
 	switch {
+	case stale:
 	case m.linkEpoch != p.inEpoch:
 		// A new epoch: the peer restarted or reset the link. What we had
 		// with it is gone; this frame starts afresh (seq 1), or we ask

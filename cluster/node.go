@@ -140,12 +140,14 @@ type Node struct {
 	cfg    Config
 	log    zerolog.Logger
 	rlog   *raftlog.Log
-	tr     Transport
-	groups []*group // index g-1
+	tr     Transport     // set once in New, before trSet is closed
+	trSet  chan struct{} // closed once tr is set: frames may arrive before
+	groups []*group      // index g-1
 	links  *links
 	rpc    *server
 	access *access
 	snaps  *snapAssembler
+	done   *completer
 
 	peersMu sync.Mutex
 	peers   map[uint64]string // every member but this node
@@ -190,6 +192,7 @@ func New(cfg Config) (*Node, error) {
 		changed:  make(chan struct{}),
 		failed:   make(chan struct{}),
 		stop:     make(chan struct{}),
+		trSet:    make(chan struct{}),
 	}
 	if n.peers == nil {
 		n.peers = map[uint64]string{}
@@ -203,6 +206,7 @@ func New(cfg Config) (*Node, error) {
 	n.rpc = newServer(n)
 	n.access = newAccess(n)
 	n.snaps = newSnapAssembler()
+	n.done = newCompleter()
 	empty := true
 	for g := uint64(1); g <= uint64(cfg.Groups); g++ {
 		grp, fresh, err := n.openGroup(g)
@@ -234,10 +238,13 @@ func New(cfg Config) (*Node, error) {
 		rl.Close()
 		return nil, err
 	}
+	close(n.trSet)
 	n.log.Info().Int("groups", cfg.Groups).Int("peers", len(n.peers)).Bool("join", cfg.Join).Msg("cluster node started")
-	n.wg.Add(2)
+	n.wg.Add(3)
 	go n.run()
 	go func() { defer n.wg.Done(); n.links.run(n.stop) }()
+	go func() { defer n.wg.Done(); n.done.run(n.stop) }()
+	n.goWork(n.access.expireCalls)
 	return n, nil
 }
 
@@ -561,7 +568,7 @@ func (n *Node) handleReply(m *rpcMsg) {
 		}
 		n.access.result(m.rid, err, str, m.payload)
 	case kDeliver:
-		n.access.deliver(m.cid, m.tag, m.msg, m.count, m.redelivered)
+		n.access.deliver(m.cid, m.tag, m.msg, m.count, m.redelivered, m.mark)
 	case kSessionLost:
 		n.access.sessionLost(m.group, m.sid, m.str)
 	case kConsumerLost:
@@ -609,7 +616,11 @@ func (n *Node) handleLocal(m *rpcMsg) {
 	case kDetach:
 		sv.detach(self, m.cid)
 	case kCommit:
-		done(sv.commit(context.Background(), self, m.group, m.sid, m.sends, m.acks))
+		done(sv.commit(context.Background(), self, m.group, m.sid, m.sends, m.acks, m.records))
+	case kRecord:
+		sv.record(self, m.group, m.sid, m.n, m.str, m.payload, done)
+	case kMark:
+		sv.mark(self, m.cid, m.tag, uint32(m.n), done)
 	case kUnsubscribe:
 		done(sv.unsubscribe(self, m.group, m.sid, m.str))
 	case kCreateTemp:
@@ -628,6 +639,9 @@ func (n *Node) handleLocal(m *rpcMsg) {
 
 // handleFrame is the transport's handler.
 func (n *Node) handleFrame(from uint64, lane transport.Lane, frame []byte) {
+	// The transport starts reading before New has it in n.tr, and
+	// handling a frame may send one.
+	<-n.trSet
 	switch lane {
 	case transport.LaneRaft:
 		n.receiveRaft(from, frame)
@@ -709,11 +723,5 @@ func (n *Node) kickPropose() {
 
 // complete calls completions off the loop.
 func (n *Node) complete(dones []func(error), err error) {
-	go func() {
-		for _, d := range dones {
-			if d != nil {
-				d(err)
-			}
-		}
-	}()
+	n.done.add(dones, err)
 }

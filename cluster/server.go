@@ -186,7 +186,7 @@ func (sv *server) detach(origin, cid uint64) {
 	}
 }
 
-func (sv *server) commit(ctx context.Context, origin, group, sid uint64, sends []*core.Message, acks []ackRef) error {
+func (sv *server) commit(ctx context.Context, origin, group, sid uint64, sends []*core.Message, acks []ackRef, records []core.ClientRecord) error {
 	s, err := sv.session(origin, group, sid)
 	if err != nil {
 		return err
@@ -198,6 +198,9 @@ func (sv *server) commit(ctx context.Context, origin, group, sid uint64, sends [
 			return fmt.Errorf("%w: consumer of an acked delivery is gone", core.ErrUnknownDelivery)
 		}
 		txAcks = append(txAcks, core.TxAck{Upstream: up, Tag: a.tag})
+	}
+	if len(records) > 0 {
+		return s.gs.CommitRecords(ctx, sends, txAcks, records)
 	}
 	return s.gs.Commit(ctx, sends, txAcks)
 }
@@ -265,6 +268,19 @@ func (sv *server) catalog(group uint64, what uint8, arg string) ([]byte, error) 
 		}
 	case catDurableClientIDs:
 		ids := b.DurableClientIDs()
+		out = binary.AppendUvarint(out, uint64(len(ids)))
+		for _, id := range ids {
+			out = appendStr(out, id)
+		}
+	case catClientRecords:
+		recs := b.ClientRecordsOf(arg)
+		out = binary.AppendUvarint(out, uint64(len(recs)))
+		for _, r := range recs {
+			out = appendStr(out, r.Key)
+			out = appendBytes(out, r.Value)
+		}
+	case catRecordHolders:
+		ids := b.ClientRecordHolders()
 		out = binary.AppendUvarint(out, uint64(len(ids)))
 		for _, id := range ids {
 			out = appendStr(out, id)
@@ -342,7 +358,12 @@ type remoteSink struct {
 }
 
 func (s remoteSink) Deliver(tag uint64, m *core.Message, count uint32, redelivered bool) {
-	s.n.links.send(s.origin, &rpcMsg{kind: kDeliver, group: s.group, cid: s.cid, tag: tag, count: count, redelivered: redelivered, msg: m})
+	s.DeliverMarked(tag, m, count, redelivered, 0)
+}
+
+// DeliverMarked implements core.MarkSink.
+func (s remoteSink) DeliverMarked(tag uint64, m *core.Message, count uint32, redelivered bool, mark uint32) {
+	s.n.links.send(s.origin, &rpcMsg{kind: kDeliver, group: s.group, cid: s.cid, tag: tag, count: count, redelivered: redelivered, mark: mark, msg: m})
 }
 
 // handleRemote takes a request from another node, on the transport's
@@ -454,9 +475,13 @@ func (sv *server) dispatch(from uint64, m *rpcMsg) {
 		sv.detach(from, m.cid)
 	case kCommit:
 		go func() {
-			err := sv.commit(context.Background(), from, m.group, m.sid, m.sends, m.acks)
+			err := sv.commit(context.Background(), from, m.group, m.sid, m.sends, m.acks, m.records)
 			sv.n.replyResult(from, m.group, m.rid, err, "", nil)
 		}()
+	case kRecord:
+		sv.record(from, m.group, m.sid, m.n, m.str, m.payload, replyDone(m.rid))
+	case kMark:
+		sv.mark(from, m.cid, m.tag, uint32(m.n), replyDone(m.rid))
 	case kUnsubscribe:
 		err := sv.unsubscribe(from, m.group, m.sid, m.str)
 		sv.n.replyResult(from, m.group, m.rid, err, "", nil)

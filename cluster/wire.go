@@ -47,6 +47,14 @@ const (
 	kLinkReset                       // the receiver saw a gap: reset everything with the sender
 	kMember                          // rid, change (n), node id (tag), address: a membership change for the group's leader
 	kAdmin                           // rid, operation (n), JSON arguments (str): an administrative question (admin.go)
+	kRecord                          // sid, rid, operation (n: recSet, recClear), key or prefix (str), value (payload): a client record (records.go)
+	kMark                            // cid, rid, tag, mark (n): Consumer.Mark of an upstream delivery
+)
+
+// Client record operations (kRecord's n).
+const (
+	recSet   uint64 = 1
+	recClear uint64 = 2
 )
 
 // Catalog questions (kCatalog's what).
@@ -55,6 +63,8 @@ const (
 	catDurableSubs
 	catDurableClientIDs
 	catRetained
+	catClientRecords
+	catRecordHolders
 )
 
 // rpcMsg is one message of the protocol, decoded.
@@ -70,12 +80,14 @@ type rpcMsg struct {
 	tag           uint64
 	count         uint32
 	redelivered   bool
+	mark          uint32 // kDeliver: the delivery's mark (0: none)
 	str           string // name; error text; temp queue name; catalog argument
 	errCode       uint8
 	payload       []byte // catalog answers
 	msg           *core.Message
 	sends         []*core.Message
 	acks          []ackRef
+	records       []core.ClientRecord // kCommit: client records written with the transaction
 	open          core.SessionOptions
 	opts          core.ConsumerOptions
 }
@@ -142,6 +154,22 @@ func (m *rpcMsg) encode(b []byte) []byte {
 			b = binary.AppendUvarint(b, a.cid)
 			b = binary.AppendUvarint(b, a.tag)
 		}
+		b = binary.AppendUvarint(b, uint64(len(m.records)))
+		for _, r := range m.records {
+			b = appendStr(b, r.Key)
+			b = appendBytes(b, r.Value)
+		}
+	case kRecord:
+		b = binary.AppendUvarint(b, m.sid)
+		b = binary.AppendUvarint(b, m.rid)
+		b = binary.AppendUvarint(b, m.n)
+		b = appendStr(b, m.str)
+		b = appendBytes(b, m.payload)
+	case kMark:
+		b = binary.AppendUvarint(b, m.cid)
+		b = binary.AppendUvarint(b, m.rid)
+		b = binary.AppendUvarint(b, m.tag)
+		b = binary.AppendUvarint(b, m.n)
 	case kUnsubscribe:
 		b = binary.AppendUvarint(b, m.sid)
 		b = binary.AppendUvarint(b, m.rid)
@@ -170,6 +198,7 @@ func (m *rpcMsg) encode(b []byte) []byte {
 		} else {
 			b = append(b, 0)
 		}
+		b = binary.AppendUvarint(b, uint64(m.mark))
 		b = appendBytes(b, core.EncodeMessage(m.msg))
 	case kAdmin:
 		b = binary.AppendUvarint(b, m.rid)
@@ -269,6 +298,25 @@ func decodeRPC(p []byte) (*rpcMsg, error) {
 		for range n {
 			m.acks = append(m.acks, ackRef{d.uvarint(), d.uvarint()})
 		}
+		n = d.uvarint()
+		if n > uint64(len(d.b)) {
+			return nil, errBadFrame
+		}
+		for range n {
+			key := d.str()
+			m.records = append(m.records, core.ClientRecord{Key: key, Value: d.bytes()})
+		}
+	case kRecord:
+		m.sid = d.uvarint()
+		m.rid = d.uvarint()
+		m.n = d.uvarint()
+		m.str = d.str()
+		m.payload = d.bytes()
+	case kMark:
+		m.cid = d.uvarint()
+		m.rid = d.uvarint()
+		m.tag = d.uvarint()
+		m.n = d.uvarint()
 	case kUnsubscribe:
 		m.sid = d.uvarint()
 		m.rid = d.uvarint()
@@ -293,6 +341,7 @@ func decodeRPC(p []byte) (*rpcMsg, error) {
 		m.tag = d.uvarint()
 		m.count = uint32(d.uvarint())
 		m.redelivered = d.byte() != 0
+		m.mark = uint32(d.uvarint())
 		m.msg = msg()
 	case kAdmin:
 		m.rid = d.uvarint()

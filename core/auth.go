@@ -64,6 +64,7 @@ func (b *Broker) AuthenticateFrom(ctx context.Context, remote, login, passcode s
 	}
 	b.log.Warn().Str("user", name).Str("remote", remote).Dur("delay", delay).AnErr("reason", err).
 		Msg("authentication failed")
+	b.emit(Event{Type: EventAuthFailure, User: login, RemoteAddr: remote, Reason: err.Error()})
 	t := time.NewTimer(delay)
 	defer t.Stop()
 	select {

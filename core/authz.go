@@ -387,6 +387,14 @@ func (s *Session) AuthorizeSend(address string, rt RoutingType) error {
 	if s.trusted() {
 		return nil
 	}
+	if parts, ok := parseComposite(address); ok {
+		for _, p := range parts {
+			if err := s.AuthorizeSend(p.addr, p.rt); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 	if err := s.authorizeSend(address, time.Now()); err != nil {
 		return err
 	}

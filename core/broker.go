@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -67,10 +68,25 @@ type Config struct {
 	// keeps no queues or journals of its own (Messages, Bindings, Large
 	// and Pager must be nil).
 	Cluster Cluster
+	// VisibleWhenStored holds a durable message back from its queues
+	// until it is stored, instead of making it visible at once: a
+	// cluster's group broker, whose store is a replicated log, must not
+	// hand out a message that a change of leader could leave uncommitted
+	// (its producer, told the outcome is unknown, would send it again,
+	// and a consumer would get it twice, the second time unflagged). The
+	// completions of the store must then come in the order of the writes
+	// to keep each producer's order.
+	VisibleWhenStored bool
 	// PreAuthBudget bounds the bytes held for connections that have not
 	// authenticated yet, all together (preauth.go); 0 means no bound
 	// (the bytes are still counted).
 	PreAuthBudget int64
+	// Events publishes broker events as messages (events.go).
+	Events EventsConfig
+	// Diverts copy or move what reaches an address to others, and
+	// VirtualTopics turns on ActiveMQ's virtual topics (divert.go).
+	Diverts       []Divert
+	VirtualTopics bool
 }
 
 // Broker routes messages from producers to queues and from queues to
@@ -117,8 +133,12 @@ type Broker struct {
 	recovered      RecoveryStats
 	denials        denialCounts // authorization refusals (authz.go)
 	dup            dups         // duplicate ids per address (dedup.go)
+	sched          scheduler    // repeating messages (schedule.go)
 	dupCount       dupCounts
-	guards         guardCounts // pre-authentication budget and refusals, frame timeouts (preauth.go)
+	guards         guardCounts                 // pre-authentication budget and refusals, frame timeouts (preauth.go)
+	ev             atomic.Pointer[events]      // broker events (events.go); nil when off
+	diverts        atomic.Pointer[divertTable] // diverts and virtual topics (divert.go); nil when none
+	divMu          sync.Mutex                  // serializes changes of diverts
 
 	msgID     atomic.Uint64
 	tmpID     atomic.Uint64
@@ -161,6 +181,11 @@ func New(cfg Config) (*Broker, error) {
 	st, err := newSettingsTable(cfg.AddressSettings)
 	if err != nil {
 		return nil, err
+	}
+	for i := range cfg.Diverts {
+		if err := cfg.Diverts[i].Validate(); err != nil {
+			return nil, err
+		}
 	}
 	b := &Broker{
 		cfg:       cfg,
@@ -205,6 +230,16 @@ func New(cfg Config) (*Broker, error) {
 		return nil, err
 	}
 	b.recovered = rs
+	b.startEvents(cfg.Events)
+	if len(cfg.Diverts) > 0 || cfg.VirtualTopics {
+		if err := b.ReloadDiverts(slices.Clone(cfg.Diverts), cfg.VirtualTopics); err != nil {
+			return nil, err
+		}
+	}
+	// After the diverts: a repeating message's copies go through them.
+	if err := b.startScheduler(); err != nil {
+		return nil, err
+	}
 	if cfg.Disk.Usage != nil {
 		b.checkDisk(cfg.Disk)
 		b.wg.Add(1)
@@ -224,6 +259,7 @@ func New(cfg Config) (*Broker, error) {
 // first; Close is idempotent.
 func (b *Broker) Close() error {
 	b.once.Do(func() {
+		b.stopScheduler()
 		b.mu.Lock()
 		b.closed = true
 		for _, q := range b.queues {
@@ -281,6 +317,9 @@ func validAddress(name string) error {
 	}
 	if wildcard.IsPattern(name) {
 		return fmt.Errorf("%w: %q is a wildcard pattern", ErrInvalidAddress, name)
+	}
+	if IsComposite(name) {
+		return fmt.Errorf("%w: %q is a composite destination (divert.go)", ErrInvalidAddress, name)
 	}
 	return nil
 }
@@ -344,6 +383,7 @@ func (b *Broker) DeleteAddress(name string) error {
 	delete(b.addresses, name)
 	b.bumpLocked()
 	b.mu.Unlock()
+	b.emit(Event{Type: EventAddressRemoved, Address: name})
 	for _, q := range qs {
 		if q.owner != nil {
 			q.owner.forgetTemp(q)
@@ -380,6 +420,7 @@ func (b *Broker) deleteQueue(q *Queue) {
 			// A temporary queue's address goes with it: a client that
 			// makes one per request must not leave addresses behind.
 			delete(b.addresses, q.address)
+			b.emit(Event{Type: EventAddressRemoved, Address: q.address})
 		}
 		b.bumpLocked()
 	}
@@ -397,6 +438,7 @@ func (b *Broker) dropQueue(q *Queue) {
 	q.mu.Unlock()
 	b.carryOut(moves)
 	b.unpersistQueue(q)
+	b.emitQueue(EventBindingRemoved, q, "")
 }
 
 // Queue returns the queue with the given name, or nil.
@@ -489,6 +531,7 @@ func (b *Broker) addressLocked(name string, auto bool) *address {
 		a = &address{name: name, settings: b.settings.resolve(name), auto: auto}
 		b.addresses[name] = a
 		b.bumpLocked()
+		b.emit(Event{Type: EventAddressAdded, Address: name})
 	}
 	return a
 }
@@ -513,6 +556,7 @@ func (b *Broker) addRoutingLocked(a *address, rt RoutingType) error {
 func (b *Broker) newQueueLocked(name, addr string, rt RoutingType, durable, temporary bool, clientID string) *Queue {
 	q := b.unregisteredQueue(name, addr, rt, durable, temporary, clientID)
 	b.queues[name] = q
+	b.emitQueue(EventBindingAdded, q, "")
 	return q
 }
 
@@ -599,6 +643,12 @@ func (b *Broker) resolve(m *Message, sender *Session) (*address, error) {
 	b.mu.RUnlock()
 	if closed {
 		return nil, ErrClosed
+	}
+	if m.RoutingType == QueueElseTopic {
+		m.RoutingType = Multicast
+		if a != nil && b.supports(a, Anycast) {
+			m.RoutingType = Anycast
+		}
 	}
 	if a != nil && b.supports(a, m.RoutingType) {
 		if m.RoutingType == RoutingDefault {
@@ -700,6 +750,9 @@ type sendOpts struct {
 	// policies say (the commit checked FAIL; the overshoot is bounded by
 	// the transaction).
 	journaled bool
+	// diverted: the message is a divert's copy, or was diverted
+	// already (divert.go): no divert applies to it again.
+	diverted bool
 }
 
 // route hands a prepared message to the queues of its address. When the
@@ -710,6 +763,13 @@ func (b *Broker) route(m *Message, now time.Time, done func(error)) (pending boo
 }
 
 func (b *Broker) routeWith(m *Message, now time.Time, o sendOpts) (pending bool, err error) {
+	if !o.diverted {
+		if dt := b.diverts.Load(); dt != nil {
+			if copies, exclusive := dt.divert(b, m); len(copies) > 0 || exclusive {
+				return b.routeDiverted(m, copies, exclusive, now, o)
+			}
+		}
+	}
 	a, err := b.resolve(m, o.s)
 	if err != nil {
 		return false, err
@@ -737,7 +797,7 @@ func (q *Queue) verdict(m *Message, wait bool) verdict {
 	if !over && !paging {
 		return keep
 	}
-	switch q.settings.FullPolicy {
+	switch q.settings().FullPolicy {
 	case FullPage:
 		switch {
 		case q.canPage(m):
@@ -784,14 +844,15 @@ var ErrDiskFull = errors.New("core: disk limit reached: durable sends are refuse
 
 // deliver journals or pages m where it must (see route) and enqueues it
 // on the queues of a resolved address that hold it in memory. A durable
-// message becomes visible to consumers at once; only its producer's
-// confirmation waits for the sync.
+// message becomes visible to consumers at once (unless
+// Config.VisibleWhenStored); only its producer's confirmation waits for
+// the sync.
 func (b *Broker) deliver(a *address, m *Message, now time.Time, o sendOpts) (pending bool, err error) {
 	// A duplicate id (dedup.go) is claimed first: a duplicate goes no
 	// further, and an id whose send fails is forgotten, so that the
 	// producer's next try is taken.
 	var de *dupEntry
-	if key := dupKey(m); key != "" && !o.journaled {
+	if key := dupKey(m, a.settings.DuplicateIDFromMessageID); key != "" && !o.journaled {
 		var dup bool
 		if de, dup = b.claimDup(a.name, key); dup {
 			b.countDup(a.name)
@@ -833,6 +894,7 @@ func (b *Broker) deliver(a *address, m *Message, now time.Time, o sendOpts) (pen
 			b.dropped(q, m, o.s, RefusedFull)
 			return false, fmt.Errorf("%w: %q holds %d of %d bytes", ErrAddressFull, q.name, q.bytes.Load(), q.maxBytes.Load())
 		case block:
+			b.emitDrop(q, m, o.s, true, "blocked")
 			return false, errBlocked
 		}
 		vs = append(vs, v)
@@ -893,6 +955,18 @@ func (b *Broker) deliver(a *address, m *Message, now time.Time, o sendOpts) (pen
 		}
 	}
 	done := o.done
+	held := persist && b.cfg.VisibleWhenStored
+	if held {
+		stored, queues := done, slices.Clone(qs)
+		done = func(err error) {
+			if err == nil {
+				for _, q := range queues {
+					q.enqueue(m, now)
+				}
+			}
+			stored(err)
+		}
+	}
 	if n := len(stores) + btoi(persist); n > 0 {
 		if done == nil {
 			done = b.logStoreErr
@@ -923,8 +997,10 @@ func (b *Broker) deliver(a *address, m *Message, now time.Time, o sendOpts) (pen
 		st.Sync(done)
 		pending = true
 	}
-	for _, q := range qs {
-		q.enqueue(m, now)
+	if !held {
+		for _, q := range qs {
+			q.enqueue(m, now)
+		}
 	}
 	return pending && o.done != nil, nil
 }
@@ -975,15 +1051,22 @@ func (b *Broker) carryOut(moves []move) {
 			continue
 		}
 		q := mv.r.q
-		target := q.settings.DeadLetterAddress
+		target := q.settings().DeadLetterAddress
 		counter := &q.stats.deadLettered
 		if mv.reason == moveExpired {
-			target = q.settings.ExpiryAddress
+			target = q.settings().ExpiryAddress
 			counter = &q.stats.expired
 		}
 		counter.Add(1)
 		q.gone(mv.r)
 		m := mv.r.msg
+		if b.ev.Load() != nil {
+			typ := EventMessageDeadLettered
+			if mv.reason == moveExpired {
+				typ = EventMessageExpired
+			}
+			b.emit(Event{Type: typ, Address: m.Address, Queue: q.name, Reason: mv.reason.String(), Multicast: q.routing == Multicast})
+		}
 		if target == "" || target == q.address {
 			b.log.Warn().Str("queue", q.name).Uint64("message", m.ID).Str("reason", mv.reason.String()).
 				Msg("message dropped: no dead-letter or expiry address to move it to")

@@ -289,8 +289,9 @@ func (s *Session) mirrorOf(o ConsumerOptions) (*Queue, error) {
 	if o.Queue != "" {
 		addr = o.Queue
 	}
-	q := &Queue{b: b, name: name, address: addr, routing: o.RoutingType, temporary: true,
-		settings: b.settings.resolve(addr)}
+	q := &Queue{b: b, name: name, address: addr, routing: o.RoutingType, temporary: true}
+	st := b.settings.resolve(addr)
+	q.st.Store(&st)
 	up, err := s.remote.Attach(o, &Feed{q: q})
 	if err != nil {
 		return nil, err

@@ -255,7 +255,7 @@ func decodeMessage(p []byte) (*Message, []uint64, error) {
 	if d.err == nil && len(d.b) != 0 {
 		d.fail()
 	}
-	if d.err != nil || m.Priority > MaxPriority || m.RoutingType > Multicast {
+	if d.err != nil || m.Priority > MaxPriority || m.RoutingType > QueueElseTopic {
 		return nil, nil, fmt.Errorf("%w: message record", errCorruptRecord)
 	}
 	return m, qs, nil

@@ -328,6 +328,7 @@ func (c *Consumer) close(countFailure bool) {
 		}
 	}
 	q.stats.consumers.Add(-1)
+	q.b.emitConsumer(EventConsumerClosed, c, q)
 	if q.rr >= len(q.consumers) {
 		q.rr = 0
 	}

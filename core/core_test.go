@@ -714,3 +714,31 @@ func TestFullQueuePolicies(t *testing.T) {
 		t.Fatalf("subscription stats %+v", sub)
 	}
 }
+
+// QueueElseTopic is decided where the message is routed: anycast into
+// the address's queue when it has one, else multicast to its
+// subscriptions; a message of either kind is stored with the routing
+// type it got, and an address with neither keeps nothing.
+func TestQueueElseTopic(t *testing.T) {
+	b := newBroker(t)
+	s := newSession(t, b, "")
+	_, work := subscribe(t, s, ConsumerOptions{Address: "jobs", RoutingType: Anycast, Credit: 10})
+	_, news := subscribe(t, s, ConsumerOptions{Address: "news", RoutingType: Multicast, Credit: 10})
+	send(t, s, "jobs", QueueElseTopic, "j")
+	send(t, s, "news", QueueElseTopic, "n")
+	if d := work.next(t); body(d) != "j" || d.Message.RoutingType != Anycast {
+		t.Fatalf("work queue got %q routed %v", body(d), d.Message.RoutingType)
+	}
+	if d := news.next(t); body(d) != "n" || d.Message.RoutingType != Multicast {
+		t.Fatalf("subscription got %q routed %v", body(d), d.Message.RoutingType)
+	}
+	work.none(t, 30*time.Millisecond)
+	news.none(t, 30*time.Millisecond)
+	send(t, s, "nobody", QueueElseTopic, "x")
+	if q := b.Queue("nobody"); q != nil {
+		t.Fatalf("a send with no queue made queue %q", q.Name())
+	}
+	if got := QueueElseTopic.String(); got != "queue-else-topic" {
+		t.Fatalf("String() = %q", got)
+	}
+}

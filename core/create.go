@@ -74,6 +74,7 @@ func (b *Broker) anycastLocked(name string, auto bool) (*address, error) {
 		a = b.addressLocked(name, auto) // it may have been deleted meanwhile
 		b.queues[name] = q
 		a.anycast = q
+		b.emitQueue(EventBindingAdded, q, "")
 		b.bumpLocked()
 		return a, nil
 	}
@@ -117,8 +118,9 @@ func (b *Broker) unregisteredQueue(name, addr string, rt RoutingType, durable, t
 	q := &Queue{
 		b: b, name: name, address: addr, routing: rt,
 		durable: durable, temporary: temporary, clientID: clientID,
-		settings: b.settings.resolve(addr),
 	}
-	q.maxBytes.Store(q.settings.MaxSizeBytes)
+	st := b.settings.resolve(addr)
+	q.st.Store(&st)
+	q.maxBytes.Store(st.MaxSizeBytes)
 	return q
 }

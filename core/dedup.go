@@ -34,6 +34,11 @@ import (
 const (
 	PropDuplicateID = "_AMQ_DUPL_ID"
 	PropForwardID   = InternalPropertyPrefix + "FWD_ID"
+	// PropAMQPMessageID is where the AMQP front-end keeps an AMQP
+	// message's message-id (as text); with the address setting
+	// duplicate-id-from-message-id it is the duplicate id of a message
+	// that carries no _AMQ_DUPL_ID.
+	PropAMQPMessageID = InternalPropertyPrefix + "AMQP_MESSAGE_ID"
 )
 
 // DefaultIDCacheSize is the number of duplicate ids an address keeps.
@@ -47,9 +52,15 @@ var ErrDuplicateID = errors.New("core: duplicate id already sent to this address
 // (payload: address, id), written in the transaction of its message.
 const recDuplicateID uint16 = 8
 
-// dupKey returns m's duplicate id, "" for none.
-func dupKey(m *Message) string {
-	for _, p := range [...]string{PropDuplicateID, PropForwardID} {
+// dupKey returns m's duplicate id, "" for none; with msgID, an AMQP
+// message-id counts too (after the other two).
+func dupKey(m *Message, msgID bool) string {
+	ps := [...]string{PropDuplicateID, PropForwardID, PropAMQPMessageID}
+	n := len(ps)
+	if !msgID {
+		n--
+	}
+	for _, p := range ps[:n] {
 		switch v := m.Properties[p].(type) {
 		case string:
 			if v != "" {

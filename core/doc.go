@@ -77,7 +77,10 @@
 // its page store back (all three joined by [Broker.Close]); and per
 // queue with scheduled messages one
 // time.AfterFunc timer. Completions of journal writes run on the
-// journal's goroutine. Everything else runs on the caller's goroutine:
+// journal's goroutine. With Config.Events, one goroutine publishes the
+// broker's events (events.go): the code that notices one only offers it
+// to a bounded channel, with whatever lock it holds, and never waits.
+// Everything else runs on the caller's goroutine:
 // a front-end's read loop sends and settles, and deliveries are handed to
 // handlers from whichever goroutine made them possible (a send, a flow,
 // a release, a timer).
@@ -92,7 +95,13 @@
 //     its queue if needed: a new durable queue's binding is synced to the
 //     bindings journal with no lock held before the queue is bound
 //     (create.go), so no confirmed message names a queue the journal
-//     does not know.
+//     does not know. Scheduling properties set its delivery time, or
+//     make it a repeating message the scheduler keeps as a job and sends
+//     copies of (schedule.go).
+//     A composite address ("queue://a,topic://b") is sent part by part,
+//     and a divert or virtual topic of the address adds copies that are
+//     routed like sends of the broker's own, one confirmation for all
+//     (divert.go).
 //  3. The router picks the queues (the anycast queue, or the matching
 //     subscriptions that admit it: selector, no-local, and for a wildcard
 //     subscription the reader's consume permission on this address).
@@ -104,6 +113,8 @@
 //     consumers, while the producer's confirmation waits for the journal
 //     to call back after the fdatasync that covers it (group commit: one
 //     sync for many producers).
+//     On each queue a last-value key replaces the waiting message with
+//     the same key, and a full ring drops its oldest (lvq.go).
 //  5. A queue hands it to a consumer with credit; the consumer's front-end
 //     writes it to its client.
 //  6. The ack deletes its reference; with the last durable reference the

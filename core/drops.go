@@ -24,10 +24,13 @@ const (
 	// RefusedDisk: a durable send was refused because the store is over
 	// its disk limit.
 	RefusedDisk
+	// DropRing: the oldest message of a ring queue (ring-size), dropped
+	// to make room for a new one (lvq.go).
+	DropRing
 	numDropReasons
 )
 
-var dropReasonNames = [numDropReasons]string{"queue_full", "non_durable_over_budget", "refused_full", "refused_disk_full"}
+var dropReasonNames = [numDropReasons]string{"queue_full", "non_durable_over_budget", "refused_full", "refused_disk_full", "ring_full"}
 
 // String returns the reason's metric label.
 func (r DropReason) String() string {
@@ -69,6 +72,7 @@ func (b *Broker) dropped(q *Queue, m *Message, s *Session, reason DropReason) {
 	if !reason.refusal() {
 		q.stats.dropped.Add(1)
 	}
+	b.emitDrop(q, m, s, reason.refusal(), reason.String())
 	now := time.Now().UnixNano()
 	last := &q.lastDropLog[reason]
 	if l := last.Load(); now-l > int64(time.Minute) && last.CompareAndSwap(l, now) {

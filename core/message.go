@@ -20,6 +20,13 @@ const (
 	// Multicast delivers each message to every subscription of the address
 	// (publish/subscribe).
 	Multicast
+	// QueueElseTopic is anycast when the address has a queue at the
+	// moment the message is routed, else multicast: an MQTT publish,
+	// which may feed a work queue or a topic, says nothing else. Routing
+	// decides it where the address lives (in a cluster, on the group's
+	// leader), so no lookup from the sending node, which can fail or be
+	// stale during a failover, sends a message to no one.
+	QueueElseTopic
 )
 
 // String returns "anycast", "multicast" or "default".
@@ -29,6 +36,8 @@ func (r RoutingType) String() string {
 		return "anycast"
 	case Multicast:
 		return "multicast"
+	case QueueElseTopic:
+		return "queue-else-topic"
 	}
 	return "default"
 }

@@ -342,6 +342,7 @@ func (q *Queue) depage(pg *pageState) (drained bool, err error) {
 	}
 	q.dirtyLocked()
 	moves = q.dispatchLocked(now, moves)
+	moves = q.evictedLocked(moves)
 	q.mu.Unlock()
 	b.carryOut(moves)
 	if err := pg.store.Release(next); err != nil {

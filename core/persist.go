@@ -457,5 +457,7 @@ func (q *Queue) restore(m *Message, failures, mark uint32, now time.Time) {
 	r := &ref{msg: m, q: q, durable: true, failures: failures, mark: mark, recovered: true}
 	q.mu.Lock()
 	q.addLocked(r, now) // no consumers yet: nothing to dispatch
+	moves := q.evictedLocked(nil)
 	q.mu.Unlock()
+	q.b.carryOut(moves)
 }

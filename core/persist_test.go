@@ -602,3 +602,44 @@ func TestQueueRecordSubscriber(t *testing.T) {
 		t.Fatal("a truncated subscriber decoded")
 	}
 }
+
+// With VisibleWhenStored a durable message reaches consumers only once
+// its write completes, and never when the write fails; a non-durable
+// one at once.
+func TestVisibleWhenStored(t *testing.T) {
+	msgs, bindings := newMemJournal(), newMemJournal()
+	hold := make(chan struct{})
+	msgs.hold = hold
+	b, err := New(Config{Messages: msgs, Bindings: bindings, ExpiryScanInterval: -1, VisibleWhenStored: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	s := newSession(t, b, "")
+	_, col := subscribe(t, s, ConsumerOptions{Address: "q", RoutingType: Anycast, Credit: 10})
+	confirmed := make(chan error, 1)
+	s.SendAsync(&Message{Address: "q", RoutingType: Anycast, Durable: true, Body: []byte("d"), Priority: DefaultPriority},
+		func(err error) { confirmed <- err })
+	send(t, s, "q", Anycast, "n") // not durable: no write to wait for
+	if d := col.next(t); body(d) != "n" {
+		t.Fatalf("first delivery %q, want the non-durable message", body(d))
+	}
+	col.none(t, 50*time.Millisecond)
+	close(hold)
+	if err := <-confirmed; err != nil {
+		t.Fatal(err)
+	}
+	if d := col.next(t); body(d) != "d" {
+		t.Fatalf("delivery %q after the write", body(d))
+	}
+
+	msgs.mu.Lock()
+	msgs.hold, msgs.fail = nil, errors.New("disk gone")
+	msgs.mu.Unlock()
+	s.SendAsync(&Message{Address: "q", RoutingType: Anycast, Durable: true, Body: []byte("lost"), Priority: DefaultPriority},
+		func(err error) { confirmed <- err })
+	if err := <-confirmed; err == nil {
+		t.Fatal("a failed write was confirmed")
+	}
+	col.none(t, 50*time.Millisecond)
+}

@@ -76,9 +76,9 @@ type Queue struct {
 	temporary bool // deleted when its last consumer leaves (non-durable subscription)
 	shared    bool // a shared subscription: several competing consumers
 	clientID  string
-	settings  Settings
-	owner     *Session           // a temporary queue's session, which deletes it on close; nil otherwise
-	filter    *selector.Selector // a subscription's selector, applied as messages are routed to it
+	st        atomic.Pointer[Settings] // its address's settings; replaced by a reload (settings())
+	owner     *Session                 // a temporary queue's session, which deletes it on close; nil otherwise
+	filter    *selector.Selector       // a subscription's selector, applied as messages are routed to it
 	// up is a mirror queue's upstream (cluster mode, cluster.go); nil
 	// for every other queue. A mirror is fed only by its upstream, and
 	// settles its deliveries there.
@@ -131,6 +131,9 @@ type Queue struct {
 	// mirrors pg != nil for the send path's lock-free look.
 	pg     *pageState
 	paging atomic.Bool
+
+	// lv is the last-value and ring state (lvq.go), guarded by mu.
+	lv lastValues
 
 	maxBytes    atomic.Int64 // bound on bytes; 0 = none (settings, or the consumer that created it)
 	capped      atomic.Bool  // maxBytes is a front-end's per-client budget (ConsumerOptions.MaxBytes)
@@ -225,6 +228,7 @@ func (q *Queue) enqueue(m *Message, now time.Time) {
 	if q.addLocked(r, now) {
 		moves = q.dispatchFreshLocked(now, moves)
 	}
+	moves = q.evictedLocked(moves)
 	closers := q.checkSlowLocked()
 	q.mu.Unlock()
 	q.b.carryOut(moves)
@@ -254,11 +258,13 @@ func (q *Queue) placeLocked(r *ref, now time.Time) bool {
 	// decides, has delivered them.
 	if q.up == nil && !m.DeliveryTime.IsZero() && m.DeliveryTime.After(now) {
 		q.scheduleLocked(r, m.DeliveryTime.UnixNano())
+		q.lastValueLocked(r)
 		return false
 	}
 	q.ready[m.Priority].pushBack(r)
 	q.nready++
 	q.freshLocked(r)
+	q.lastValueLocked(r)
 	return true
 }
 
@@ -644,10 +650,10 @@ func (q *Queue) returnLocked(r *ref, failed bool, now time.Time, moves []move) [
 		if r.durable {
 			moves = append(moves, move{r, counted})
 		}
-		if max := q.settings.MaxDeliveryAttempts; max > 0 && int(r.failures) >= max {
+		if max := q.settings().MaxDeliveryAttempts; max > 0 && int(r.failures) >= max {
 			return append(moves, move{r, moveMaxAttempts})
 		}
-		if d := q.settings.redeliveryDelay(r.failures); d > 0 {
+		if d := q.settings().redeliveryDelay(r.failures); d > 0 {
 			q.scheduleLocked(r, now.Add(d).UnixNano())
 			return moves
 		}
@@ -744,7 +750,8 @@ type QueueStats struct {
 	Bytes        int64  // body bytes held in memory
 	MaxBytes     int64  // bound on Bytes; 0 = none
 	Paged        int64  // of Depth, the messages in the page store on disk
-	Dropped      uint64 // messages not taken because the queue was full
+	Dropped      uint64 // messages not taken because the queue was full, or dropped from a full ring (ring-size)
+	Replaced     uint64 // messages replaced by a newer one with their last-value key (lvq.go)
 	SlowKilled   uint64 // subscribers disconnected by slow-consumer-policy KILL
 	// OldestMessage is the send timestamp (Message.Timestamp) of the
 	// queue's oldest message, zero when it holds none: the earliest of
@@ -777,6 +784,7 @@ func (q *Queue) Stats() QueueStats {
 		MaxBytes:     q.maxBytes.Load(),
 		Paged:        q.stats.paged.Load(),
 		Dropped:      q.stats.dropped.Load(),
+		Replaced:     q.lv.replaced.Load(),
 		SlowKilled:   q.stats.slowKilled.Load(),
 	}
 }
@@ -813,3 +821,7 @@ func (q *Queue) oldest() time.Time {
 // RoutingType returns Anycast for an address's queue, Multicast for a
 // subscription.
 func (q *Queue) RoutingType() RoutingType { return q.routing }
+
+// settings returns the queue's settings in force: its address's, as the
+// address settings resolve them (at creation, and again at each reload).
+func (q *Queue) settings() *Settings { return q.st.Load() }

@@ -102,6 +102,7 @@ func (b *Broker) NewSession(opts SessionOptions) (*Session, error) {
 		s.proto = b.protoLocked(opts.Protocol)
 		s.proto.opened.Add(1)
 		b.sessions[s.id] = s
+		b.emitSession(EventConnectionCreated, s)
 	}
 	if b.cluster != nil {
 		s.remote = b.cluster.Open(s)
@@ -172,6 +173,9 @@ func (s *Session) send(ctx context.Context, m *Message, done func(error)) error 
 	if err := s.check(); err != nil {
 		return err
 	}
+	if parts, ok := parseComposite(m.Address); ok {
+		return s.sendComposite(ctx, m, parts, done)
+	}
 	if s.remote != nil {
 		return s.clusterSend(m, done)
 	}
@@ -182,6 +186,27 @@ func (s *Session) send(ctx context.Context, m *Message, done func(error)) error 
 	}
 	if err := s.authorizeSend(m.Address, now); err != nil {
 		return err
+	}
+	if len(m.Properties) > 0 {
+		// Scheduling properties (schedule.go): a later delivery time, or
+		// a repeating message the scheduler keeps.
+		spec, err := applySchedule(m, now)
+		if err != nil {
+			return err
+		}
+		if spec != nil {
+			// The address is checked (and auto-created) now, as for
+			// any send: a job for an address that cannot take it is
+			// refused to its producer.
+			if _, err := s.b.resolve(m, s); err != nil {
+				return err
+			}
+			if err := s.b.addJob(m, spec, now, done); err != nil {
+				return err
+			}
+			s.countIn(1, len(m.Body))
+			return nil
+		}
 	}
 	o := sendOpts{done: done, s: s, wait: !s.opts.NoWait}
 	pending, err := s.b.routeWith(m, now, o)
@@ -316,6 +341,9 @@ func (s *Session) Subscribe(o ConsumerOptions) (*Consumer, error) {
 	if o.Handler == nil {
 		return nil, errors.New("core: consumer needs a handler")
 	}
+	if IsComposite(o.Address) {
+		return nil, fmt.Errorf("%w: %q is a composite destination: consumers read one address", ErrInvalidAddress, o.Address)
+	}
 	sel, err := parseSelector(o.Selector)
 	if err != nil {
 		return nil, err
@@ -382,6 +410,7 @@ func (s *Session) Subscribe(o ConsumerOptions) (*Consumer, error) {
 	}
 	s.consumers[c] = struct{}{}
 	s.mu.Unlock()
+	s.b.emitConsumer(EventConsumerCreated, c, q)
 	if o.Credit > 0 {
 		c.Flow(o.Credit)
 	}
@@ -597,6 +626,7 @@ func (s *Session) queueForPass(o ConsumerOptions, sel *selector.Selector, g *gra
 		return nil, nil, errLookAgain
 	}
 	b.queues[name] = q
+	b.emitQueue(EventBindingAdded, q, "")
 	s.subscribeLocked(q)
 	return q, nil, nil
 }
@@ -768,6 +798,7 @@ func (s *Session) Close() {
 			// registry, under b.mu, so that ProtocolStats counts it once.
 			delete(s.b.sessions, s.id)
 			s.proto.fold(s)
+			s.b.emitSession(EventConnectionDestroyed, s)
 		}
 		s.b.mu.Unlock()
 	}
@@ -780,6 +811,7 @@ type Tx struct {
 	sends   []*Message
 	acks    []*ref
 	records []recordOp // client records (records.go)
+	dups    []txDup    // duplicate ids written with the records (schedule.go)
 	done    bool
 }
 
@@ -803,16 +835,25 @@ func (t *Tx) Send(m *Message) error {
 	if t.done {
 		return ErrTxClosed
 	}
-	if err := validAddress(m.Address); err != nil {
-		return err
-	}
 	if err := ValidateProperties(m.Properties); err != nil {
 		return err
 	}
-	if err := t.s.authorizeSend(m.Address, time.Now()); err != nil {
-		return err
+	addrs := []string{m.Address}
+	if parts, ok := parseComposite(m.Address); ok {
+		addrs = addrs[:0]
+		for _, p := range parts {
+			addrs = append(addrs, p.addr)
+		}
 	}
-	t.sends = append(t.sends, m)
+	for _, a := range addrs {
+		if err := validAddress(a); err != nil {
+			return err
+		}
+		if err := t.s.authorizeSend(a, time.Now()); err != nil {
+			return err
+		}
+	}
+	t.sends = append(t.sends, t.expand(m)...)
 	return nil
 }
 
@@ -872,6 +913,12 @@ func (t *Tx) Commit(ctx context.Context) error {
 		m.origin = t.s.id
 		err := b.prepare(m, t.s.opts.User, now)
 		if err == nil {
+			var spec *jobSpec
+			if spec, err = applySchedule(m, now); err == nil && spec != nil {
+				err = fmt.Errorf("%w: a repeating message (%s, %s) cannot be sent in a transaction", ErrInvalidMessage, PropScheduledRepeat, PropScheduledCron)
+			}
+		}
+		if err == nil {
 			addrs[i], err = b.resolve(m, t.s)
 		}
 		if err != nil {
@@ -881,7 +928,7 @@ func (t *Tx) Commit(ctx context.Context) error {
 	}
 	for i, m := range t.sends {
 		for _, q := range b.targetsOf(addrs[i], m, nil, false) {
-			if q.full(m) && q.settings.FullPolicy == FullFail {
+			if q.full(m) && q.settings().FullPolicy == FullFail {
 				t.rollback()
 				return fmt.Errorf("core: transaction rolled back: %w: %q", ErrAddressFull, q.name)
 			}
@@ -934,7 +981,7 @@ func (t *Tx) claimDups(addrs []*address) ([]*dupEntry, error) {
 	b := t.s.b
 	var ids []*dupEntry
 	for i, m := range t.sends {
-		key := dupKey(m)
+		key := dupKey(m, addrs[i].settings.DuplicateIDFromMessageID)
 		if key == "" {
 			continue
 		}
@@ -949,7 +996,7 @@ func (t *Tx) claimDups(addrs []*address) ([]*dupEntry, error) {
 					b.settleDup(addrs[j].name, x, ErrDuplicateID)
 				}
 			}
-			return nil, fmt.Errorf("%w: %q on %q", ErrDuplicateID, m.Properties[PropDuplicateID], addrs[i].name)
+			return nil, fmt.Errorf("%w: %q on %q", ErrDuplicateID, key[strings.IndexByte(key, 0)+1:], addrs[i].name)
 		}
 		ids[i] = e
 	}
@@ -1013,6 +1060,14 @@ func (t *Tx) journal(addrs []*address, dupIDs []*dupEntry) (recIDs []uint64, rec
 		} else {
 			b.msgs.UpdateTx(txID, r.msg.ID, recAckRef, binary.AppendUvarint(nil, r.q.id))
 		}
+		n++
+	}
+	for _, d := range t.dups {
+		record := b.msgID.Add(1)
+		b.dup.mu.Lock()
+		d.e.record = record
+		b.dup.mu.Unlock()
+		b.msgs.AppendTx(txID, record, recDuplicateID, dupRecord(d.address, d.e.key))
 		n++
 	}
 	if n == 0 {

@@ -3,6 +3,7 @@ package core
 import (
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/junctionmq/junction/core/wildcard"
@@ -43,6 +44,17 @@ type Settings struct {
 	// IDCacheSize is the number of duplicate ids the address remembers
 	// (dedup.go); 0 turns duplicate detection off.
 	IDCacheSize int
+	// DuplicateIDFromMessageID makes an AMQP message's message-id its
+	// duplicate id when it has no _AMQ_DUPL_ID (dedup.go).
+	DuplicateIDFromMessageID bool
+	// LastValueKey names the property whose value keys a last-value
+	// queue (lvq.go): a new message replaces the queued one with the same
+	// value. Empty: only messages with _AMQ_LVQ_NAME are keyed.
+	LastValueKey string
+	// RingSize bounds the messages each queue of the address holds; when
+	// it is full the oldest waiting one is dropped (counted, lvq.go).
+	// 0 = no bound.
+	RingSize int64
 }
 
 // FullPolicy is what happens to a message sent to a full queue.
@@ -81,6 +93,9 @@ func (p FullPolicy) valid() bool {
 //	address-full-policy    PAGE
 //	slow-consumer-threshold 0 (off), slow-consumer-policy NOTIFY
 //	id-cache-size          20000
+//	duplicate-id-from-message-id false
+//	last-value-key         "" (only _AMQ_LVQ_NAME keys)
+//	ring-size              0 (off)
 func DefaultSettings() Settings {
 	return Settings{
 		DeadLetterAddress:    "DLQ",
@@ -115,6 +130,11 @@ type AddressSettings struct {
 	SlowConsumerThreshold *int64         `yaml:"slow-consumer-threshold"`
 	SlowConsumerPolicy    *string        `yaml:"slow-consumer-policy"`
 	IDCacheSize           *int           `yaml:"id-cache-size"`
+	// Artemis' duplicate detection, last-value and ring queues
+	// (dedup.go, lvq.go).
+	DuplicateIDFromMessageID *bool   `yaml:"duplicate-id-from-message-id"`
+	LastValueKey             *string `yaml:"last-value-key"`
+	RingSize                 *int64  `yaml:"ring-size"`
 }
 
 // Validate checks the pattern and the values.
@@ -142,6 +162,9 @@ func (a *AddressSettings) Validate() error {
 	}
 	if a.IDCacheSize != nil && (*a.IDCacheSize < 0 || *a.IDCacheSize > 10_000_000) {
 		return fmt.Errorf("address settings %q: id-cache-size must be between 0 and 10000000", a.Match)
+	}
+	if a.RingSize != nil && *a.RingSize < 0 {
+		return fmt.Errorf("address settings %q: ring-size must be >= 0", a.Match)
 	}
 	if a.SlowConsumerPolicy != nil && !SlowConsumerPolicy(*a.SlowConsumerPolicy).valid() {
 		return fmt.Errorf("address settings %q: slow-consumer-policy must be NOTIFY or KILL", a.Match)
@@ -198,32 +221,56 @@ func (a *AddressSettings) applyTo(s *Settings) {
 	if a.IDCacheSize != nil {
 		s.IDCacheSize = *a.IDCacheSize
 	}
+	if a.DuplicateIDFromMessageID != nil {
+		s.DuplicateIDFromMessageID = *a.DuplicateIDFromMessageID
+	}
+	if a.LastValueKey != nil {
+		s.LastValueKey = *a.LastValueKey
+	}
+	if a.RingSize != nil {
+		s.RingSize = *a.RingSize
+	}
 }
 
-// settingsTable resolves Settings for an address. It is immutable once
-// built.
+// settingsTable resolves Settings for an address. Its entries are
+// replaced whole by a reload (Broker.SetAddressSettings), read without a
+// lock.
 type settingsTable struct {
-	entries []AddressSettings // least specific first
+	entries atomic.Pointer[[]AddressSettings] // least specific first
+	given   atomic.Pointer[[]AddressSettings] // as configured
 }
 
 func newSettingsTable(list []AddressSettings) (*settingsTable, error) {
-	t := &settingsTable{entries: slices.Clone(list)}
-	for i := range t.entries {
-		if err := t.entries[i].Validate(); err != nil {
-			return nil, err
+	t := &settingsTable{}
+	if err := t.set(list); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// set checks list and puts it in force.
+func (t *settingsTable) set(list []AddressSettings) error {
+	entries := slices.Clone(list)
+	for i := range entries {
+		if err := entries[i].Validate(); err != nil {
+			return err
 		}
 	}
-	slices.SortStableFunc(t.entries, func(a, b AddressSettings) int {
+	slices.SortStableFunc(entries, func(a, b AddressSettings) int {
 		return wildcard.Compare(a.Match, b.Match)
 	})
-	return t, nil
+	given := slices.Clone(list)
+	t.entries.Store(&entries)
+	t.given.Store(&given)
+	return nil
 }
 
 func (t *settingsTable) resolve(address string) Settings {
 	s := DefaultSettings()
-	for i := range t.entries {
-		if wildcard.Match(t.entries[i].Match, address) {
-			t.entries[i].applyTo(&s)
+	entries := *t.entries.Load()
+	for i := range entries {
+		if wildcard.Match(entries[i].Match, address) {
+			entries[i].applyTo(&s)
 		}
 	}
 	return s

@@ -25,7 +25,7 @@ func (p SlowConsumerPolicy) valid() bool { return p == SlowNotify || p == SlowKi
 // be closed once q's lock is released. The episode ends when the
 // subscription drains below half the threshold.
 func (q *Queue) checkSlowLocked() []func() {
-	max := q.settings.SlowConsumerThreshold
+	max := q.settings().SlowConsumerThreshold
 	if max <= 0 || !q.temporary || q.durable {
 		return nil
 	}
@@ -40,13 +40,14 @@ func (q *Queue) checkSlowLocked() []func() {
 		return nil
 	}
 	q.slow = true
+	q.b.emitQueue(EventConsumerSlow, q, string(q.settings().SlowConsumerPolicy))
 	var closers []func()
 	for _, c := range q.consumers {
 		s := c.s
 		ev := q.b.log.Warn().Str("queue", q.name).Str("address", q.address).Int64("depth", depth).Int64("threshold", max).
-			Str("policy", string(q.settings.SlowConsumerPolicy)).Str("protocol", s.opts.Protocol).Str("remote", s.opts.RemoteAddr).
+			Str("policy", string(q.settings().SlowConsumerPolicy)).Str("protocol", s.opts.Protocol).Str("remote", s.opts.RemoteAddr).
 			Str("user", s.opts.User).Str("client_id", s.opts.ClientID)
-		if q.settings.SlowConsumerPolicy == SlowKill && s.opts.Close != nil {
+		if q.settings().SlowConsumerPolicy == SlowKill && s.opts.Close != nil {
 			closers = append(closers, s.opts.Close)
 			q.stats.slowKilled.Add(1)
 			ev.Msg("slow consumer: disconnecting it (slow-consumer-policy KILL)")

@@ -39,9 +39,15 @@ func (s *Server) routes() {
 	s.route("/queues/{name}/purge", map[string]http.HandlerFunc{"POST": s.purgeQueue})
 	s.route("/queues/{name}/move", map[string]http.HandlerFunc{"POST": s.moveMessages})
 	s.route("/queues/{name}/messages", map[string]http.HandlerFunc{"GET": s.browse})
+	s.scheduledRoutes()
 	s.route("/subscriptions", map[string]http.HandlerFunc{"GET": s.listSubscriptions})
 	s.route("/connections", map[string]http.HandlerFunc{"GET": s.listConnections})
 	s.route("/connections/{id}", map[string]http.HandlerFunc{"DELETE": s.closeConnection})
+	s.route("/events", map[string]http.HandlerFunc{"GET": s.listEvents})
+	s.route("/diverts", map[string]http.HandlerFunc{"GET": s.listDiverts, "POST": s.createDivert})
+	s.route("/diverts/{name}", map[string]http.HandlerFunc{"DELETE": s.deleteDivert})
+	s.route("/config", map[string]http.HandlerFunc{"GET": s.getConfig})
+	s.route("/config/reload", map[string]http.HandlerFunc{"POST": s.reloadConfig})
 	s.mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "no such endpoint: "+r.URL.Path)
 	})
@@ -70,7 +76,7 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	status := http.StatusInternalServerError
 	switch {
 	case errors.Is(err, core.ErrQueueNotFound), errors.Is(err, core.ErrAddressNotFound),
-		errors.Is(err, core.ErrConnectionNotFound):
+		errors.Is(err, core.ErrConnectionNotFound), errors.Is(err, core.ErrScheduledNotFound):
 		status = http.StatusNotFound
 	case errors.Is(err, core.ErrQueueExists), errors.Is(err, core.ErrSubscriptionInUse),
 		errors.Is(err, core.ErrAddressFull):
@@ -309,6 +315,9 @@ type addressJSON struct {
 	Queues    []string `json:"queues"`
 	Routed    uint64   `json:"routed"`
 	Unrouted  uint64   `json:"unrouted"`
+	// Duplicates counts the sends refused as duplicates (_AMQ_DUPL_ID)
+	// since the broker started.
+	Duplicates uint64 `json:"duplicates"`
 }
 
 func (s *Server) addresses() []addressJSON {
@@ -317,6 +326,7 @@ func (s *Server) addresses() []addressJSON {
 		stats[a.Name] = a
 	}
 	infos := s.b.Addresses()
+	dups := s.b.Duplicates()
 	out := make([]addressJSON, 0, len(infos))
 	for _, a := range infos {
 		qs := a.Queues
@@ -325,7 +335,7 @@ func (s *Server) addresses() []addressJSON {
 		}
 		st := stats[a.Name]
 		out = append(out, addressJSON{Name: a.Name, Anycast: a.Anycast, Multicast: a.Multicast, Temporary: a.Temporary,
-			Queues: qs, Routed: st.Routed, Unrouted: st.Unrouted})
+			Queues: qs, Routed: st.Routed, Unrouted: st.Unrouted, Duplicates: dups[a.Name]})
 	}
 	slices.SortFunc(out, func(a, b addressJSON) int { return strings.Compare(a.Name, b.Name) })
 	return out
@@ -420,6 +430,7 @@ type queueJSON struct {
 	Expired       uint64     `json:"expired"`
 	DeadLettered  uint64     `json:"deadLettered"`
 	Dropped       uint64     `json:"dropped"`
+	Replaced      uint64     `json:"replaced"`
 	Paged         int64      `json:"paged"`
 	Bytes         int64      `json:"bytes"`
 	MaxBytes      int64      `json:"maxBytes"`
@@ -430,7 +441,7 @@ func queueOf(q core.QueueStats) queueJSON {
 	return queueJSON{Name: q.Name, Address: q.Address, RoutingType: q.RoutingType.String(), Durable: q.Durable,
 		Temporary: q.Temporary, ClientID: q.ClientID, Selector: q.Selector, Depth: q.Depth, InFlight: q.InFlight, Scheduled: q.Scheduled,
 		Consumers: q.Consumers, Enqueued: q.Enqueued, Dequeued: q.Dequeued, Expired: q.Expired,
-		DeadLettered: q.DeadLettered, Dropped: q.Dropped, Paged: q.Paged, Bytes: q.Bytes, MaxBytes: q.MaxBytes,
+		DeadLettered: q.DeadLettered, Dropped: q.Dropped, Replaced: q.Replaced, Paged: q.Paged, Bytes: q.Bytes, MaxBytes: q.MaxBytes,
 		OldestMessage: timePtr(q.OldestMessage)}
 }
 
@@ -773,6 +784,10 @@ func (s *Server) sendMessage(w http.ResponseWriter, r *http.Request, address str
 	rt, ok := parseRouting(w, req.RoutingType, false)
 	if !ok {
 		return
+	}
+	if strings.Contains(req.Address, ",") {
+		// An ActiveMQ composite destination (docs/features.md).
+		req.Address = core.CompositeAddress(req.Address, rt)
 	}
 	m := &core.Message{Address: req.Address, RoutingType: rt, Durable: req.Durable,
 		Priority: core.DefaultPriority, ContentType: req.ContentType}

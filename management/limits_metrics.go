@@ -25,7 +25,7 @@ func newLimitsCollector(b *core.Broker, rejections func() map[string]map[string]
 	return &limitsCollector{b: b, rejections: rejections,
 		rejected: d("connections_rejected_total", "Connections a listener turned away by a limit, by reason: max_conns, max_conns_per_ip, rate (attempts per second per IP).", "listener", "reason"),
 		dropped: d("messages_dropped_total", "Messages not queued because of a full queue, the memory budget or the disk limit, "+
-			"by reason: queue_full (DROP), non_durable_over_budget (non-durable over a PAGE limit), "+
+			"by reason: queue_full (DROP), non_durable_over_budget (non-durable over a PAGE limit), ring_full (the oldest of a full ring queue), "+
 			"refused_full (FAIL) and refused_disk_full (durable send over the disk limit) are refused sends.", "reason"),
 		memUsed:    d("memory_used_bytes", "Estimated bytes of the messages held in memory, counted against the broker's budget."),
 		memMax:     d("memory_max_bytes", "The broker's memory budget for messages (max-memory); 0 means unlimited."),

@@ -21,6 +21,7 @@ type collector struct {
 	jAppends, jSyncs, jBatches, jBatchRecords, jCompaction *prometheus.Desc
 	jSyncSeconds, jFiles, jBytes                           *prometheus.Desc
 	authzDenials                                           *prometheus.Desc
+	duplicates, queueScheduled, scheduledJobs              *prometheus.Desc
 }
 
 func newCollector(cfg Config, b *core.Broker) *collector {
@@ -53,6 +54,9 @@ func newCollector(cfg Config, b *core.Broker) *collector {
 		jFiles:         d("journal_files", "Message journal files on disk."),
 		jBytes:         d("journal_bytes", "Bytes of the message journal's files on disk."),
 		authzDenials:   d("authorization_denials_total", "Client operations the Authorizer refused.", pl...),
+		queueScheduled: d("queue_scheduled", "Messages of the queue held back until their delivery time or redelivery delay (part of its depth).", ql...),
+		scheduledJobs:  d("scheduled_jobs", "Repeating messages the broker keeps (AMQ_SCHEDULED_REPEAT, AMQ_SCHEDULED_CRON)."),
+		duplicates:     d("address_duplicates_total", "Sends refused as duplicates of an earlier one (_AMQ_DUPL_ID) since the broker started.", "address"),
 	}
 }
 
@@ -64,6 +68,9 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 		ch <- d
 	}
 	ch <- c.authzDenials
+	ch <- c.duplicates
+	ch <- c.queueScheduled
+	ch <- c.scheduledJobs
 }
 
 // Collect implements prometheus.Collector.
@@ -83,8 +90,13 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		m(c.queueConsumers, gauge, float64(q.Consumers), q.Name, q.Address)
 		m(c.queueEnqueued, counter, float64(q.Enqueued), q.Name, q.Address)
 		m(c.queueDeq, counter, float64(q.Dequeued), q.Name, q.Address)
+		m(c.queueScheduled, gauge, float64(q.Scheduled), q.Name, q.Address)
 	}
 	m(c.addresses, gauge, float64(len(c.b.Addresses())))
+	m(c.scheduledJobs, gauge, float64(len(c.b.ScheduledJobs())))
+	for a, n := range c.b.Duplicates() {
+		m(c.duplicates, counter, float64(n), a)
+	}
 
 	_, denials := c.b.AuthzDenials()
 	for _, p := range c.b.ProtocolStats() {

@@ -90,6 +90,12 @@ type Config struct {
 	// HA reports the broker's role in a shared-store group; nil without
 	// one (no ha section in /api/v1/broker, no junction_ha_* metrics).
 	HA func() HAStatus
+	// Settings returns the configuration in force, for GET
+	// /api/v1/config; Reload reads the configuration again, for POST
+	// /api/v1/config/reload (its result, and an error when nothing
+	// changed because the configuration is invalid). Nil: 404.
+	Settings func() any
+	Reload   func() (any, error)
 }
 
 // JournalStats are the message journal's counters, as the process's
@@ -136,6 +142,7 @@ func New(cfg Config, b *core.Broker) *Server {
 		newCollector(cfg, b),
 		newLimitsCollector(b, cfg.Rejections),
 		newRequestsCollector(cfg.RequestRejections),
+		newEventsCollector(b),
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)

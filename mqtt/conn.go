@@ -601,9 +601,6 @@ func (c *conn) onPublish(pk *packets.Packet) error {
 	}
 	f := fieldsOf(pk, topic)
 	m := f.message(time.Now())
-	if anycast, _, _ := c.s.b.AddressRoutingTypes(m.Address); anycast {
-		m.RoutingType = core.Anycast // a device feeding a work queue
-	}
 	if topic[0] == '$' {
 		// $SYS and the like are the broker's: no client publishes there.
 		return c.answer(pk, fmt.Errorf("%w: %s is the broker's topic", core.ErrUnauthorized, topic))

@@ -178,6 +178,12 @@ func (c *conn) appendDelivery(buf []byte, it outItem, held bool) ([]byte, bool) 
 		} else if id = c.allocIDLocked(); id == 0 {
 			c.outMu.Unlock()
 			return buf, false // every id in use: wait for answers
+		} else if it.kind == itemDelivery && d.Redelivered() {
+			// Maybe delivered before, under an id no longer known (a
+			// mark lost with a cluster's failover, another session of a
+			// shared subscription): DUP tells the client it may be a
+			// duplicate, which is what the flag is for.
+			p.dup = true
 		}
 		e := &inflight{qos: qos, rel: rel}
 		if it.kind == itemDelivery {

@@ -3,7 +3,6 @@ package mqtt_test
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -14,7 +13,6 @@ import (
 	"github.com/junctionmq/junction/core"
 	"github.com/junctionmq/junction/internal/testserve"
 	"github.com/junctionmq/junction/mqtt"
-	"github.com/junctionmq/junction/persistence/journal"
 )
 
 // startBrokerConfig is startBrokerWith for a whole broker configuration;
@@ -170,35 +168,6 @@ func TestFullFailDisconnectsMQTT311(t *testing.T) {
 	}
 	if got := tb.broker.DropStats()[core.RefusedFull]; got != 1 {
 		t.Fatalf("refused_full = %d, want 1", got)
-	}
-}
-
-// A QoS 1 publish (durable) while the store is over its disk limit is
-// answered with reason 0x97.
-func TestDiskFullQuotaExceeded(t *testing.T) {
-	dir := t.TempDir()
-	msgs, err := journal.Open(journal.Config{Dir: filepath.Join(dir, "journal"), FileSize: 256 << 10})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { msgs.Close() })
-	bindings, err := journal.Open(journal.Config{Dir: filepath.Join(dir, "bindings"), FileSize: 64 << 10})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { bindings.Close() })
-	usage := func() (int64, int64, error) { return 2000, 1 << 40, nil }
-	tb := startBrokerConfig(t, core.Config{Messages: msgs, Bindings: bindings,
-		Disk: core.DiskLimits{Usage: usage, MaxUsage: 1000, Interval: 5 * time.Millisecond}}, "orders")
-	eventually(t, "the disk limit to be seen", func() bool { return tb.broker.DiskFull() != "" })
-	pub := tb.client5(t, "p", 0)
-	for _, qos := range []byte{1, 2} {
-		if r := pub.publish(t, &paho5.Publish{Topic: "orders", QoS: qos, Payload: []byte("x")}); r == nil || r.ReasonCode != 0x97 {
-			t.Fatalf("QoS %d publish past the disk limit: %+v, want reason 0x97", qos, r)
-		}
-	}
-	if got := tb.broker.DropStats()[core.RefusedDisk]; got != 2 {
-		t.Fatalf("refused_disk_full = %d, want 2", got)
 	}
 }
 

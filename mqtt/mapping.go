@@ -70,7 +70,7 @@ func fieldsOf(pk *packets.Packet, topic string) pubFields {
 func (f *pubFields) message(now time.Time) *core.Message {
 	m := &core.Message{
 		Address:       TopicToAddress(f.topic),
-		RoutingType:   core.Multicast,
+		RoutingType:   core.QueueElseTopic, // a device may feed a work queue
 		Durable:       f.qos > 0,
 		Priority:      core.DefaultPriority,
 		Body:          f.payload,
@@ -89,6 +89,12 @@ func (f *pubFields) message(now time.Time) *core.Message {
 		if len(f.user) > 0 {
 			m.Properties[propUser] = encodeUserProps(f.user)
 			for _, u := range f.user {
+				// A client's own internal or reserved names are kept
+				// only in the MQTT copy above: they would otherwise
+				// tell another front-end how to read the message.
+				if core.IsInternalProperty(u.Key) || u.Key == PropRetain {
+					continue
+				}
 				if _, taken := m.Properties[u.Key]; !taken {
 					m.Properties[u.Key] = u.Val // the first wins, as in STOMP
 				}

@@ -351,3 +351,45 @@ func TestReceiveMaximumSpansSubscriptions(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// A message that may have been delivered before, but under a packet id
+// the broker no longer knows (here: to another member of a shared
+// subscription, which left without acknowledging it), goes out with DUP
+// set, under a new packet id.
+func TestMQTT5RedeliveryWithoutMarkSetsDup(t *testing.T) {
+	tb := startBroker(t)
+	nc, err := net.Dial("tcp", tb.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *paho5.Publish, 10)
+	a := paho5.NewClient(paho5.ClientConfig{Conn: nc, EnableManualAcknowledgment: true,
+		OnPublishReceived: []func(paho5.PublishReceived) (bool, error){
+			func(r paho5.PublishReceived) (bool, error) { got <- r.Packet; return true, nil },
+		}})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := a.Connect(ctx, &paho5.Connect{ClientID: "a", KeepAlive: 30, CleanStart: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Subscribe(ctx, &paho5.Subscribe{Subscriptions: []paho5.SubscribeOptions{{Topic: "$share/w/jobs", QoS: 1}}}); err != nil {
+		t.Fatal(err)
+	}
+	pub := tb.client5(t, "p", 0)
+	pub.publish(t, &paho5.Publish{Topic: "jobs", QoS: 1, Payload: []byte("j1")})
+	select {
+	case p := <-got:
+		if p.Duplicate() {
+			t.Fatal("first delivery flagged DUP")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the first member got nothing")
+	}
+	b := tb.client5(t, "b", 0)
+	b.subscribe(t, "$share/w/jobs", 1)
+	a.Disconnect(&paho5.Disconnect{}) // without acknowledging j1
+	p := b.next(t)
+	if string(p.Payload) != "j1" || !p.Duplicate() {
+		t.Fatalf("second member got %q, DUP %v; want j1 flagged DUP", p.Payload, p.Duplicate())
+	}
+}

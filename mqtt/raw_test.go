@@ -5,16 +5,10 @@ import (
 	"errors"
 	"io"
 	"net"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/eclipse/paho.golang/packets"
-
-	"github.com/junctionmq/junction/core"
-	"github.com/junctionmq/junction/internal/testserve"
-	"github.com/junctionmq/junction/mqtt"
-	"github.com/junctionmq/junction/persistence/journal"
 )
 
 // raw is an MQTT 5 client that sends and reads packets one by one, with
@@ -180,61 +174,6 @@ func (r *raw) disconnect() {
 	r.t.Helper()
 	r.send(packets.NewControlPacket(packets.DISCONNECT))
 	r.nc.Close()
-}
-
-// durable is a broker with journals in dir, restartable.
-type durable struct {
-	t   *testing.T
-	dir string
-	cfg mqtt.Config
-	*testBroker
-	closers []func()
-}
-
-func startDurable(t *testing.T, cfg mqtt.Config) *durable {
-	t.Helper()
-	d := &durable{t: t, dir: t.TempDir(), cfg: cfg}
-	d.start()
-	t.Cleanup(d.stop)
-	return d
-}
-
-func (d *durable) start() {
-	t := d.t
-	t.Helper()
-	msgs, err := journal.Open(journal.Config{Dir: filepath.Join(d.dir, "journal"), FileSize: 1 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	bindings, err := journal.Open(journal.Config{Dir: filepath.Join(d.dir, "bindings"), FileSize: 256 << 10})
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := core.New(core.Config{Messages: msgs, Bindings: bindings})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := mqtt.New(d.cfg, b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr, stop := testserve.Serve(t, srv.ServeConn)
-	d.testBroker = &testBroker{addr: addr, broker: b, srv: srv}
-	d.closers = []func(){func() { srv.Close() }, stop, func() { b.Close() }, func() { msgs.Close() }, func() { bindings.Close() }}
-}
-
-// stop closes the server, the broker and the journals, in that order.
-func (d *durable) stop() {
-	for _, f := range d.closers {
-		f()
-	}
-	d.closers = nil
-}
-
-// restart stops the broker and starts a new one on the same journals.
-func (d *durable) restart() {
-	d.stop()
-	d.start()
 }
 
 // readAll reads nc until it closes or stays silent for d.

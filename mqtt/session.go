@@ -426,9 +426,6 @@ func (s *Server) withClientID(clientID string, f func(*core.Session)) {
 
 func sendWill(b *core.Broker, sess *core.Session, w *will) error {
 	m := w.message(time.Now())
-	if anycast, _, _ := b.AddressRoutingTypes(m.Address); anycast {
-		m.RoutingType = core.Anycast
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := sess.Send(ctx, m); err != nil {

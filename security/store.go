@@ -37,11 +37,10 @@ type Options struct {
 // table atomically (see Reloader).
 type Store struct {
 	allowAnon bool
-	anonRoles []string
-	settings  []compiled
 	salt      [32]byte
 
 	users atomic.Pointer[table]
+	umu   sync.Mutex // serializes SetUsers and SetSettings
 
 	// verified remembers successful bcrypt checks (see the package doc).
 	vmu      sync.Mutex
@@ -54,9 +53,13 @@ type Store struct {
 	dtable    *table // the table decisions were computed with
 }
 
-// table is one immutable users table.
+// table is one immutable users table, with the security settings and
+// anonymous roles in force with it (SetSettings replaces those).
 type table struct {
-	users map[string]User // nil: no users file
+	users     map[string]User // nil: no users file
+	settings  []compiled
+	given     []Setting
+	anonRoles []string
 }
 
 type decisionKey struct{ user, address string }
@@ -86,21 +89,47 @@ func New(opts Options) (*Store, error) {
 	}
 	s := &Store{
 		allowAnon: opts.AllowAnonymous,
-		anonRoles: slices.Clone(anon),
-		settings:  settings,
 		verified:  map[[32]byte]struct{}{},
 		decisions: map[decisionKey]uint16{},
 	}
 	rand.Read(s.salt[:])
+	s.users.Store(&table{settings: settings, given: slices.Clone(opts.Settings), anonRoles: slices.Clone(anon)})
 	s.SetUsers(opts.Users)
 	return s, nil
 }
+
+// SetSettings replaces the security settings (over DefaultSettings, as
+// Options.Settings) and the anonymous roles (nil: RoleAnonymous) in
+// force, and drops the cached authorization decisions; on invalid
+// settings nothing changes. Connected clients keep their session; their
+// next Authorize uses the new settings.
+func (s *Store) SetSettings(settings []Setting, anonRoles []string) error {
+	c, err := compile(settings)
+	if err != nil {
+		return err
+	}
+	if anonRoles == nil {
+		anonRoles = []string{RoleAnonymous}
+	}
+	s.umu.Lock()
+	defer s.umu.Unlock()
+	old := s.users.Load()
+	s.users.Store(&table{users: old.users, settings: c, given: slices.Clone(settings), anonRoles: slices.Clone(anonRoles)})
+	return nil
+}
+
+// Settings returns the security settings in force, as given (without
+// DefaultSettings).
+func (s *Store) Settings() []Setting { return slices.Clone(s.users.Load().given) }
 
 // SetUsers replaces the users table (nil: no users file) and drops the
 // cached authorization decisions. Connected clients keep their session;
 // their next Authorize uses the new roles.
 func (s *Store) SetUsers(u *Users) {
-	t := &table{}
+	s.umu.Lock()
+	defer s.umu.Unlock()
+	old := s.users.Load()
+	t := &table{settings: old.settings, given: old.given, anonRoles: old.anonRoles}
 	if u != nil {
 		t.users = make(map[string]User, len(u.Users))
 		for n, e := range u.Users {
@@ -195,7 +224,7 @@ func (s *Store) Roles(user string) []string {
 
 func (s *Store) roles(t *table, user string) []string {
 	if user == "" {
-		return s.anonRoles
+		return t.anonRoles
 	}
 	e := t.users[user]
 	return append([]string{RoleAuthenticated}, e.Roles...)
@@ -220,7 +249,7 @@ func (s *Store) Authorize(user string, perm core.Permission, address string) boo
 		return bits&bit != 0
 	}
 	bits = 0
-	if set := lookup(s.settings, address); set != nil {
+	if set := lookup(t.settings, address); set != nil {
 		for _, r := range s.roles(t, user) {
 			bits |= set.roles[r]
 		}

@@ -2,7 +2,6 @@ package stomp_test
 
 import (
 	"fmt"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -13,7 +12,6 @@ import (
 
 	"github.com/junctionmq/junction/core"
 	"github.com/junctionmq/junction/internal/testserve"
-	"github.com/junctionmq/junction/persistence/journal"
 	"github.com/junctionmq/junction/stomp"
 )
 
@@ -97,41 +95,6 @@ func TestFullFailSendsError(t *testing.T) {
 				t.Fatalf("depth %d, want 1", d)
 			}
 		})
-	}
-}
-
-// A persistent SEND while the store is over its disk limit gets an
-// ERROR "disk full" and the connection is closed.
-func TestDiskFullSendsError(t *testing.T) {
-	dir := t.TempDir()
-	msgs, err := journal.Open(journal.Config{Dir: filepath.Join(dir, "journal"), FileSize: 256 << 10})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { msgs.Close() })
-	bindings, err := journal.Open(journal.Config{Dir: filepath.Join(dir, "bindings"), FileSize: 64 << 10})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { bindings.Close() })
-	usage := func() (int64, int64, error) { return 2000, 1 << 40, nil }
-	tb := startBrokerConfig(t, core.Config{Messages: msgs, Bindings: bindings,
-		Disk: core.DiskLimits{Usage: usage, MaxUsage: 1000, Interval: 5 * time.Millisecond}})
-	eventually(t, "the disk limit to be seen", func() bool { return tb.broker.DiskFull() != "" })
-	r := tb.raw(t)
-	r.connect("")
-	r.write("SEND\ndestination:/queue/orders\nreceipt:1\n\nnon-durable\x00")
-	if f := r.frame(); !strings.HasPrefix(f, "RECEIPT\n") {
-		t.Fatalf("non-durable send: got %q", f)
-	}
-	r.write("SEND\ndestination:/queue/orders\nreceipt:2\npersistent:true\n\ndurable\x00")
-	f := r.frame()
-	if !strings.HasPrefix(f, "ERROR\n") || header(f, "message") != "disk full" || header(f, "receipt-id") != "2" {
-		t.Fatalf("durable send: got %q, want ERROR disk full for receipt 2", f)
-	}
-	r.closed()
-	if got := tb.broker.DropStats()[core.RefusedDisk]; got != 1 {
-		t.Fatalf("refused_disk_full = %d, want 1", got)
 	}
 }
 

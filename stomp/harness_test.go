@@ -13,7 +13,7 @@ import (
 	"github.com/go-stomp/stomp/v3/frame"
 
 	"github.com/junctionmq/junction/core"
-	"github.com/junctionmq/junction/internal/stomptest"
+	"github.com/junctionmq/junction/internal/stompclient"
 	"github.com/junctionmq/junction/internal/testserve"
 	"github.com/junctionmq/junction/stomp"
 )
@@ -181,4 +181,4 @@ func header(f, name string) string {
 }
 
 // quiet silences go-stomp's logging in tests.
-var quiet = stomptest.Quiet
+var quiet = stompclient.Quiet

@@ -33,8 +33,16 @@ const (
 
 // parseDestination maps a STOMP destination to an address and routing
 // type: /queue/X is anycast X, /topic/X multicast X, anything else the
-// address itself with the default routing type.
+// address itself with the default routing type. A comma-separated list
+// beginning /queue/ or /topic/ is an ActiveMQ composite destination
+// ("/queue/a,/topic/b", "/queue/a,b": a part without a prefix takes the
+// one before it's), core's composite address "queue://a,topic://b".
 func parseDestination(dest string) (string, core.RoutingType) {
+	if strings.Contains(dest, ",") && (strings.HasPrefix(dest, queuePrefix) || strings.HasPrefix(dest, topicPrefix)) {
+		if addr, rt, ok := compositeDestination(dest); ok {
+			return addr, rt
+		}
+	}
 	if a, ok := strings.CutPrefix(dest, queuePrefix); ok {
 		return a, core.Anycast
 	}
@@ -42,6 +50,30 @@ func parseDestination(dest string) (string, core.RoutingType) {
 		return a, core.Multicast
 	}
 	return dest, core.RoutingDefault
+}
+
+// compositeDestination writes a STOMP composite destination as core's
+// composite address; false when a part names no address.
+func compositeDestination(dest string) (string, core.RoutingType, bool) {
+	parts := strings.Split(dest, ",")
+	first := core.RoutingDefault
+	for i, p := range parts {
+		p = strings.TrimSpace(p)
+		if a, ok := strings.CutPrefix(p, queuePrefix); ok {
+			p = core.FormatDestination(a, core.Anycast)
+		} else if a, ok := strings.CutPrefix(p, topicPrefix); ok {
+			p = core.FormatDestination(a, core.Multicast)
+		}
+		a, rt := core.ParseDestination(p)
+		if a == "" {
+			return "", 0, false
+		}
+		if i == 0 {
+			first = rt
+		}
+		parts[i] = p
+	}
+	return core.CompositeAddress(strings.Join(parts, ","), first), first, true
 }
 
 // destinationOf is the destination header of a MESSAGE: where the

@@ -194,3 +194,22 @@ func (s *Server) releaseIPLocked(tc *trackedConn) {
 		delete(s.ips.m, st.ip)
 	}
 }
+
+// Limits are the connection limits of a Server that SetLimits changes
+// while it serves (the fields of the same names).
+type Limits struct {
+	MaxConns       int
+	MaxConnsPerIP  int
+	ConnRatePerIP  float64
+	ConnBurstPerIP int
+}
+
+// SetLimits changes the Server's connection limits while it serves; the
+// connections open stay, and the new limits apply from the next one
+// accepted. Sources that were not tracked (no per-IP limit was set) are
+// counted from their next connection.
+func (s *Server) SetLimits(l Limits) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.MaxConns, s.MaxConnsPerIP, s.ConnRatePerIP, s.ConnBurstPerIP = l.MaxConns, l.MaxConnsPerIP, l.ConnRatePerIP, l.ConnBurstPerIP
+}

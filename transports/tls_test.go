@@ -15,20 +15,20 @@ import (
 	"testing"
 	"time"
 
-	"github.com/junctionmq/junction/internal/tlstest"
+	"github.com/junctionmq/junction/internal/minica"
 	"github.com/junctionmq/junction/transports"
 )
 
 // pki is a CA with a server and a client certificate, and its files.
 type pki struct {
-	ca                        *tlstest.CA
-	server, client            *tlstest.Cert
+	ca                        *minica.CA
+	server, client            *minica.Cert
 	certFile, keyFile, caFile string
 }
 
 func newPKI(t *testing.T, dir string) *pki {
 	t.Helper()
-	ca, err := tlstest.NewCA("test CA")
+	ca, err := minica.NewCA("test CA")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +62,7 @@ func (p *pki) write(t *testing.T) {
 // clientConfig trusts ca and presents cert (if not nil) whatever CAs
 // the server names (Go's client would otherwise send no certificate
 // that the server's CAs did not issue).
-func clientConfig(ca *tlstest.CA, cert *tlstest.Cert) *tls.Config {
+func clientConfig(ca *minica.CA, cert *minica.Cert) *tls.Config {
 	cfg := &tls.Config{RootCAs: ca.Pool(), ServerName: "localhost"}
 	if cert != nil {
 		tc := cert.TLSCertificate()
@@ -169,7 +169,7 @@ func TestTLSUntrustedServer(t *testing.T) {
 			handshakeErr <- struct{}{}
 		}})
 
-	other, err := tlstest.NewCA("other CA")
+	other, err := minica.NewCA("other CA")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -197,7 +197,7 @@ func TestTLSUntrustedServer(t *testing.T) {
 func TestTLSClientCertificates(t *testing.T) {
 	dir := t.TempDir()
 	p := newPKI(t, dir)
-	other, err := tlstest.NewCA("other CA")
+	other, err := minica.NewCA("other CA")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -211,7 +211,7 @@ func TestTLSClientCertificates(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		require bool
-		cert    *tlstest.Cert
+		cert    *minica.Cert
 		peer    string // "" when the handshake must fail
 	}{
 		{"required/verified", true, p.client, "alice"},
@@ -253,7 +253,7 @@ func TestTLSReload(t *testing.T) {
 
 	// New files from another CA: not used until Reload.
 	old := p.ca
-	ca2, err := tlstest.NewCA("second CA")
+	ca2, err := minica.NewCA("second CA")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -482,7 +482,7 @@ func TestTLSConfigErrors(t *testing.T) {
 	}
 }
 
-func writeKey(t *testing.T, dir string, c *tlstest.Cert) string {
+func writeKey(t *testing.T, dir string, c *minica.Cert) string {
 	t.Helper()
 	name := filepath.Join(dir, "other-key.pem")
 	if err := os.WriteFile(name, c.KeyPEM, 0o600); err != nil {

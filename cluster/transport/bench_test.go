@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/junctionmq/junction/internal/tlstest"
+	"github.com/junctionmq/junction/internal/minica"
 )
 
 // BenchmarkSend measures one lane from node 1 to node 2 over loopback:
@@ -32,7 +32,7 @@ func benchmarkSend(b *testing.B, size int, withTLS bool) {
 	mod := func(c *Config) { c.Logger = c.Logger.Level(1) } // info and above
 	modA, modB := mod, mod
 	if withTLS {
-		ca, err := tlstest.NewCA("cluster CA")
+		ca, err := minica.NewCA("cluster CA")
 		if err != nil {
 			b.Fatal(err)
 		}

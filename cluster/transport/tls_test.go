@@ -9,12 +9,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/junctionmq/junction/internal/tlstest"
+	"github.com/junctionmq/junction/internal/minica"
 )
 
 // nodeTLS issues node id's certificate from ca (valid as server and as
 // client for 127.0.0.1) and returns a config trusting roots.
-func nodeTLS(t testing.TB, ca *tlstest.CA, id uint64, roots *tlstest.CA) *tls.Config {
+func nodeTLS(t testing.TB, ca *minica.CA, id uint64, roots *minica.CA) *tls.Config {
 	t.Helper()
 	c, err := ca.Issue(&x509.Certificate{
 		Subject:     pkix.Name{CommonName: fmt.Sprintf("node-%d", id)},
@@ -28,11 +28,11 @@ func nodeTLS(t testing.TB, ca *tlstest.CA, id uint64, roots *tlstest.CA) *tls.Co
 }
 
 func TestMutualTLS(t *testing.T) {
-	ca, err := tlstest.NewCA("cluster CA")
+	ca, err := minica.NewCA("cluster CA")
 	if err != nil {
 		t.Fatal(err)
 	}
-	other, err := tlstest.NewCA("another CA")
+	other, err := minica.NewCA("another CA")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +84,7 @@ func TestMutualTLS(t *testing.T) {
 }
 
 func TestTLSConfigChecked(t *testing.T) {
-	ca, err := tlstest.NewCA("cluster CA")
+	ca, err := minica.NewCA("cluster CA")
 	if err != nil {
 		t.Fatal(err)
 	}

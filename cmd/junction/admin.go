@@ -20,7 +20,7 @@ import (
 	gostomp "github.com/go-stomp/stomp/v3"
 	"github.com/go-stomp/stomp/v3/frame"
 
-	"github.com/junctionmq/junction/internal/stomptest"
+	"github.com/junctionmq/junction/internal/stompclient"
 )
 
 // The admin commands talk to a running broker: queue and conn through
@@ -34,6 +34,8 @@ const adminUsage = `usage:
   junction queue purge NAME                    remove every message not in flight
   junction queue browse NAME [--offset N] [--limit N]   look at messages without consuming them
   junction queue move FROM TO [--max N]        move messages (e.g. from DLQ back to their queue)
+  junction queue scheduled NAME [--cancel ID]  list the messages held back for later and the repeating
+                                               ones sent to its address; --cancel removes one by id
   junction conn ls                             list connections
   junction conn close ID
   junction send --to DEST [--body TEXT] [--header K=V]... [--persistent]   (body from stdin without --body)
@@ -276,6 +278,7 @@ func runQueue(ctx context.Context, args []string, getenv func(string) string, st
 	offset := fs.Int("offset", 0, "browse: first message")
 	limit := fs.Int("limit", 20, "browse: messages to show")
 	maxN := fs.Int("max", 0, "move: at most this many (0 = all)")
+	cancelID := fs.String("cancel", "", "scheduled: cancel the scheduled message or repeating job with this `ID`")
 	pos, err := parseInterleaved(fs, args[1:])
 	if err != nil {
 		return err
@@ -360,6 +363,11 @@ func runQueue(ctx context.Context, args []string, getenv func(string) string, st
 			col("BODY", "bodyPreview", "body"),
 		})
 		return nil
+	case "scheduled":
+		if err := need(1); err != nil {
+			return err
+		}
+		return queueScheduled(ctx, af, pos[0], *cancelID, *offset, *limit, stdout)
 	default:
 		return fmt.Errorf("junction queue: unknown command %q\n%s", sub, adminUsage)
 	}
@@ -445,7 +453,7 @@ func runSend(args []string, getenv func(string) string, stdin io.Reader, stdout,
 			return err
 		}
 	}
-	c, err := gostomp.Dial("tcp", *addr, gostomp.ConnOpt.HeartBeat(0, 0), stomptest.Quiet)
+	c, err := gostomp.Dial("tcp", *addr, gostomp.ConnOpt.HeartBeat(0, 0), stompclient.Quiet)
 	if err != nil {
 		return fmt.Errorf("stomp %s: %w", *addr, err)
 	}
@@ -482,7 +490,7 @@ func runReceive(args []string, getenv func(string) string, stdout, stderr io.Wri
 	if *from == "" || fs.NArg() > 0 {
 		return fmt.Errorf("junction receive: --from is required\n%s", adminUsage)
 	}
-	c, err := gostomp.Dial("tcp", *addr, gostomp.ConnOpt.HeartBeat(0, 0), stomptest.Quiet)
+	c, err := gostomp.Dial("tcp", *addr, gostomp.ConnOpt.HeartBeat(0, 0), stompclient.Quiet)
 	if err != nil {
 		return fmt.Errorf("stomp %s: %w", *addr, err)
 	}

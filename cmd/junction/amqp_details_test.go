@@ -287,4 +287,33 @@ func TestClientCannotSetInternalProperties(t *testing.T) {
 	if m.ApplicationProperties["region"] != "eu" {
 		t.Errorf("application properties %v", m.ApplicationProperties)
 	}
+
+	// The same through MQTT 5 user properties; the MQTT publish reaches
+	// the queue because the address has one (QueueElseTopic).
+	nc, err := net.Dial("tcp", lastInstance.addrs["mqtt"].String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m5 := paho5.NewClient(paho5.ClientConfig{Conn: nc})
+	if _, err := m5.Connect(ctx, &paho5.Connect{ClientID: "forger", KeepAlive: 30, CleanStart: true}); err != nil {
+		t.Fatal(err)
+	}
+	defer m5.Disconnect(&paho5.Disconnect{})
+	if _, err := m5.Publish(ctx, &paho5.Publish{Topic: "forged", QoS: 1, Payload: forged, Properties: &paho5.PublishProperties{
+		User: paho5.UserProperties{{Key: "_JUNCTION_AMQP_BODY", Value: "raw"}, {Key: "mqtt.retain", Value: "true"}, {Key: "region", Value: "us"}},
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	m = amqpReceive(t, r)
+	if !bytes.Equal(m.GetData(), forged) || (m.Properties != nil && len(m.Properties.UserID) > 0) {
+		t.Fatalf("AMQP consumer got body %q, user-id %q from MQTT", m.GetData(), m.Properties.UserID)
+	}
+	for k := range m.ApplicationProperties {
+		if strings.HasPrefix(k, core.InternalPropertyPrefix) || k == "mqtt.retain" {
+			t.Errorf("application property %q from MQTT", k)
+		}
+	}
+	if m.ApplicationProperties["region"] != "us" {
+		t.Errorf("application properties from MQTT %v", m.ApplicationProperties)
+	}
 }

@@ -6,13 +6,16 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 
 	"github.com/junctionmq/junction/internal/bench"
+	"github.com/junctionmq/junction/internal/bench/scenario"
 )
 
 const benchUsage = `usage: junction bench [flags]
+       junction bench stomp|mqtt|amqp --scenario S [flags]
 
 Runs producers and consumers against any broker speaking STOMP, MQTT or
 AMQP 1.0 and prints throughput and end-to-end latency percentiles.
@@ -21,11 +24,23 @@ AMQP 1.0 and prints throughput and end-to-end latency percentiles.
   junction bench --protocol mqtt --producers 4 --consumers 4 --rate 10000
   junction bench --url amqp://127.0.0.1:5672 --count 100000 --json
 
-flags:
+The second form runs the fixed scenarios of docs/benchmarks.md, each
+with a warm-up, a measured window, repetitions with their median, and
+the broker's CPU per message (--pid) (junction bench stomp -h):
+
+  stomp: queue, fanout, durable-wait, durable-pipelined (raw STOMP)
+  mqtt:  qos1, fanout, connect (connect rate), idle (resident memory
+         per idle connection; --churn: after connecting and closing)
+  amqp:  durable-pipelined, durable-wait, settled, fanout
+
+flags of the first form:
 `
 
 // runBench is `junction bench`: a load generator for any broker.
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && slices.Contains(bench.Protocols, args[0]) {
+		return scenario.Main(ctx, args, stdout, stderr)
+	}
 	fs := flag.NewFlagSet("junction bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var o bench.Options
@@ -74,13 +89,22 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		fmt.Fprint(stdout, "\r\033[K")
 	}
 	mu.Unlock()
+	if err != nil && res.Stopped == "" {
+		return fmt.Errorf("bench: %w", err)
+	}
+	// A run stopped early (a signal, or stuck) still prints what it
+	// measured, then fails.
+	write := bench.WriteText
+	if *asJSON {
+		write = bench.WriteJSON
+	}
+	if werr := write(stdout, res); werr != nil {
+		return werr
+	}
 	if err != nil {
 		return fmt.Errorf("bench: %w", err)
 	}
-	if *asJSON {
-		return bench.WriteJSON(stdout, res)
-	}
-	return bench.WriteText(stdout, res)
+	return nil
 }
 
 // isTerminal reports whether w is a character device (a terminal).

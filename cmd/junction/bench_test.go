@@ -1,10 +1,15 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"io"
+	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -21,6 +26,10 @@ func TestBenchAgainstJunction(t *testing.T) {
 		args []string
 	}{
 		{"stomp-durable", []string{"--url", "stomp://" + addrs["stomp"].String(), "--durable", "--duration", "1500ms"}},
+		// More unacknowledged messages than go-stomp's channels hold: the
+		// consumer once acknowledged from the goroutine reading them and
+		// deadlocked inside the client.
+		{"stomp-durable-window", []string{"--url", "stomp://" + addrs["stomp"].String(), "--durable", "--producers", "2", "--window", "100", "--duration", "1500ms"}},
 		{"mqtt-durable", []string{"--url", "mqtt://" + addrs["mqtt"].String(), "--durable", "--duration", "1500ms", "--consumers", "2"}},
 		{"amqp-durable", []string{"--url", "amqp://" + addrs["amqp"].String(), "--durable", "--duration", "1500ms", "--producers", "2"}},
 		{"stomp-rate", []string{"--protocol", "stomp", "--url", addrs["stomp"].String(), "--rate", "2000", "--count", "1000", "--size", "64"}},
@@ -133,5 +142,128 @@ func TestBenchBacklogThenDrain(t *testing.T) {
 	}
 	if drain.E2E.Count != 0 {
 		t.Fatalf("a receive-only run measured end-to-end latency from another run's stamps: %+v", drain.E2E)
+	}
+}
+
+// TestBenchAMQPScenarios runs every AMQP scenario of `junction bench amqp`
+// briefly against a Junction broker served in-process on loopback, and checks the figures are plausible.
+func TestBenchAMQPScenarios(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a broker")
+	}
+	startServe(t, testConfig(t))
+	addr := lastInstance.addrs["amqp"].String()
+
+	for _, tc := range []struct {
+		name string
+		args []string
+	}{
+		{"durable-pipelined", []string{"-scenario", "durable-pipelined", "-inflight", "20"}},
+		{"durable-wait", []string{"-scenario", "durable-wait"}},
+		{"settled", []string{"-scenario", "settled", "-credit", "50"}},
+		{"fanout", []string{"-scenario", "fanout", "-subscribers", "3"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var out bytes.Buffer
+			args := append([]string{"amqp", "-addr", addr, "-duration", "300ms",
+				"-warmup", "100ms", "-drain", "5s", "-size", "64", "-json", "-runs", "2", "-pid", "1"}, tc.args...)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if err := run(ctx, append([]string{"bench"}, args...), func(string) string { return "" }, &out, io.Discard); err != nil {
+				t.Fatal(err)
+			}
+			t.Log(out.String())
+			lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+			if len(lines) != 3 {
+				t.Fatalf("want 3 lines, got %q", out.String())
+			}
+			for _, line := range lines {
+				var r struct {
+					Protocol      string   `json:"protocol"`
+					AddrStyle     string   `json:"addr_style"`
+					Scenario      string   `json:"scenario"`
+					Ack           string   `json:"ack"`
+					SentPerS      float64  `json:"sent_per_s"`
+					DeliveredPerS float64  `json:"delivered_per_s"`
+					ConfirmedPerS float64  `json:"confirmed_per_s"`
+					E2EP50us      float64  `json:"e2e_p50_us"`
+					ConfirmP99us  float64  `json:"confirm_p99_us"`
+					CPUCores      *float64 `json:"broker_cpu_cores"`
+					Undrained     int64    `json:"undrained"`
+				}
+				if err := json.Unmarshal([]byte(line), &r); err != nil {
+					t.Fatal(err)
+				}
+				if r.Protocol != "amqp" || r.AddrStyle != "junction" || r.SentPerS <= 0 || r.DeliveredPerS <= 0 ||
+					r.E2EP50us < 0 || r.Undrained != 0 || r.CPUCores == nil {
+					t.Errorf("implausible result: %s", line)
+				}
+				if strings.HasPrefix(r.Scenario, "durable") && (r.ConfirmedPerS <= 0 || r.ConfirmP99us < 0 || r.Ack != "accept") {
+					t.Errorf("no confirms: %s", line)
+				}
+			}
+		})
+	}
+
+	// The text line names the protocol and the address style.
+	var out bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := run(ctx, []string{"bench", "amqp", "-addr", addr, "-scenario", "durable-wait", "-producers", "1",
+		"-duration", "200ms", "-warmup", "0s", "-size", "16"}, func(string) string { return "" }, &out, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"amqp-durable-wait ", "confirmed=", "consumed=", "ack=accept", "addr_style=junction", "undrained=0"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("missing %q in %q", want, out.String())
+		}
+	}
+}
+
+// TestBenchSignalPrintsFigures: `junction bench` against a broker that
+// stops answering (CONNECTED, then silence) ends at once on a signal
+// (the context's end), printing what it measured, and fails.
+func TestBenchSignalPrintsFigures(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conns sync.WaitGroup
+	t.Cleanup(func() { l.Close(); conns.Wait() })
+	conns.Go(func() {
+		for {
+			nc, err := l.Accept()
+			if err != nil {
+				return
+			}
+			conns.Go(func() {
+				defer nc.Close()
+				br := bufio.NewReader(nc)
+				if _, err := br.ReadBytes(0); err != nil {
+					return
+				}
+				nc.Write([]byte("CONNECTED\nversion:1.2\nheart-beat:0,0\n\n\x00"))
+				io.Copy(io.Discard, br)
+			})
+		}
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(time.Second, cancel)
+	var out bytes.Buffer
+	start := time.Now()
+	err = run(ctx, []string{"bench", "--url", "stomp://" + l.Addr().String(), "--durable", "--duration", "1m", "--json"},
+		func(string) string { return "" }, &out, io.Discard)
+	if !errors.Is(err, bench.ErrInterrupted) {
+		t.Fatalf("bench: %v, want interrupted", err)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("bench took %v, a second after the signal was due", took)
+	}
+	var r bench.Result
+	if err := json.Unmarshal(out.Bytes(), &r); err != nil {
+		t.Fatalf("no figures printed: %q: %v", out.String(), err)
+	}
+	if r.Stopped != "interrupted" || r.SendS < 0.5 {
+		t.Errorf("figures %+v, want a run stopped by the signal after about a second", r)
 	}
 }

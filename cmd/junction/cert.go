@@ -11,7 +11,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/junctionmq/junction/internal/tlstest"
+	"github.com/junctionmq/junction/internal/minica"
 )
 
 const certUsage = `usage: junction cert dev [-dir DIR] [-hosts NAMES] [-client NAME] [-node ID] [-force]
@@ -77,7 +77,7 @@ func certDev(o certDevOptions, stdout io.Writer) error {
 
 	// The CA: reused if there, so that later runs (-client) sign with
 	// the CA clients already trust.
-	var ca *tlstest.CA
+	var ca *minica.CA
 	caExists, err := pairExists(caCert, caKey)
 	if err != nil {
 		return err
@@ -95,7 +95,7 @@ func certDev(o certDevOptions, stdout io.Writer) error {
 		if err != nil {
 			return err
 		}
-		if ca, err = tlstest.LoadCA(certPEM, keyPEM); err != nil {
+		if ca, err = minica.LoadCA(certPEM, keyPEM); err != nil {
 			return fmt.Errorf("%s: %w (use -force to make a new CA)", caCert, err)
 		}
 		fmt.Fprintf(stdout, "kept    %-40s CA certificate\n", caCert)
@@ -103,7 +103,7 @@ func certDev(o certDevOptions, stdout io.Writer) error {
 		if srvExists && !o.force {
 			return fmt.Errorf("%s exists but %s does not: use -force to make a new CA and server certificate", srvCert, caCert)
 		}
-		if ca, err = tlstest.NewCA(devCAName()); err != nil {
+		if ca, err = minica.NewCA(devCAName()); err != nil {
 			return err
 		}
 		if err := writePair(caCert, ca.CertPEM, caKey, ca.KeyPEM, o.force); err != nil {

@@ -49,6 +49,12 @@ type Config struct {
 	AllowAnonymous *bool `yaml:"allow-anonymous"`
 	// AnonymousRoles are anonymous clients' roles (default [anonymous]).
 	AnonymousRoles []string `yaml:"anonymous-roles"`
+	// Notifications publishes broker events as messages (docs/features.md).
+	Notifications core.EventsConfig `yaml:"notifications"`
+	// Diverts copy or move what reaches an address to other addresses;
+	// VirtualTopics turns on ActiveMQ's virtual topics (docs/features.md).
+	Diverts       []core.Divert `yaml:"diverts"`
+	VirtualTopics bool          `yaml:"virtual-topics"`
 	// SecuritySettings grant permissions by address pattern, over
 	// security.DefaultSettings.
 	SecuritySettings []security.Setting `yaml:"security-settings"`
@@ -64,6 +70,13 @@ type Config struct {
 	// proves it still holds the store, and how long a check may take.
 	HACheckInterval time.Duration `yaml:"ha-check-interval"`
 	HACheckTimeout  time.Duration `yaml:"ha-check-timeout"`
+	// ConfigWatchInterval is how often the --config file is checked for
+	// a change, which reloads it (reload.go); 0 disables the watch.
+	ConfigWatchInterval time.Duration `yaml:"config-watch-interval"`
+
+	// source is where the configuration was read from, to read it
+	// again (reload.go); nil when it was built in a test.
+	source *configSource
 }
 
 // haSharedStore is the one HA mode.
@@ -145,10 +158,15 @@ func defaultConfig() Config {
 			PageSegmentSize:       64 << 20,
 			MinFreeDisk:           256 << 20,
 		},
+		Notifications: core.EventsConfig{
+			Enabled: true, Address: core.DefaultNotificationAddress, Buffer: core.DefaultEventBuffer,
+		},
 		HA:              "off",
 		HALockPoll:      500 * time.Millisecond,
 		HACheckInterval: time.Second,
 		HACheckTimeout:  5 * time.Second,
+
+		ConfigWatchInterval: 2 * time.Second,
 	}
 }
 
@@ -272,6 +290,20 @@ func ParseByteSize(s string) (ByteSize, error) {
 		return 0, fmt.Errorf("invalid size %q (want e.g. 4096, 512KiB, 10MiB)", s)
 	}
 	return ByteSize(n * mult), nil
+}
+
+// MarshalYAML writes the size in the largest unit that divides it
+// (10MiB, 512KiB, 4096), as ParseByteSize reads it.
+func (b ByteSize) MarshalYAML() (any, error) {
+	for _, u := range []struct {
+		suffix string
+		mult   int64
+	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
+		if b != 0 && int64(b)%u.mult == 0 {
+			return strconv.FormatInt(int64(b)/u.mult, 10) + u.suffix, nil
+		}
+	}
+	return int64(b), nil
 }
 
 // UnmarshalYAML accepts a number or a string with a unit.
@@ -419,6 +451,11 @@ var options = append([]option{
 	stringOpt("mqtt-tls", "tls.mqtt", "MQTT over TLS listen address (mqtts; needs --tls-cert)", func(c *Config) *string { return &c.TLS.MQTT }),
 	stringOpt("amqp-tls", "tls.amqp", "AMQP over TLS listen address (amqps; needs --tls-cert)", func(c *Config) *string { return &c.TLS.AMQP }),
 	stringOpt("ws-tls", "tls.websocket", "WebSockets over TLS listen address (wss; needs --tls-cert)", func(c *Config) *string { return &c.TLS.WebSocket }),
+	boolOpt("notifications", "notifications.enabled", "publish broker events as messages to the notification address", func(c *Config) *bool { return &c.Notifications.Enabled }),
+	stringOpt("notifications-address", "notifications.address", "multicast address broker events are published to", func(c *Config) *string { return &c.Notifications.Address }),
+	boolOpt("notifications-advisory", "notifications.advisory", "also publish each event to its ActiveMQ advisory topic (ActiveMQ.Advisory.*)", func(c *Config) *bool { return &c.Notifications.Advisory }),
+	intOpt("notifications-buffer", "notifications.buffer", "events waiting to be published; past it they are dropped and counted", func(c *Config) *int { return &c.Notifications.Buffer }),
+	boolOpt("virtual-topics", "virtual-topics", "ActiveMQ virtual topics: a send to VirtualTopic.X is also copied to every queue Consumer.NAME.VirtualTopic.X", func(c *Config) *bool { return &c.VirtualTopics }),
 	boolOpt("persistence", "persistence.enabled", "keep durable messages in the journal (false: memory only)", func(c *Config) *bool { return &c.Persistence.Enabled }),
 	sizeOpt("journal-file-size", "persistence.journal-file-size", "size of each journal file", func(c *Config) *ByteSize { return &c.Persistence.FileSize }),
 	intOpt("journal-pool-files", "persistence.journal-pool-files", "empty journal files kept for reuse", func(c *Config) *int { return &c.Persistence.PoolFiles }),
@@ -434,6 +471,7 @@ var options = append([]option{
 	durationOpt("ha-lock-poll", "ha-lock-poll", "how often a backup tries the store lock", func(c *Config) *time.Duration { return &c.HALockPoll }),
 	durationOpt("ha-check-interval", "ha-check-interval", "how often the live broker proves it still holds the store", func(c *Config) *time.Duration { return &c.HACheckInterval }),
 	durationOpt("ha-check-timeout", "ha-check-timeout", "how long one such check may take before the live broker stops (keep interval + timeout far below an NFS lease)", func(c *Config) *time.Duration { return &c.HACheckTimeout }),
+	durationOpt("config-watch-interval", "config-watch-interval", "how often the --config file is checked for a change, which reloads what can change live (0 disables; SIGHUP and junction config reload always work)", func(c *Config) *time.Duration { return &c.ConfigWatchInterval }),
 	stringOpt("journal-recovery", "persistence.recovery", "on damage in the middle of the journal: strict (refuse to start) or salvage", func(c *Config) *string { return &c.Persistence.Recovery }),
 }, clusterOptions...)
 
@@ -508,6 +546,7 @@ func loadConfig(args []string, getenv func(string) string, stderr io.Writer) (Co
 		}
 		return Config{}, errors.Join(list...)
 	}
+	cfg.source = &configSource{args: args, getenv: getenv, file: *configFile}
 	return cfg, nil
 }
 
@@ -673,6 +712,23 @@ func (c *Config) validate() []fieldError {
 			bad(fmt.Sprintf("address-settings.%d", i), "%v", err)
 		}
 	}
+	if c.Notifications.Enabled {
+		if err := validAddressName(c.Notifications.Address); err != nil {
+			bad("notifications.address", "%v", err)
+		}
+	}
+	if c.Notifications.Buffer < 1 {
+		bad("notifications.buffer", "must be at least 1")
+	}
+	names := map[string]bool{}
+	for i := range c.Diverts {
+		if err := c.Diverts[i].Validate(); err != nil {
+			bad(fmt.Sprintf("diverts.%d", i), "%v", err)
+		} else if names[c.Diverts[i].Name] {
+			bad(fmt.Sprintf("diverts.%d", i), "divert name %q is used twice", c.Diverts[i].Name)
+		}
+		names[c.Diverts[i].Name] = true
+	}
 	switch c.HA {
 	case "off":
 	case haSharedStore:
@@ -694,9 +750,23 @@ func (c *Config) validate() []fieldError {
 	if c.HACheckTimeout <= 0 {
 		bad("ha-check-timeout", "must be positive")
 	}
+	if c.ConfigWatchInterval < 0 {
+		bad("config-watch-interval", "must be >= 0 (0 disables the watch)")
+	}
 	c.validateSecurity(bad)
 	c.Cluster.validate(bad)
 	return errs
+}
+
+// validAddressName refuses empty names and wildcard patterns.
+func validAddressName(name string) error {
+	if name == "" {
+		return errors.New("must not be empty")
+	}
+	if strings.ContainsAny(name, "*#>") {
+		return fmt.Errorf("%q is a wildcard pattern, not an address", name)
+	}
+	return nil
 }
 
 // parseConfig decodes a YAML configuration over the defaults and returns

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	goamqp "github.com/Azure/go-amqp"
+
+	"github.com/junctionmq/junction/internal/ledger"
 )
 
 // TestCrashKill9AMQP is the crash test for AMQP 1.0: go-amqp senders
@@ -76,8 +78,8 @@ func crashRoundAMQP(t *testing.T, bin, data, conf string, round int, ev *journal
 					return
 				default:
 				}
-				body := crashBody(round*3+si, seq)
-				key, _, _, _ := crashKey([]byte(body))
+				body := ledger.Payload(round*3+si, seq)
+				key, _, _, _ := ledger.PayloadKey([]byte(body))
 				mu.Lock()
 				sent[key] = body
 				mu.Unlock()
@@ -120,7 +122,7 @@ func crashRoundAMQP(t *testing.T, bin, data, conf string, round int, ev *journal
 			break
 		}
 		body := m.GetData()
-		key, _, _, ok := crashKey(body)
+		key, _, _, ok := ledger.PayloadKey(body)
 		want, wasSent := sent[key]
 		switch {
 		case !ok || !wasSent:

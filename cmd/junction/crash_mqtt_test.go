@@ -8,6 +8,8 @@ import (
 	"time"
 
 	paho "github.com/eclipse/paho.mqtt.golang"
+
+	"github.com/junctionmq/junction/internal/ledger"
 )
 
 // TestCrashKill9MQTT is the crash test for MQTT: a persistent session
@@ -82,8 +84,8 @@ func crashRoundMQTT(t *testing.T, bin, data, conf string, round int, ev *journal
 					return
 				default:
 				}
-				body := crashBody(round*3+pi, seq)
-				key, _, _, _ := crashKey([]byte(body))
+				body := ledger.Payload(round*3+pi, seq)
+				key, _, _, _ := ledger.PayloadKey([]byte(body))
 				mu.Lock()
 				sent[key] = body
 				mu.Unlock()
@@ -117,7 +119,7 @@ drain:
 	for {
 		select {
 		case m := <-got:
-			key, _, _, ok := crashKey(m.Payload())
+			key, _, _, ok := ledger.PayloadKey(m.Payload())
 			want, wasSent := sent[key]
 			switch {
 			case !ok || !wasSent:

@@ -17,6 +17,8 @@ import (
 	"time"
 
 	gostomp "github.com/go-stomp/stomp/v3"
+
+	"github.com/junctionmq/junction/internal/ledger"
 )
 
 // The crash test runs the real binary, kills it with SIGKILL while
@@ -193,24 +195,6 @@ func (p *brokerProc) stop(t *testing.T) {
 	}
 }
 
-// crashBody is what producer p sends as message seq: variable length, so
-// records cross file boundaries, and checkable byte for byte.
-func crashBody(p, seq int) string {
-	key := fmt.Sprintf("%d-%d-", p, seq)
-	n := 64 + (p*7919+seq*104729)%3000
-	return key + strings.Repeat(strconv.Itoa(seq%10), n)
-}
-
-func crashKey(body []byte) (string, int, int, bool) {
-	parts := strings.SplitN(string(body), "-", 3)
-	if len(parts) < 3 {
-		return "", 0, 0, false
-	}
-	p, err1 := strconv.Atoi(parts[0])
-	s, err2 := strconv.Atoi(parts[1])
-	return parts[0] + "-" + parts[1], p, s, err1 == nil && err2 == nil
-}
-
 // crashSetup builds the broker, writes a configuration with small
 // journal files (every round rolls over and reuses files) plus extra
 // persistence settings, and returns what each round needs.
@@ -272,7 +256,7 @@ func TestCrashKill9Large(t *testing.T) {
 func TestCrashKill9PagingLarge(t *testing.T) {
 	body := func(p, seq int) string {
 		if seq%8 != 7 {
-			return crashBody(p, seq)
+			return ledger.Payload(p, seq)
 		}
 		key := fmt.Sprintf("%d-%d-", p, seq)
 		return key + strings.Repeat(strconv.Itoa(seq%10), 1<<20+(p*7919+seq*104729)%(1<<20))
@@ -285,7 +269,8 @@ func TestCrashKill9PagingLarge(t *testing.T) {
 	}
 }
 
-// crashLargeBody is crashBody for TestCrashKill9Large: 1 to 6 MiB.
+// crashLargeBody is ledger.Payload for TestCrashKill9Large (its format,
+// so that ledger.PayloadKey reads it): 1 to 6 MiB.
 func crashLargeBody(p, seq int) string {
 	key := fmt.Sprintf("%d-%d-", p, seq)
 	n := 1<<20 + (p*7919+seq*104729)%(5<<20)
@@ -295,7 +280,7 @@ func crashLargeBody(p, seq int) string {
 // crashOpts are what a crash test varies besides the broker's settings;
 // zero fields take the defaults of TestCrashKill9.
 type crashOpts struct {
-	body            func(p, seq int) string // crashBody
+	body            func(p, seq int) string // ledger.Payload
 	producers       int                     // 3
 	prefetch        string                  // the consumer's window: "300"
 	unackedEvery    int                     // the consumer leaves one message in this many unacked: 50
@@ -305,7 +290,7 @@ type crashOpts struct {
 
 func (o crashOpts) withDefaults() crashOpts {
 	if o.body == nil {
-		o.body = crashBody
+		o.body = ledger.Payload
 	}
 	if o.producers == 0 {
 		o.producers = 3
@@ -378,7 +363,7 @@ func crashRound(t *testing.T, bin, data, conf string, round int, ev *journalEven
 				default:
 				}
 				body := o.body(id, seq)
-				key, _, _, _ := crashKey([]byte(body))
+				key, _, _, _ := ledger.PayloadKey([]byte(body))
 				mu.Lock()
 				sent[key] = true
 				mu.Unlock()
@@ -416,7 +401,7 @@ func crashRound(t *testing.T, bin, data, conf string, round int, ev *journalEven
 		go func() {
 			defer wg.Done()
 			for m := range toAck {
-				key, _, _, _ := crashKey(m.Body)
+				key, _, _, _ := ledger.PayloadKey(m.Body)
 				if conn.Ack(m) != nil {
 					for range toAck {
 					}
@@ -436,7 +421,7 @@ func crashRound(t *testing.T, bin, data, conf string, round int, ev *journalEven
 				if !ok || m.Err != nil {
 					return
 				}
-				key, _, seq, _ := crashKey(m.Body)
+				key, _, seq, _ := ledger.PayloadKey(m.Body)
 				mu.Lock()
 				seen[key]++
 				mu.Unlock()
@@ -483,7 +468,7 @@ drain:
 			if m.Err != nil {
 				t.Fatalf("round %d: drain: %v\nbroker log after restart:\n%s", round, m.Err, p2.log())
 			}
-			key, pi, seq, ok := crashKey(m.Body)
+			key, pi, seq, ok := ledger.PayloadKey(m.Body)
 			switch {
 			case !ok || !sent[key]:
 				unexpected++

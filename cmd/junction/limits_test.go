@@ -15,7 +15,7 @@ import (
 
 	gostomp "github.com/go-stomp/stomp/v3"
 
-	"github.com/junctionmq/junction/internal/stomptest"
+	"github.com/junctionmq/junction/internal/stompclient"
 	"github.com/junctionmq/junction/transports"
 )
 
@@ -64,7 +64,7 @@ func TestConnectionFloodFromOneIP(t *testing.T) {
 		c.Close()
 	}
 
-	good, err := gostomp.Dial("tcp", addr, gostomp.ConnOpt.HeartBeat(0, 0), stomptest.Quiet)
+	good, err := gostomp.Dial("tcp", addr, gostomp.ConnOpt.HeartBeat(0, 0), stompclient.Quiet)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,7 +155,7 @@ func TestConnectionFloodFromOneIP(t *testing.T) {
 	}
 
 	// Another source is still welcome.
-	c, err := gostomp.Dial("tcp", addr, gostomp.ConnOpt.HeartBeat(0, 0), stomptest.Quiet)
+	c, err := gostomp.Dial("tcp", addr, gostomp.ConnOpt.HeartBeat(0, 0), stompclient.Quiet)
 	if err != nil {
 		t.Fatalf("a new client from 127.0.0.1 after the flood: %v", err)
 	}
@@ -210,7 +210,7 @@ func TestMaxSubscriptionsFlag(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.Limits.MaxSubscriptions = 2
 	addr, _ := startServe(t, cfg)
-	c, err := gostomp.Dial("tcp", addr, gostomp.ConnOpt.HeartBeat(0, 0), stomptest.Quiet)
+	c, err := gostomp.Dial("tcp", addr, gostomp.ConnOpt.HeartBeat(0, 0), stompclient.Quiet)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -243,7 +243,7 @@ func TestOversizeRefusedPerProtocol(t *testing.T) {
 	cfg.AMQP.MaxFrameSize, cfg.AMQP.MaxMessageSize = 512, 4096
 	in, _, _ := startLimited(t, cfg)
 
-	good, err := gostomp.Dial("tcp", in.addrs["stomp"].String(), gostomp.ConnOpt.HeartBeat(0, 0), stomptest.Quiet)
+	good, err := gostomp.Dial("tcp", in.addrs["stomp"].String(), gostomp.ConnOpt.HeartBeat(0, 0), stompclient.Quiet)
 	if err != nil {
 		t.Fatal(err)
 	}

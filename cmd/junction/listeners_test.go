@@ -16,14 +16,14 @@ import (
 	gostomp "github.com/go-stomp/stomp/v3"
 	gws "github.com/gorilla/websocket"
 
-	"github.com/junctionmq/junction/internal/tlstest"
+	"github.com/junctionmq/junction/internal/minica"
 )
 
 // writeCerts writes a CA's server certificate for loopback, its key and
 // the CA into dir and returns the CA and the paths.
-func writeCerts(t *testing.T, dir string) (ca *tlstest.CA, cert, key, caFile string) {
+func writeCerts(t *testing.T, dir string) (ca *minica.CA, cert, key, caFile string) {
 	t.Helper()
-	ca, err := tlstest.NewCA("junction test CA")
+	ca, err := minica.NewCA("junction test CA")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -210,7 +210,7 @@ func TestTLSClientCertificates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	other, _ := tlstest.NewCA("someone else")
+	other, _ := minica.NewCA("someone else")
 	bad, err := other.Client("mallory")
 	if err != nil {
 		t.Fatal(err)

@@ -2,7 +2,9 @@
 //
 //	junction [serve] [flags]        start the broker (the default command)
 //	junction config validate FILE   check a configuration file
+//	junction config reload          make the running broker read its configuration again
 //	junction cert dev [flags]       write a self-signed CA and certificates for local TLS
+//	junction config defaults        print every option with its default (testdata/config/full.yaml)
 //	junction user add|passwd|roles|rm|ls --file FILE ...  manage the users file
 //	junction version                print the version
 //	junction queue ls|stat|create|delete|purge|browse|move ...
@@ -50,6 +52,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if len(args) > 0 && (args[0] == "" || args[0][0] != '-') {
 		cmd, args = args[0], args[1:]
 	}
+	if cmd == "config" && len(args) == 1 && args[0] == "defaults" {
+		return writeDefaults(stdout) // the other config commands are below
+	}
 	switch cmd {
 	case "serve":
 		cfg, err := loadConfig(args, getenv, stderr)
@@ -61,8 +66,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		fmt.Fprintln(stdout, "junction", version)
 		return nil
 	case "config":
+		if len(args) >= 1 && args[0] == "reload" {
+			return runConfigReload(ctx, args[1:], getenv, stdout, stderr)
+		}
 		if len(args) != 2 || args[0] != "validate" {
-			return errors.New("usage: junction config validate FILE")
+			return errors.New("usage: junction config validate FILE | junction config reload [--console URL]")
 		}
 		return validateFile(args[1], stdout)
 	case "queue":
@@ -91,7 +99,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 const usage = `usage:
   junction [serve] [flags]        start the broker (junction serve -h lists the flags)
   junction config validate FILE   check a configuration file, reporting every error with its line
+  junction config reload [--console URL]   the running broker reads its configuration again (also SIGHUP, or editing the file); prints what was applied and what needs a restart
   junction cert dev [flags]       write a self-signed CA, server and client certificates for local TLS (junction cert dev -h)
+  junction config defaults        print every option with its default, as YAML (testdata/config/full.yaml)
   junction user add|passwd|roles|rm|ls --file FILE ...   manage the users file of --users (junction user -h)
   junction version                print the version
   junction queue|conn ...         administer a running broker through its console's API (junction queue -h)

@@ -14,7 +14,7 @@ import (
 
 	gostomp "github.com/go-stomp/stomp/v3"
 
-	"github.com/junctionmq/junction/internal/stomptest"
+	"github.com/junctionmq/junction/internal/stompclient"
 )
 
 func noEnv(string) string { return "" }
@@ -212,6 +212,10 @@ func TestConfigValidate(t *testing.T) {
 		"line 7: field colour not found",
 		"line 9: address-settings.0",
 		"line 10: address-settings.1",
+		"line 13: notifications.buffer",
+		"line 14: config-watch-interval",
+		"line 16: diverts.0", // forwards to its own address
+		"line 19: diverts.1", // a bad selector
 	} {
 		if !strings.Contains(report, want) {
 			t.Errorf("report lacks %q:\n%s", want, report)
@@ -248,7 +252,7 @@ func TestRunFailsOnBusyPort(t *testing.T) {
 }
 
 // quiet silences go-stomp's logging in tests.
-var quiet = stomptest.Quiet
+var quiet = stompclient.Quiet
 
 func TestSecondBrokerOnOneDataDirIsRefused(t *testing.T) {
 	cfg := testConfig(t)

@@ -16,7 +16,7 @@ import (
 	gostomp "github.com/go-stomp/stomp/v3"
 	gws "github.com/gorilla/websocket"
 
-	"github.com/junctionmq/junction/internal/stomptest"
+	"github.com/junctionmq/junction/internal/stompclient"
 )
 
 // liveHeap returns the bytes of live heap objects, after a collection.
@@ -235,7 +235,7 @@ func TestPreAuthHugeDeclarations(t *testing.T) {
 		t.Errorf("junction_preauth_bytes = %q with every client gone", got)
 	}
 
-	good, err := gostomp.Dial("tcp", in.addrs["stomp"].String(), gostomp.ConnOpt.HeartBeat(0, 0), stomptest.Quiet)
+	good, err := gostomp.Dial("tcp", in.addrs["stomp"].String(), gostomp.ConnOpt.HeartBeat(0, 0), stompclient.Quiet)
 	if err != nil {
 		t.Fatal(err)
 	}

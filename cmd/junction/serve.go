@@ -85,6 +85,9 @@ type instance struct {
 	// openTime is how long open took: the journals read, the page stores
 	// and large messages opened, the broker's state replayed.
 	openTime time.Duration
+	// live is the configuration in force and what reloads it
+	// (reload.go); nil for an instance made by start.
+	live *liveConfig
 }
 
 func newInstance(log zerolog.Logger) *instance {
@@ -224,6 +227,8 @@ func (in *instance) open(cfg Config) error {
 		Msg("memory budget for messages: past it each address applies its address-full-policy (default PAGE)")
 	bcfg.MaxAutoCreatedQueuesPerUser = cfg.Limits.MaxAutoCreatedQueues
 	bcfg.PreAuthBudget = int64(cfg.Limits.PreAuthBudget)
+	bcfg.Events = cfg.Notifications
+	bcfg.Diverts, bcfg.VirtualTopics = cfg.Diverts, cfg.VirtualTopics
 	b, err := core.New(bcfg)
 	if err != nil {
 		if msgs != nil {
@@ -324,6 +329,9 @@ func (in *instance) startListeners(cfg Config) error {
 		OnHostRefused:     hosts.refused,
 		RequestRejections: hosts.rejections,
 		Cluster:           in.clusterAdmin(),
+	}
+	if in.live != nil {
+		mcfg.Settings, mcfg.Reload = in.live.view, in.live.apiReload
 	}
 	if in.node != nil {
 		mcfg.HA = in.node.status
@@ -588,7 +596,15 @@ func (in *instance) stop(ctx context.Context) error {
 // backup (console only) while another broker holds it; without it, it
 // gives up at once on a data directory another broker uses.
 func serve(ctx context.Context, cfg Config, logw io.Writer, ready func(*instance)) error {
-	in := newInstance(newLogger(cfg, logw))
+	// SIGHUP reloads the configuration (and the TLS certificate), from
+	// the start on: one that arrives while the broker opens waits here.
+	// It never stops the broker.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	log, level := newLevelLogger(cfg, logw)
+	in := newInstance(log)
+	in.live = &liveConfig{in: in, level: level, cur: cfg, started: time.Now()}
 	if cfg.HA == haSharedStore {
 		in.node = &haNode{cfg: cfg, log: in.log.With().Str("component", "ha").Logger()}
 		in.fence = &storeFence{}
@@ -653,24 +669,38 @@ func serve(ctx context.Context, cfg Config, logw io.Writer, ready func(*instance
 	ev.Msg("junction started")
 	if in.certs != nil {
 		in.log.Info().Time("certificate_expires", in.certs.Leaf().NotAfter).Msg("TLS enabled; SIGHUP reloads the certificate")
-		hup := make(chan os.Signal, 1)
-		signal.Notify(hup, syscall.SIGHUP)
-		defer signal.Stop(hup)
-		done := make(chan struct{})
-		defer close(done)
-		go func() {
-			for {
-				select {
-				case <-done:
-					return
-				case <-hup:
-					if err := in.certs.Reload(); err != nil {
-						in.log.Error().Err(err).Msg("TLS certificate reload failed; keeping the old one")
-					} else {
-						in.log.Info().Time("certificate_expires", in.certs.Leaf().NotAfter).Msg("TLS certificate reloaded")
-					}
+	}
+	done := make(chan struct{})
+	var live sync.WaitGroup
+	defer func() {
+		close(done)
+		live.Wait()
+	}()
+	live.Add(1)
+	go func() {
+		defer live.Done()
+		for {
+			select {
+			case <-done:
+				return
+			case <-hup:
+				in.live.reload("SIGHUP")
+				if in.certs == nil {
+					continue
+				}
+				if err := in.certs.Reload(); err != nil {
+					in.log.Error().Err(err).Msg("TLS certificate reload failed; keeping the old one")
+				} else {
+					in.log.Info().Time("certificate_expires", in.certs.Leaf().NotAfter).Msg("TLS certificate reloaded")
 				}
 			}
+		}
+	}()
+	if src := cfg.source; src != nil && src.file != "" && cfg.ConfigWatchInterval > 0 {
+		live.Add(1)
+		go func() {
+			defer live.Done()
+			in.live.watch(done, src.file, cfg.ConfigWatchInterval)
 		}()
 	}
 	if cfg.Console.Listen != "" && cfg.Users == "" {

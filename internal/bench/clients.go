@@ -4,9 +4,9 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
-	"errors"
 	"fmt"
 	"net"
+	"sync"
 	"time"
 
 	amqp "github.com/Azure/go-amqp"
@@ -35,11 +35,6 @@ func closeWithin(fn func(), after func()) {
 	}
 }
 
-func (c *clientBase) dial(ctx context.Context) (net.Conn, error) {
-	d := net.Dialer{Timeout: c.o.DialTimeout}
-	return d.DialContext(ctx, "tcp", c.addr)
-}
-
 // Senders must not keep body after send returns: the caller reuses it.
 
 // ---- STOMP (go-stomp) ----
@@ -47,46 +42,18 @@ func (c *clientBase) dial(ctx context.Context) (net.Conn, error) {
 type stompClient struct{ clientBase }
 
 type stompConn struct {
-	nc   net.Conn
-	conn *stomp.Conn
-	sub  *stomp.Subscription
-	done chan struct{}
+	nc      net.Conn
+	conn    *stomp.Conn
+	sub     *stomp.Subscription
+	done    chan struct{} // closed when the subscription's reader returns
+	ackDone chan struct{} // closed when its acknowledger returns, if any
 }
 
-// quietLogger drops go-stomp's log lines: errors are reported by the run.
-type quietLogger struct{}
-
-func (quietLogger) Debugf(string, ...any)   {}
-func (quietLogger) Infof(string, ...any)    {}
-func (quietLogger) Warningf(string, ...any) {}
-func (quietLogger) Errorf(string, ...any)   {}
-func (quietLogger) Debug(string)            {}
-func (quietLogger) Info(string)             {}
-func (quietLogger) Warning(string)          {}
-func (quietLogger) Error(string)            {}
-
 func (c *stompClient) connect(ctx context.Context) (*stompConn, error) {
-	nc, err := c.dial(ctx)
+	nc, conn, err := DialSTOMP(ctx, STOMPDial{Addr: c.addr, Host: c.host, Login: c.user, Passcode: c.pass,
+		Timeout: c.o.DialTimeout, SendTimeout: 30 * time.Second, ReceiptTimeout: 30 * time.Second, CloseTimeout: closeTimeout})
 	if err != nil {
 		return nil, err
-	}
-	opts := []func(*stomp.Conn) error{
-		stomp.ConnOpt.HeartBeat(0, 0),
-		stomp.ConnOpt.Host(c.host),
-		stomp.ConnOpt.MsgSendTimeout(30 * time.Second),
-		stomp.ConnOpt.RcvReceiptTimeout(30 * time.Second),
-		stomp.ConnOpt.DisconnectReceiptTimeout(closeTimeout),
-		stomp.ConnOpt.Logger(quietLogger{}),
-	}
-	if c.user != "" || c.pass != "" {
-		opts = append(opts, stomp.ConnOpt.Login(c.user, c.pass))
-	}
-	cctx, cancel := context.WithTimeout(ctx, c.o.DialTimeout)
-	defer cancel()
-	conn, err := stomp.ConnectWithContext(cctx, nc, opts...)
-	if err != nil {
-		nc.Close()
-		return nil, fmt.Errorf("STOMP CONNECT: %w", err)
 	}
 	return &stompConn{nc: nc, conn: conn}, nil
 }
@@ -122,8 +89,13 @@ type stompSender struct {
 	durable bool
 }
 
-func (s *stompSender) send(_ context.Context, body []byte) error {
-	sc := <-s.conns
+func (s *stompSender) send(ctx context.Context, body []byte) error {
+	var sc *stompConn
+	select {
+	case sc = <-s.conns:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 	defer func() { s.conns <- sc }()
 	if s.durable {
 		return sc.conn.Send(s.dest, "application/octet-stream", body,
@@ -134,10 +106,20 @@ func (s *stompSender) send(_ context.Context, body []byte) error {
 	return sc.conn.Send(s.dest, "application/octet-stream", bytes.Clone(body))
 }
 
-func (s *stompSender) close() {
+func (s *stompSender) abort() {
 	for _, sc := range s.all {
-		sc.close()
+		sc.abort()
 	}
+}
+
+func (s *stompConn) abort() { s.nc.Close() }
+
+func (s *stompSender) close() {
+	var wg sync.WaitGroup
+	for _, sc := range s.all {
+		wg.Go(sc.close)
+	}
+	wg.Wait()
 }
 
 func (s *stompConn) close() {
@@ -145,8 +127,22 @@ func (s *stompConn) close() {
 		closeWithin(func() { s.sub.Unsubscribe() }, nil)
 	}
 	closeWithin(func() { s.conn.Disconnect() }, func() { s.nc.Close() })
-	if s.done != nil {
-		<-s.done
+	// With the socket closed the reader ends; an Ack blocked inside
+	// go-stomp may never return, so neither wait is unbounded.
+	waitWithin(s.done, closeTimeout)
+	waitWithin(s.ackDone, closeTimeout)
+}
+
+// waitWithin waits for ch to close, for at most d; a nil ch is done.
+func waitWithin(ch <-chan struct{}, d time.Duration) {
+	if ch == nil {
+		return
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ch:
+	case <-t.C:
 	}
 }
 
@@ -165,18 +161,24 @@ func (c *stompClient) receiver(ctx context.Context, _ int, fn deliver, fail func
 		return nil, fmt.Errorf("SUBSCRIBE: %w", err)
 	}
 	sc.sub, sc.done = sub, make(chan struct{})
+	var acks *STOMPAcker
+	if ack != stomp.AckAuto {
+		acks = NewSTOMPAcker(sc.conn, fn, fail)
+		sc.ackDone = acks.Done
+	}
 	go func() {
 		defer close(sc.done)
+		if acks != nil {
+			defer acks.Stop()
+		}
 		for msg := range sub.C {
 			if msg.Err != nil {
 				fail(fmt.Errorf("STOMP receive: %w", msg.Err))
-				return
+				continue // keep reading: go-stomp must never block on sub.C
 			}
-			if ack != stomp.AckAuto {
-				if err := sc.conn.Ack(msg); err != nil {
-					fail(fmt.Errorf("STOMP ACK: %w", err))
-					return
-				}
+			if acks != nil {
+				acks.Push(msg)
+				continue
 			}
 			fn(msg.Body)
 		}
@@ -204,39 +206,13 @@ func (c *mqttClient) connect(ctx context.Context, role string, i int, clean bool
 	var tag [4]byte
 	randRead(tag[:])
 	id := fmt.Sprintf("bench-%s-%d-%x", role, i, tag)
-	o := mqtt.NewClientOptions().
-		AddBroker("tcp://" + c.addr).
-		SetClientID(id).
-		SetCleanSession(clean).
-		SetAutoReconnect(false).
-		SetConnectRetry(false).
-		SetKeepAlive(60 * time.Second).
-		SetConnectTimeout(c.o.DialTimeout).
-		SetWriteTimeout(30 * time.Second).
-		SetOrderMatters(false).
-		SetMaxResumePubInFlight(c.o.Window).
-		SetConnectionLostHandler(func(_ mqtt.Client, err error) { c.fail(fmt.Errorf("MQTT connection lost: %w", err)) })
-	if c.user != "" {
-		o.SetUsername(c.user).SetPassword(c.pass)
-	}
-	cl := mqtt.NewClient(o)
-	if err := waitToken(ctx, cl.Connect(), c.o.DialTimeout); err != nil {
+	cl := MQTTClient(MQTTDial{Addr: c.addr, ClientID: id, Username: c.user, Password: c.pass, Clean: clean,
+		Timeout: c.o.DialTimeout, KeepAlive: 60 * time.Second, PingTimeout: 20 * time.Second, WriteTimeout: 30 * time.Second,
+		MaxResumePubInFlight: c.o.Window, Lost: func(err error) { c.fail(fmt.Errorf("MQTT connection lost: %w", err)) }})
+	if err := WaitToken(ctx, cl.Connect(), c.o.DialTimeout); err != nil {
 		return nil, fmt.Errorf("MQTT CONNECT: %w", err)
 	}
 	return cl, nil
-}
-
-func waitToken(ctx context.Context, t mqtt.Token, d time.Duration) error {
-	tm := time.NewTimer(d)
-	defer tm.Stop()
-	select {
-	case <-t.Done():
-		return t.Error()
-	case <-tm.C:
-		return errors.New("timed out")
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 type mqttConn struct {
@@ -249,8 +225,10 @@ type mqttConn struct {
 func (m *mqttConn) send(ctx context.Context, body []byte) error {
 	// paho keeps the payload (for QoS 1, until PUBACK; it may resend):
 	// hand it a copy, as the caller reuses body.
-	return waitToken(ctx, m.cl.Publish(m.topic, m.qos, false, bytes.Clone(body)), 30*time.Second)
+	return WaitToken(ctx, m.cl.Publish(m.topic, m.qos, false, bytes.Clone(body)), 30*time.Second)
 }
+
+func (m *mqttConn) abort() { m.cl.Disconnect(0) }
 
 func (m *mqttConn) close() {
 	if m.unsub {
@@ -274,7 +252,7 @@ func (c *mqttClient) receiver(ctx context.Context, i int, fn deliver, _ func(err
 		return nil, err
 	}
 	t := cl.Subscribe(c.o.Destination, c.qos(), func(_ mqtt.Client, m mqtt.Message) { fn(m.Payload()) })
-	if err := waitToken(ctx, t, c.o.DialTimeout); err != nil {
+	if err := WaitToken(ctx, t, c.o.DialTimeout); err != nil {
 		cl.Disconnect(0)
 		return nil, fmt.Errorf("SUBSCRIBE: %w", err)
 	}
@@ -298,26 +276,9 @@ type amqpConn struct {
 }
 
 func (c *amqpClient) connect(ctx context.Context) (*amqpConn, error) {
-	dctx, cancel := context.WithTimeout(ctx, c.o.DialTimeout)
-	defer cancel()
-	nc, err := c.dial(dctx)
+	nc, conn, sess, err := DialAMQP(ctx, AMQPDial{Addr: c.addr, Host: c.host, User: c.user, Pass: c.pass, Timeout: c.o.DialTimeout})
 	if err != nil {
 		return nil, err
-	}
-	opts := &amqp.ConnOptions{IdleTimeout: -1, SASLType: amqp.SASLTypeAnonymous(), HostName: c.host}
-	if c.user != "" {
-		opts.SASLType = amqp.SASLTypePlain(c.user, c.pass)
-	}
-	conn, err := amqp.NewConn(dctx, nc, opts)
-	if err != nil {
-		nc.Close()
-		return nil, fmt.Errorf("AMQP open: %w", err)
-	}
-	sess, err := conn.NewSession(dctx, nil)
-	if err != nil {
-		conn.Close()
-		nc.Close()
-		return nil, fmt.Errorf("AMQP begin: %w", err)
 	}
 	return &amqpConn{nc: nc, conn: conn, sess: sess}, nil
 }
@@ -364,14 +325,14 @@ func (a *amqpConn) send(ctx context.Context, body []byte) error {
 	return a.s.Send(ctx, a.msg(body), nil)
 }
 
+func (a *amqpConn) abort() { a.nc.Close() }
+
 func (a *amqpConn) close() {
 	if a.stop != nil {
 		a.stop()
 	}
 	closeWithin(func() { a.conn.Close() }, func() { a.nc.Close() })
-	if a.done != nil {
-		<-a.done
-	}
+	waitWithin(a.done, closeTimeout)
 }
 
 func (c *amqpClient) receiver(ctx context.Context, _ int, fn deliver, fail func(error)) (receiver, error) {

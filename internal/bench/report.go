@@ -51,6 +51,12 @@ func WriteText(w io.Writer, r Result) error {
 		row("confirm", r.Confirm)
 	}
 	tw.Flush()
+	switch r.Stopped {
+	case "interrupted":
+		b.WriteString("\nstopped by a signal: the figures are those measured so far\n")
+	case "deadline", "stalled":
+		b.WriteString("\nstopped: sends or deliveries made no progress; the figures are those measured so far\n")
+	}
 	if r.Received < r.Expected {
 		fmt.Fprintf(&b, "\nwarning: %d message(s) not received by the end of the drain\n", r.Expected-r.Received)
 	}

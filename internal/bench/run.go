@@ -2,8 +2,9 @@
 // consumers over STOMP (go-stomp), MQTT 3.1.1 (paho) or AMQP 1.0
 // (go-amqp) against any broker that speaks the protocol, with end-to-end
 // and confirmation latency recorded in log-linear histograms. It backs
-// `junction bench` and shares its histogram and time stamps with
-// cmd/junction-bench.
+// `junction bench --url ...`; its subpackage scenario backs the fixed
+// scenarios of `junction bench stomp|mqtt|amqp` and shares its histogram
+// and time stamps.
 package bench
 
 import (
@@ -153,16 +154,25 @@ type Result struct {
 	MBps    float64 `json:"receive_mb_per_s"`
 	E2E     Latency `json:"e2e_latency"`
 	Confirm Latency `json:"confirm_latency"`
+	// Stopped says why a run ended early, with the figures so far:
+	// "interrupted" (a signal), "deadline" (sends still under way Grace
+	// after the sending time and the drain) or "stalled" (no progress);
+	// empty for a run that completed.
+	Stopped string `json:"stopped,omitempty"`
 }
 
 // Broker connections. Send blocks until the message is written (not
 // durable) or confirmed (durable); it is safe for concurrent use.
+// abort closes the sockets at once, with no goodbye to the broker; close
+// says goodbye (bounded in time) and closes them.
 type sender interface {
 	send(ctx context.Context, body []byte) error
+	abort()
 	close()
 }
 
 type receiver interface {
+	abort()
 	close()
 }
 
@@ -353,10 +363,29 @@ type clientBase struct {
 	o                      *Options
 }
 
+// Grace is how long past o.Duration plus o.Drain a run may take to stop
+// when something is stuck (sends that never complete, a broker that
+// stopped answering): then it closes every connection and returns what
+// it measured.
+const Grace = 5 * time.Second
+
+// ErrInterrupted is returned, along with the figures so far, by a run
+// whose context ended (a signal).
+var ErrInterrupted = errors.New("interrupted")
+
+// ErrStuck is returned, along with the figures so far, by a run that had
+// to be stopped: sends still under way past o.Duration + o.Drain + Grace,
+// or (with o.Count and no o.Duration) no progress for o.Drain + Grace
+// or more.
+var ErrStuck = errors.New("stopped: no progress")
+
 // Run runs one benchmark: it connects the consumers, then the producers,
 // sends for o.Duration or o.Count messages, waits up to o.Drain for the
 // messages still outstanding and returns the figures. It fails on the
-// first connection or protocol error.
+// first connection or protocol error. A run always ends: sends still
+// under way Grace after o.Duration + o.Drain are abandoned (ErrStuck),
+// and when ctx ends (ErrInterrupted) it stops at once; either way the
+// Result holds what was measured so far and says why it stopped.
 func Run(ctx context.Context, o Options) (Result, error) {
 	if err := o.normalize(); err != nil {
 		return Result{}, err
@@ -368,23 +397,27 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	ctx, cancel := context.WithCancel(ctx)
+	ioCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
 
 	var recvs []receiver
 	var sends []sender
-	defer func() {
-		r.tearing.Store(true)
-		cancel()
-		var wg sync.WaitGroup
-		for _, s := range sends {
-			wg.Go(s.close)
-		}
-		for _, c := range recvs {
-			wg.Go(c.close)
-		}
-		wg.Wait()
-	}()
+	var teardownOnce sync.Once
+	teardown := func() {
+		teardownOnce.Do(func() {
+			r.tearing.Store(true)
+			cancel()
+			var wg sync.WaitGroup
+			for _, s := range sends {
+				wg.Go(s.close)
+			}
+			for _, c := range recvs {
+				wg.Go(c.close)
+			}
+			wg.Wait()
+		})
+	}
+	defer teardown()
 	for i := range o.Consumers {
 		c, err := cl.receiver(ctx, i, r.deliver, r.fail)
 		if err != nil {
@@ -408,7 +441,8 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		perSend = 0
 	}
 
-	// Sending phase.
+	// Sending phase. Sends under way when it ends complete under ioCtx,
+	// which only teardown cancels, so that every message sent is counted.
 	sendStart := time.Now()
 	sendCtx, stopSending := context.WithCancel(ctx)
 	if o.Duration > 0 {
@@ -418,84 +452,156 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	progressDone := make(chan struct{})
 	stopProgress := make(chan struct{})
 	go r.progress(perSend, stopProgress, progressDone)
-	defer func() {
-		select {
-		case <-stopProgress:
-		default:
-			close(stopProgress)
-		}
+	var stopProgressOnce sync.Once
+	endProgress := func() {
+		stopProgressOnce.Do(func() { close(stopProgress) })
 		<-progressDone
-	}()
+	}
+	defer endProgress()
+
+	// The hard deadline: with a Duration, sending and draining end by
+	// Duration + Drain + Grace whatever happens; with a Count alone,
+	// Drain + Grace without progress ends the run.
+	var hard <-chan time.Time
+	if o.Duration > 0 {
+		t := time.NewTimer(o.Duration + o.Drain + Grace)
+		defer t.Stop()
+		hard = t.C
+	}
+	stall := time.NewTicker(o.Drain + Grace)
+	defer stall.Stop()
+	lastProgress := int64(-1)
+	stalled := func() bool {
+		if o.Duration > 0 {
+			return false
+		}
+		n := r.sent.Load() + r.received.Load() + r.confirmed.Load()
+		if n == lastProgress {
+			return true
+		}
+		lastProgress = n
+		return false
+	}
+
+	var sendTime time.Duration
+	stopped := ""
+	result := func(expected int64) Result {
+		elapsed := time.Since(r.base)
+		endProgress()
+		res := Result{
+			Protocol:    o.Protocol,
+			URL:         redact(o.URL),
+			Destination: o.Destination,
+			Producers:   o.Producers,
+			Consumers:   o.Consumers,
+			Size:        o.Size,
+			Durable:     o.Durable,
+			Rate:        o.Rate,
+			Window:      o.Window,
+			SendS:       sendTime.Seconds(),
+			ElapsedS:    elapsed.Seconds(),
+			Sent:        r.sent.Load(),
+			Confirmed:   r.confirmed.Load(),
+			Received:    r.received.Load(),
+			Expected:    expected,
+			E2E:         Summarize(r.e2e.Snapshot()),
+			Confirm:     Summarize(r.conf.Snapshot()),
+			Stopped:     stopped,
+		}
+		if sendTime > 0 {
+			res.SendRate = float64(res.Sent) / sendTime.Seconds()
+		}
+		if last := time.Duration(r.lastRecv.Load()); last > 0 {
+			res.ReceiveRate = float64(res.Received) / last.Seconds()
+			res.MBps = res.ReceiveRate * float64(o.Size) / 1e6
+		}
+		return res
+	}
+	expected := func() int64 {
+		if o.ReceiveOnly {
+			return o.Count
+		}
+		return r.sent.Load() * perSend
+	}
+	// abort stops a run that cannot finish: it closes every connection,
+	// which makes the sends still blocked return, waits a little for
+	// them, and returns the figures so far.
+	abort := func(why string, err error, sendersDone <-chan struct{}) (Result, error) {
+		stopSending()
+		if sendTime == 0 {
+			sendTime = time.Since(sendStart)
+		}
+		stopped = why
+		for _, s := range sends {
+			s.abort()
+		}
+		for _, c := range recvs {
+			c.abort()
+		}
+		teardown()
+		if sendersDone != nil {
+			waitWithin(sendersDone, closeTimeout)
+		}
+		return result(expected()), err
+	}
 
 	var wg sync.WaitGroup
 	for _, s := range sends {
 		for range o.Window {
-			wg.Go(func() { r.sendLoop(sendCtx, ctx, s) })
+			wg.Go(func() { r.sendLoop(sendCtx, ioCtx, s) })
 		}
 	}
-	wg.Wait()
-	sendTime := time.Since(sendStart)
+	sendersDone := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(sendersDone)
+	}()
+wait:
+	for {
+		select {
+		case <-sendersDone:
+			break wait
+		case <-r.failed:
+			stopSending()
+			teardown()
+			return Result{}, r.failErr
+		case <-ctx.Done():
+			return abort("interrupted", fmt.Errorf("%w: %w", ErrInterrupted, context.Cause(ctx)), sendersDone)
+		case <-hard:
+			return abort("deadline", fmt.Errorf("%w: sends still under way %v after the sending time and the drain", ErrStuck, Grace), sendersDone)
+		case <-stall.C:
+			if stalled() {
+				return abort("stalled", fmt.Errorf("%w: nothing sent or received for %v", ErrStuck, o.Drain+Grace), sendersDone)
+			}
+		}
+	}
+	sendTime = time.Since(sendStart)
 	stopSending()
 	select {
 	case <-r.failed:
 		return Result{}, r.failErr
 	default:
 	}
-	if err := ctx.Err(); err != nil {
-		return Result{}, err
-	}
 
 	// Drain. Receive-only runs wait for Count, until Drain passes with
 	// nothing received.
-	expected := r.sent.Load() * perSend
-	if o.ReceiveOnly {
-		expected = o.Count
-	}
 	deadline := time.Now().Add(o.Drain)
-	for last := r.received.Load(); last < expected && time.Now().Before(deadline); {
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for last := r.received.Load(); last < expected() && time.Now().Before(deadline); {
 		if n := r.received.Load(); o.ReceiveOnly && n != last {
 			last = n
 			deadline = time.Now().Add(o.Drain)
 		}
 		select {
-		case <-time.After(5 * time.Millisecond):
+		case <-tick.C:
 		case <-r.failed:
 			return Result{}, r.failErr
 		case <-ctx.Done():
-			return Result{}, ctx.Err()
+			return abort("interrupted", fmt.Errorf("%w: %w", ErrInterrupted, context.Cause(ctx)), nil)
 		}
 	}
-	elapsed := time.Since(r.base)
-	close(stopProgress)
-	<-progressDone
-
-	res := Result{
-		Protocol:    o.Protocol,
-		URL:         redact(o.URL),
-		Destination: o.Destination,
-		Producers:   o.Producers,
-		Consumers:   o.Consumers,
-		Size:        o.Size,
-		Durable:     o.Durable,
-		Rate:        o.Rate,
-		Window:      o.Window,
-		SendS:       sendTime.Seconds(),
-		ElapsedS:    elapsed.Seconds(),
-		Sent:        r.sent.Load(),
-		Confirmed:   r.confirmed.Load(),
-		Received:    r.received.Load(),
-		Expected:    expected,
-		E2E:         Summarize(r.e2e.Snapshot()),
-		Confirm:     Summarize(r.conf.Snapshot()),
-	}
-	if sendTime > 0 {
-		res.SendRate = float64(res.Sent) / sendTime.Seconds()
-	}
-	if last := time.Duration(r.lastRecv.Load()); last > 0 {
-		res.ReceiveRate = float64(res.Received) / last.Seconds()
-		res.MBps = res.ReceiveRate * float64(o.Size) / 1e6
-	}
-	return res, nil
+	return result(expected()), nil
 }
 
 // sendLoop is one of a producer's Window senders: it claims message

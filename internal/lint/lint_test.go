@@ -1,9 +1,11 @@
 // Package lint holds the project's rules as tests, run by `make lint`:
-// the import graph of docs/architecture.md, formatting and vet.
+// the import graph of docs/architecture.md (of the packages and of their
+// tests), formatting and vet.
 package lint
 
 import (
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -14,30 +16,31 @@ const module = "github.com/junctionmq/junction"
 // import (its own subpackages always). This is the table of
 // docs/architecture.md; change both together.
 var allowed = map[string][]string{
-	"persistence":         {},
-	"cluster":             {"core", "persistence", "cluster/transport", "cluster/raftlog"},
-	"ha":                  {},
-	"cluster/transport":   {},
-	"cluster/raftlog":     {"persistence"},
-	"core":                {},
-	"transports":          {},
-	"websocket":           {},
-	"stomp":               {"core"},
-	"mqtt":                {"core", "internal/outbound"},
-	"amqp":                {"core"},
-	"management":          {"core"},
-	"security":            {"core"},
-	"cmd/junction-bench":  {"internal/bench"},
-	"internal/authztest":  {"core"},
-	"internal/bench":      {},
-	"internal/faultproxy": {},
-	"internal/hostlist":   {},
-	"internal/lint":       {},
-	"internal/netns":      {},
-	"internal/outbound":   {},
-	"internal/stomptest":  {},
-	"internal/testserve":  {},
-	"internal/tlstest":    {},
+	"persistence":          {},
+	"cluster":              {"core", "persistence", "cluster/transport", "cluster/raftlog"},
+	"ha":                   {},
+	"cluster/transport":    {},
+	"cluster/raftlog":      {"persistence"},
+	"core":                 {},
+	"transports":           {},
+	"websocket":            {},
+	"stomp":                {"core"},
+	"mqtt":                 {"core", "internal/outbound"},
+	"amqp":                 {"core"},
+	"management":           {"core"},
+	"security":             {"core"},
+	"internal/authztest":   {"core"},
+	"internal/bench":       {"internal/stompclient"},
+	"internal/clustertest": {"internal/ledger", "internal/stompclient", "internal/faultproxy", "internal/netns"},
+	"internal/faultproxy":  {},
+	"internal/hostlist":    {},
+	"internal/ledger":      {"internal/stompclient"},
+	"internal/lint":        {},
+	"internal/netns":       {},
+	"internal/outbound":    {},
+	"internal/stompclient": {},
+	"internal/testserve":   {},
+	"internal/minica":      {},
 }
 
 // subtrees are trees one level down, with rows of their own: the
@@ -69,39 +72,101 @@ func tree(path string) string {
 	return strings.SplitN(rel, "/", 2)[0]
 }
 
-func goList(t *testing.T, args ...string) []string {
+// testHelpers are trees only tests import: production code of no tree
+// may, tests of any tree may, and so may another helper (the cluster's
+// fault harness drives the fault proxy and the namespaces). What a
+// helper imports counts as imported by the test (a test importing
+// internal/authztest depends on core).
+var testHelpers = map[string]bool{
+	"internal/authztest":   true,
+	"internal/clustertest": true,
+	"internal/faultproxy":  true,
+	"internal/netns":       true,
+	"internal/testserve":   true,
+}
+
+// testShared are trees production code imports by the table, and that
+// tests of any tree may import too: certificates for TLS tests, and the
+// go-stomp options tests share with the commands.
+var testShared = map[string]bool{
+	"internal/minica":      true,
+	"internal/stompclient": true,
+}
+
+// wiring are the trees that may import everything: the command, and the
+// tests that need several front-ends, or a front-end and persistence.
+var wiring = map[string]bool{"cmd/junction": true, "internal/e2e": true}
+
+// listDeps returns, for each package of ours (and, with tests, each of
+// its test variants), the packages it depends on.
+func listDeps(t *testing.T, tests bool) map[string][]string {
 	t.Helper()
-	out, err := exec.Command("go", append([]string{"list"}, args...)...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("go list %v: %v\n%s", args, err, out)
+	args := []string{"-f", "{{.ImportPath}} {{join .Deps \" \"}}"}
+	if tests {
+		args = append([]string{"-test"}, args...)
 	}
-	return strings.Fields(string(out))
+	deps := map[string][]string{}
+	out, err := exec.Command("go", append(append([]string{"list"}, args...), module+"/...")...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, out)
+	}
+	for line := range strings.Lines(string(out)) {
+		// Test variants are listed as "path [pkg.test]": the first
+		// field is the path, the second the variant; deps likewise.
+		f := strings.Fields(line)
+		if len(f) == 0 {
+			continue
+		}
+		pkg := f[0]
+		for _, d := range f[1:] {
+			if !strings.HasPrefix(d, "[") {
+				deps[pkg] = append(deps[pkg], d)
+			}
+		}
+	}
+	return deps
+}
+
+// ofPackage returns the package a test package or test main belongs to
+// ("stomp_test" and "stomp.test" are stomp's).
+func ofPackage(path string) string {
+	return strings.TrimSuffix(strings.TrimSuffix(path, ".test"), "_test")
 }
 
 func TestImportGraph(t *testing.T) {
-	pkgs := goList(t, module+"/...")
-	for _, pkg := range pkgs {
-		from := tree(pkg)
-		if from == "cmd/junction" {
-			continue // cmd wires everything
-		}
-		ok, known := allowed[from]
-		if !known {
-			t.Errorf("package %s is in tree %q, which has no row in the import table", pkg, from)
-			continue
-		}
-		deps := goList(t, "-deps", "-f", "{{.ImportPath}}", pkg)
-		for _, dep := range deps {
-			to := tree(dep)
-			if to == "" || to == from {
+	for _, tests := range []bool{false, true} {
+		for pkg, deps := range listDeps(t, tests) {
+			from := tree(ofPackage(pkg))
+			if from == "" || wiring[from] {
 				continue
 			}
-			permitted := false
-			for _, a := range ok {
-				permitted = permitted || a == to
+			ok, known := allowed[from]
+			if !known {
+				t.Errorf("package %s is in tree %q, which has no row in the import table", pkg, from)
+				continue
 			}
-			if !permitted {
-				t.Errorf("%s imports %s: %s may not depend on %s", pkg, dep, from, to)
+			what := pkg
+			if tests {
+				what = pkg + " (with its tests)"
+			}
+			for _, dep := range deps {
+				to := tree(ofPackage(dep))
+				if to == "" || to == from {
+					continue
+				}
+				if testHelpers[to] {
+					if tests || testHelpers[from] {
+						continue
+					}
+					t.Errorf("%s imports %s: only tests may import %s", what, dep, to)
+					continue
+				}
+				if tests && testShared[to] {
+					continue
+				}
+				if !slices.Contains(ok, to) {
+					t.Errorf("%s imports %s: %s may not depend on %s", what, dep, from, to)
+				}
 			}
 		}
 	}

@@ -138,6 +138,8 @@ async function refresh() {
     renderOverview(broker, queues.totals);
     if (state.view === "queues") renderQueues(queues);
     else if (state.view === "connections") renderConnections(await api("GET", "/connections"));
+    else if (state.view === "events") renderEvents(await api("GET", "/events?limit=200"));
+    else if (state.view === "settings") renderSettings(await api("GET", "/config").catch((e) => e), await api("GET", "/diverts"));
     else if (state.view === "browse") await refreshBrowse();
   } catch (e) {
     notice(e.message, true);
@@ -231,6 +233,7 @@ function queueCells(tr, q) {
   const cells = [
     ["name", q.name], ["address", q.address], ["routing", q.routingType], ["durable", q.durable ? "yes" : ""],
     ["depth num", fmtNum(q.depth)], ["inflight num", fmtNum(q.inFlight)], ["paged num", fmtNum(q.paged || 0)],
+    ["scheduled num", fmtNum(q.scheduled || 0)],
     ["consumers num", fmtNum(q.consumers)],
     ["enqueued num", fmtNum(q.enqueued)], ["dequeued num", fmtNum(q.dequeued)], ["oldest", fmtAge(q.oldestMessage)],
   ];
@@ -313,6 +316,33 @@ async function refreshBrowse() {
   $("browse-prev").disabled = b.offset === 0;
   $("browse-next").disabled = b.offset + BROWSE_PAGE >= page.total;
   $("browse-list").replaceChildren(...page.messages.map(messageCard));
+  // Repeating messages (AMQ_SCHEDULED_REPEAT, AMQ_SCHEDULED_CRON) sent
+  // to the queue's address, each cancellable.
+  const sched = await api("GET", "/queues/" + enc(b.queue) + "/scheduled?limit=1");
+  $("browse-jobs").replaceChildren(...(sched.jobs.length ? [el("h3", { text: "Repeating messages sent to " + sched.jobs[0].address })] : []),
+    ...sched.jobs.map(jobCard));
+}
+
+function jobCard(j) {
+  const what = j.cron ? "cron " + j.cron + (j.repeat ? ", then " + j.repeat + " more " + j.periodMs + " ms apart" : "")
+    : (j.repeat + 1) + " copies " + j.periodMs + " ms apart";
+  return el("div", { class: "message", "data-scheduled": String(j.id) },
+    el("div", {}, el("b", { text: "#" + j.id }), " " + what + " ", el("span", { class: "badge", text: "repeating" }),
+      " ", el("button", { type: "button", class: "cancel-scheduled", text: "cancel" })),
+    el("div", { class: "hint", text: "next " + j.next + ", " + fmtNum(j.sent) + " sent" }),
+    el("pre", { class: "body", text: j.message.body }));
+}
+
+async function cancelScheduled(e) {
+  const card = e.target.closest("[data-scheduled]");
+  if (!card || !e.target.closest("button.cancel-scheduled")) return;
+  const id = card.dataset.scheduled;
+  if (!await confirmDialog("Cancel scheduled message " + id + "?")) return;
+  try {
+    await api("DELETE", "/queues/" + enc(state.browse.queue) + "/scheduled/" + enc(id));
+    notice("cancelled scheduled message " + id);
+  } catch (err) { notice(err.message, true); }
+  refresh();
 }
 
 function messageCard(m) {
@@ -332,9 +362,12 @@ function messageCard(m) {
   for (const k of Object.keys(m.properties).sort()) add(k, JSON.stringify(m.properties[k]));
   const head = el("div", {}, el("b", { text: "#" + m.id }), " " + m.address + " ",
     m.inFlight ? el("span", { class: "badge", text: "in flight" }) : null,
-    m.scheduled ? el("span", { class: "badge", text: "scheduled" }) : null);
+    m.scheduled ? el("span", { class: "badge", text: "scheduled" }) : null,
+    m.scheduled && !m.inFlight ? el("button", { type: "button", class: "cancel-scheduled", text: "cancel" }) : null);
   const what = fmtBytes(m.size) + (m.bodyEncoding === "base64" ? ", binary (base64)" : "") + (m.truncated ? ", first 1 KiB shown" : "");
-  return el("div", { class: "message", "data-message": String(m.id) }, head, dl,
+  const attrs = { class: "message", "data-message": String(m.id) };
+  if (m.scheduled) attrs["data-scheduled"] = String(m.id);
+  return el("div", attrs, head, dl,
     el("div", { class: "hint", text: "body: " + what }), el("pre", { class: "body", text: m.body }));
 }
 
@@ -349,6 +382,43 @@ function renderConnections(page) {
     el("td", { class: "num", text: fmtNum(c.messagesIn) }), el("td", { class: "num", text: fmtNum(c.messagesOut) }),
     el("td", {}, el("button", { type: "button", class: "close", text: "close" })))));
   if (!page.connections.length) body.append(el("tr", {}, el("td", { text: "no connections", colSpan: 10 })));
+}
+
+// ---- events ----
+
+function renderEvents(page) {
+  $("events-summary").textContent = page.enabled
+    ? "Published to " + page.address + ": " + fmtNum(page.published) + " events, " + fmtNum(page.dropped) + " dropped (buffer full). Newest first."
+    : "Broker events are off (notifications.enabled).";
+  const body = $("events-table").tBodies[0];
+  body.replaceChildren(...page.events.map((e) => el("tr", {},
+    el("td", { text: new Date(e.time).toLocaleTimeString() }), el("td", { text: e.type }),
+    el("td", { text: e.address || "" }), el("td", { text: e.queue || "" }), el("td", { text: e.user || "" }),
+    el("td", { text: e.remoteAddress || "" }), el("td", { text: e.protocol || "" }), el("td", { text: e.reason || "" }))));
+  if (!page.events.length) body.append(el("tr", {}, el("td", { text: "no events yet", colSpan: 8 })));
+}
+
+// ---- settings ----
+
+function describeReload(r) {
+  if (!r) return "No reload since the start.";
+  const when = new Date(r.time).toLocaleString() + " (" + r.trigger + ")";
+  if (r.error) return "Last reload " + when + " failed, nothing changed: " + r.error;
+  return "Last reload " + when + ": applied " + (r.applied.join(", ") || "nothing") +
+    "; restart required for " + (r.restartRequired.join(", ") || "nothing") + ".";
+}
+
+function renderSettings(cfg, diverts) {
+  $("config-diverts").textContent = JSON.stringify(diverts, null, 2);
+  if (cfg instanceof Error) {
+    $("config-summary").textContent = cfg.message;
+    $("config-json").textContent = "";
+    return;
+  }
+  $("config-summary").textContent = (cfg.file ? "From " + cfg.file + ", watched every " + cfg.watchInterval + ". " : "") +
+    "Reloadable live: " + cfg.reloadable.join(", ") + "; the rest needs a restart.";
+  $("config-last").textContent = describeReload(cfg.lastReload);
+  $("config-json").textContent = JSON.stringify(cfg.config, null, 2);
 }
 
 // ---- wiring ----
@@ -403,6 +473,8 @@ function init() {
   $("browse-prev").addEventListener("click", () => { state.browse.offset = Math.max(0, state.browse.offset - BROWSE_PAGE); refresh(); });
   $("browse-next").addEventListener("click", () => { state.browse.offset += BROWSE_PAGE; refresh(); });
   $("browse-refresh").addEventListener("click", refresh);
+  $("browse-list").addEventListener("click", cancelScheduled);
+  $("browse-jobs").addEventListener("click", cancelScheduled);
 
   $("connections-table").tBodies[0].addEventListener("click", async (e) => {
     const tr = e.target.closest("tr[data-connection]");
@@ -412,6 +484,14 @@ function init() {
     try {
       await api("DELETE", "/connections/" + enc(id));
       notice("closed connection " + id);
+    } catch (err) { notice(err.message, true); }
+    refresh();
+  });
+
+  $("config-reload").addEventListener("click", async () => {
+    try {
+      const r = await api("POST", "/config/reload", {});
+      notice(describeReload(r));
     } catch (err) { notice(err.message, true); }
     refresh();
   });

@@ -1,0 +1,313 @@
+// Package mqtt_test tests the MQTT front-end over a broker with
+// journals, restarted on them: package mqtt may not import persistence,
+// even in its tests.
+package mqtt_test
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/eclipse/paho.golang/packets"
+	paho5 "github.com/eclipse/paho.golang/paho"
+	paho "github.com/eclipse/paho.mqtt.golang"
+
+	"github.com/junctionmq/junction/core"
+	"github.com/junctionmq/junction/internal/testserve"
+	"github.com/junctionmq/junction/mqtt"
+	"github.com/junctionmq/junction/persistence/journal"
+)
+
+// startBrokerConfig is startBrokerWith for a whole broker configuration;
+// each address in anycast is created anycast, so that MQTT publishes to
+// it reach its queue.
+func startBrokerConfig(t *testing.T, bcfg core.Config, anycast ...string) *testBroker {
+	t.Helper()
+	return startBrokerFull(t, mqtt.Config{}, bcfg, anycast...)
+}
+
+func startBrokerFull(t *testing.T, cfg mqtt.Config, bcfg core.Config, anycast ...string) *testBroker {
+	t.Helper()
+	b, err := core.New(bcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	for _, a := range anycast {
+		if err := b.CreateAddress(a, core.Anycast); err != nil {
+			t.Fatal(err)
+		}
+	}
+	srv, err := mqtt.New(cfg, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr, stop := testserve.Serve(t, srv.ServeConn)
+	t.Cleanup(func() {
+		srv.Close()
+		stop()
+	})
+	return &testBroker{addr: addr, broker: b, srv: srv}
+}
+
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// durable is a broker with journals in dir, restartable.
+type durable struct {
+	t   *testing.T
+	dir string
+	cfg mqtt.Config
+	*testBroker
+	closers []func()
+}
+
+func startDurable(t *testing.T, cfg mqtt.Config) *durable {
+	t.Helper()
+	d := &durable{t: t, dir: t.TempDir(), cfg: cfg}
+	d.start()
+	t.Cleanup(d.stop)
+	return d
+}
+
+func (d *durable) start() {
+	t := d.t
+	t.Helper()
+	msgs, err := journal.Open(journal.Config{Dir: filepath.Join(d.dir, "journal"), FileSize: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bindings, err := journal.Open(journal.Config{Dir: filepath.Join(d.dir, "bindings"), FileSize: 256 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := core.New(core.Config{Messages: msgs, Bindings: bindings})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := mqtt.New(d.cfg, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr, stop := testserve.Serve(t, srv.ServeConn)
+	d.testBroker = &testBroker{addr: addr, broker: b, srv: srv}
+	d.closers = []func(){func() { srv.Close() }, stop, func() { b.Close() }, func() { msgs.Close() }, func() { bindings.Close() }}
+}
+
+// stop closes the server, the broker and the journals, in that order.
+func (d *durable) stop() {
+	for _, f := range d.closers {
+		f()
+	}
+	d.closers = nil
+}
+
+// restart stops the broker and starts a new one on the same journals.
+func (d *durable) restart() {
+	d.stop()
+	d.start()
+}
+
+// A QoS 1 publish (durable) while the store is over its disk limit is
+// answered with reason 0x97.
+func TestDiskFullQuotaExceeded(t *testing.T) {
+	dir := t.TempDir()
+	msgs, err := journal.Open(journal.Config{Dir: filepath.Join(dir, "journal"), FileSize: 256 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { msgs.Close() })
+	bindings, err := journal.Open(journal.Config{Dir: filepath.Join(dir, "bindings"), FileSize: 64 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { bindings.Close() })
+	usage := func() (int64, int64, error) { return 2000, 1 << 40, nil }
+	tb := startBrokerConfig(t, core.Config{Messages: msgs, Bindings: bindings,
+		Disk: core.DiskLimits{Usage: usage, MaxUsage: 1000, Interval: 5 * time.Millisecond}}, "orders")
+	eventually(t, "the disk limit to be seen", func() bool { return tb.broker.DiskFull() != "" })
+	pub := tb.client5(t, "p", 0)
+	for _, qos := range []byte{1, 2} {
+		if r := pub.publish(t, &paho5.Publish{Topic: "orders", QoS: qos, Payload: []byte("x")}); r == nil || r.ReasonCode != 0x97 {
+			t.Fatalf("QoS %d publish past the disk limit: %+v, want reason 0x97", qos, r)
+		}
+	}
+	if got := tb.broker.DropStats()[core.RefusedDisk]; got != 2 {
+		t.Fatalf("refused_disk_full = %d, want 2", got)
+	}
+}
+
+// The session-present flag after a restart of the broker [MQTT-3.2.2-2]:
+// a persistent session survives it; a clean one does not.
+func TestSessionPresentAfterRestart(t *testing.T) {
+	d := startDurable(t, mqtt.Config{})
+	dev := d.client(t, "dev-311", func(o *paho.ClientOptions) { o.SetCleanSession(false) })
+	wait(t, dev.Subscribe("cmd/#", 1, nil))
+	dev.Disconnect(100)
+	r := d.raw(t)
+	r.session("dev-5", true, 3600)
+	r.subscribe(1, nil, packets.SubOptions{Topic: "cmd5/#", QoS: 1})
+	r.disconnect()
+	clean := d.raw(t)
+	clean.session("clean-5", true, 0)
+	clean.subscribe(1, nil, packets.SubOptions{Topic: "x", QoS: 1})
+	clean.disconnect()
+
+	d.restart()
+	pub := d.client(t, "pub")
+	wait(t, pub.Publish("cmd/reboot", 1, false, "while away"))
+	o := paho.NewClientOptions().AddBroker("tcp://" + d.addr).SetClientID("dev-311").SetCleanSession(false).
+		SetAutoReconnect(false).SetConnectRetry(false)
+	got := make(chan paho.Message, 10)
+	o.SetDefaultPublishHandler(func(_ paho.Client, m paho.Message) { got <- m })
+	c := paho.NewClient(o)
+	tok := c.Connect()
+	if !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
+		t.Fatal(tok.Error())
+	}
+	defer c.Disconnect(100)
+	if !tok.(*paho.ConnectToken).SessionPresent() {
+		t.Fatal("MQTT 3.1.1 session present 0 after a restart")
+	}
+	if m := next(t, got); string(m.Payload()) != "while away" {
+		t.Fatalf("got %q", m.Payload())
+	}
+	if ack := d.raw(t).session("dev-5", false, 3600); !ack.SessionPresent {
+		t.Fatal("MQTT 5 session present 0 after a restart")
+	}
+	if ack := d.raw(t).session("clean-5", false, 0); ack.SessionPresent {
+		t.Fatal("a session with expiry 0 present after a restart")
+	}
+}
+
+// A QoS 2 delivery to a persistent session goes out again under its
+// packet id after a reconnect and after a restart [MQTT-4.4.0-1]: as
+// PUBLISH (DUP) until the client has sent PUBREC, as PUBREL after; the
+// message is delivered once.
+func TestQoS2DeliveryResumedWithItsPacketID(t *testing.T) {
+	d := startDurable(t, mqtt.Config{})
+	sub := d.raw(t)
+	sub.session("q2sub", true, 3600)
+	if sa := sub.subscribe(1, nil, packets.SubOptions{Topic: "q2/#", QoS: 2}); sa.Reasons[0] != 2 {
+		t.Fatalf("SUBACK %v", sa.Reasons)
+	}
+	pub := d.client5(t, "q2pub", 0)
+	if r := pub.publish(t, &paho5.Publish{Topic: "q2/a", QoS: 2, Payload: []byte("one")}); r == nil || r.ReasonCode != 0 {
+		t.Fatalf("PUBREC %+v", r)
+	}
+	first := sub.publishOf()
+	id := first.PacketID
+	if first.QoS != 2 || first.Duplicate || string(first.Payload) != "one" || id == 0 {
+		t.Fatalf("PUBLISH %v", first)
+	}
+	sub.nc.Close() // no PUBREC
+
+	// Reconnect: the same PUBLISH, DUP set.
+	sub = d.raw(t)
+	if ack := sub.session("q2sub", false, 3600); !ack.SessionPresent {
+		t.Fatal("session not present")
+	}
+	p := sub.publishOf()
+	if p.PacketID != id || !p.Duplicate || p.QoS != 2 || string(p.Payload) != "one" {
+		t.Fatalf("after a reconnect: %v, want id %d with DUP", p, id)
+	}
+	sub.nc.Close()
+
+	// A restart: the same again.
+	d.restart()
+	sub = d.raw(t)
+	if ack := sub.session("q2sub", false, 3600); !ack.SessionPresent {
+		t.Fatal("session not present after the restart")
+	}
+	p = sub.publishOf()
+	if p.PacketID != id || !p.Duplicate || string(p.Payload) != "one" {
+		t.Fatalf("after a restart: %v, want id %d with DUP", p, id)
+	}
+	sub.ack(packets.PUBREC, id)
+	if rel := sub.expect(packets.PUBREL); rel.Content.(*packets.Pubrel).PacketID != id {
+		t.Fatalf("PUBREL for %d", rel.Content.(*packets.Pubrel).PacketID)
+	}
+	sub.nc.Close() // no PUBCOMP
+
+	// After PUBREC, a reconnect and a restart resend PUBREL, never the
+	// message.
+	for _, restart := range []bool{false, true} {
+		if restart {
+			d.restart()
+		}
+		sub = d.raw(t)
+		sub.session("q2sub", false, 3600)
+		if rel := sub.expect(packets.PUBREL); rel.Content.(*packets.Pubrel).PacketID != id {
+			t.Fatalf("restart %v: PUBREL for %d", restart, rel.Content.(*packets.Pubrel).PacketID)
+		}
+		sub.silent(100 * time.Millisecond)
+		sub.nc.Close()
+	}
+	sub = d.raw(t)
+	sub.session("q2sub", false, 3600)
+	sub.expect(packets.PUBREL)
+	sub.ack(packets.PUBCOMP, id)
+	sub.silent(100 * time.Millisecond)
+	sub.disconnect()
+	// Done with: nothing comes again.
+	sub = d.raw(t)
+	sub.session("q2sub", false, 3600)
+	sub.silent(200 * time.Millisecond)
+}
+
+// A QoS 2 publish of a persistent session is routed once although the
+// client resends it after a restart of the broker (its packet id is
+// journaled with the message), and its id may be used again after
+// PUBCOMP.
+func TestQoS2PublishRoutedOnceAcrossRestart(t *testing.T) {
+	d := startDurable(t, mqtt.Config{})
+	watch := d.raw(t)
+	watch.session("watch", true, 3600)
+	watch.subscribe(1, nil, packets.SubOptions{Topic: "in/#", QoS: 1})
+	watch.disconnect()
+
+	p := d.raw(t)
+	p.session("p2", true, 3600)
+	p.publish(&packets.Publish{Topic: "in/x", QoS: 2, PacketID: 7, Payload: []byte("x")})
+	p.expect(packets.PUBREC)
+	p.nc.Close()
+	d.restart()
+
+	p = d.raw(t)
+	if ack := p.session("p2", false, 3600); !ack.SessionPresent {
+		t.Fatal("session not present")
+	}
+	p.publish(&packets.Publish{Topic: "in/x", QoS: 2, PacketID: 7, Duplicate: true, Payload: []byte("x")})
+	p.expect(packets.PUBREC)
+	p.ack(packets.PUBREL, 7)
+	if c := p.expect(packets.PUBCOMP).Content.(*packets.Pubcomp); c.PacketID != 7 || c.ReasonCode != 0 {
+		t.Fatalf("PUBCOMP %d reason %#x", c.PacketID, c.ReasonCode)
+	}
+	// Released: 7 is a new message now.
+	p.publish(&packets.Publish{Topic: "in/x", QoS: 2, PacketID: 7, Payload: []byte("y")})
+	p.expect(packets.PUBREC)
+	p.ack(packets.PUBREL, 7)
+	p.expect(packets.PUBCOMP)
+
+	watch = d.raw(t)
+	watch.session("watch", false, 3600)
+	var bodies []string
+	for range 2 {
+		m := watch.publishOf()
+		bodies = append(bodies, string(m.Payload))
+		watch.ack(packets.PUBACK, m.PacketID)
+	}
+	watch.silent(100 * time.Millisecond)
+	if strings.Join(bodies, ",") != "x,y" {
+		t.Fatalf("delivered %v, want x once then y", bodies)
+	}
+}
