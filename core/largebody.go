@@ -243,22 +243,17 @@ func (d *diskBoundReader) Read(p []byte) (int, error) {
 }
 
 // ownBody gives m, a copy of a message whose body is streamed (moved to
-// a dead-letter or expiry address), a file of its own under its new id:
+// a dead-letter or expiry address, diverted, a composite destination's
+// part), a file of its own under its new id, a link to the original's:
 // the original's goes with the original.
 func (b *Broker) ownBody(m *Message) error {
 	lb := m.lb
 	if lb == nil || lb.id == m.ID || m.Body != nil {
 		return nil
 	}
-	r, err := lb.store.Open(lb.id)
-	if err != nil {
+	if err := lb.store.Link(lb.id, m.ID); err != nil {
 		return fmt.Errorf("%w: large message body: %w", ErrPersistence, err)
 	}
-	defer r.Close()
-	n, err := lb.store.Write(m.ID, r)
-	if err != nil {
-		return fmt.Errorf("%w: large message body: %w", ErrPersistence, err)
-	}
-	m.lb = newLargeBody(lb.store, m.ID, n)
+	m.lb = newLargeBody(lb.store, m.ID, lb.size)
 	return nil
 }

@@ -286,3 +286,39 @@ func TestStreamedBodyPagedByReference(t *testing.T) {
 	}
 	waitCount(t, large, 0)
 }
+
+// A streamed message sent to a composite destination reaches each part
+// whole, each copy with a file of its own (a link), all gone once acked.
+func TestStreamedBodyCompositeCopies(t *testing.T) {
+	msgs, bindings, large := newMemJournal(), newMemJournal(), &memLarge{bodies: map[uint64][]byte{}}
+	b, err := New(Config{Messages: msgs, Bindings: bindings, Large: large, LargeMessageThreshold: 64, ExpiryScanInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	s := newSession(t, b, "")
+	c1, col1 := subscribe(t, s, ConsumerOptions{Address: "p1", RoutingType: Anycast, Credit: 10})
+	c2, col2 := subscribe(t, s, ConsumerOptions{Address: "p2", RoutingType: Anycast, Credit: 10})
+	r, body := streamOf(3000)
+	m := &Message{Address: "queue://p1,queue://p2", Durable: true, Priority: DefaultPriority}
+	if err := s.ReceiveBody(m, r, 3000); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Send(context.Background(), m); err != nil {
+		t.Fatal(err)
+	}
+	for _, x := range []struct {
+		c   *Consumer
+		col *collector
+	}{{c1, col1}, {c2, col2}} {
+		d := x.col.next(t)
+		if got, err := d.Message.ReadBody(); err != nil || !bytes.Equal(got, body) {
+			t.Fatalf("%s: %d bytes, %v", d.Message.Address, len(got), err)
+		}
+		if err := x.c.Ack(d.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m = nil
+	waitCount(t, large, 0)
+}

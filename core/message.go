@@ -147,12 +147,19 @@ func (m *Message) Expired(now time.Time) bool {
 // properties (which nobody changes), without its broker-internal state:
 // a copy another broker may hold.
 func (m *Message) shallowCopy() *Message {
-	return &Message{
+	c := &Message{
 		ID: m.ID, Address: m.Address, RoutingType: m.RoutingType, Durable: m.Durable, Priority: m.Priority,
 		Timestamp: m.Timestamp, Expiration: m.Expiration, DeliveryTime: m.DeliveryTime,
 		Properties: m.Properties, Body: m.Body, ContentType: m.ContentType,
 		CorrelationID: m.CorrelationID, ReplyTo: m.ReplyTo, GroupID: m.GroupID, UserID: m.UserID,
 	}
+	if m.Streamed() {
+		// Shared: a copy sent under an id of its own (a divert's, a
+		// composite destination's part) gets a file of its own in
+		// prepare (Broker.ownBody).
+		c.lb = m.lb
+	}
+	return c
 }
 
 // copyFor returns a shallow copy of m sent to address, for moving a
