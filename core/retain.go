@@ -84,20 +84,14 @@ func (b *Broker) setRetained(m *Message, id uint64) {
 }
 
 // retainedCopy copies m, whose body is streamed, for the retained record
-// id: its body in a file of its own under id.
+// id: its body in a file of its own under id (a link to m's).
 func (b *Broker) retainedCopy(m *Message, id uint64) (*Message, error) {
-	r, err := m.OpenBody()
-	if err != nil {
-		return nil, err
-	}
-	defer r.Close()
-	n, err := b.large.Write(id, r)
-	if err != nil {
+	if err := b.large.Link(m.lb.id, id); err != nil {
 		return nil, fmt.Errorf("%w: retained large message body: %w", ErrPersistence, err)
 	}
 	c := m.shallowCopy()
 	c.ID = m.ID
-	c.lb = keptBody(b.large, id, n)
+	c.lb = keptBody(b.large, id, m.Size())
 	return c, nil
 }
 
