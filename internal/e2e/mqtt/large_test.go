@@ -99,11 +99,11 @@ func TestLargePublishStreamed(t *testing.T) {
 	waitNoFiles(t, dir)
 
 	// MQTT 5, user properties and content type with the large payload.
-	c5 := tb.connect5As(t, "c5", "", 0)
+	c5 := tb.connect5(t, "c5", 0, true)
 	if code := c5.subscribe(t, "big5", 1); code != 1 {
 		t.Fatalf("SUBACK %#x", code)
 	}
-	p5 := tb.connect5As(t, "p5", "", 0)
+	p5 := tb.connect5(t, "p5", 0, true)
 	ct := "application/octet-stream"
 	r := p5.publish(t, &paho5.Publish{Topic: "big5", QoS: 1, Payload: body,
 		Properties: &paho5.PublishProperties{ContentType: ct, User: paho5.UserProperties{{Key: "k", Value: "v"}}}})

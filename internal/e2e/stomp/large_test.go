@@ -166,3 +166,10 @@ func TestLargeMessageLimits(t *testing.T) {
 		t.Fatalf("body of %d bytes differs", len(m.Body))
 	}
 }
+
+func depth(tb *testBroker, queue string) int64 {
+	if q := tb.broker.Queue(queue); q != nil {
+		return q.Stats().Depth
+	}
+	return -1
+}
