@@ -467,6 +467,11 @@ func (b *Broker) recoverPages(byID map[uint64]*Queue, cursors map[uint64]pageCur
 				}
 				if m.lb != nil {
 					largeIDs[m.ID] = true // paged by reference: the record owns it
+					// Its id (pageRecord's) is no journal record's yet,
+					// and becomes one when read back: never given again.
+					if m.ID > b.msgID.Load() {
+						b.msgID.Store(m.ID)
+					}
 				}
 				pg.count++
 				pg.bytes += int64(len(m.Body))

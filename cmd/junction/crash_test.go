@@ -493,7 +493,7 @@ drain:
 	p2.stop(t)
 	// Everything was consumed: no large body may be left behind.
 	if left, _ := filepath.Glob(filepath.Join(data, "large", "*.msg")); len(left) > 0 {
-		t.Fatalf("round %d: %d large-message files left after the queue was drained", round, len(left))
+		t.Fatalf("round %d: %d large-message files left after the queue was drained: %v\nbroker log after restart:\n%s", round, len(left), left, p2.log())
 	}
 	t.Logf("round %d: %d sent, %d confirmed, %d delivered before the kill (%d acked), %d delivered after restart",
 		round, len(sent), len(confirmed), len(seen), len(acked), len(drained))
