@@ -12,6 +12,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -20,19 +21,35 @@ import (
 	"github.com/junctionmq/junction/amqp/internal/frames"
 	"github.com/junctionmq/junction/core"
 	"github.com/junctionmq/junction/core/guard"
+	"github.com/junctionmq/junction/internal/inbound"
+	"github.com/junctionmq/junction/internal/outbound"
 )
 
-// conn is one AMQP connection. The read loop (serve) owns the sessions'
-// and links' incoming state; the writer goroutine owns the socket's
-// write side; core consumers' handlers only queue deliveries. State both
-// loops touch (session windows, delivery ids, unsettled deliveries, the
+// conn is one AMQP connection. The read loop (readLoop, in workers one
+// after another) owns the sessions' and links' incoming state; an
+// outbound.Writer owns the socket's write side (conn is its encoder);
+// core consumers' handlers only queue deliveries. State both sides touch (session windows, delivery ids, unsettled deliveries, the
 // credit of client senders) is guarded by mu, which is never held while
 // calling into core.
 type conn struct {
 	s   *Server
+	ctx context.Context // ServeConn's: its end closes the connection
 	nc  net.Conn
-	br  *bufio.Reader
-	log zerolog.Logger
+	id  uint64
+	br  *bufio.Reader   // from readerPool while data flows (reader); nil while idle
+	src io.Reader       // what br reads: through acct and clock
+	log *zerolog.Logger // made on first use (logger)
+	// The connection's goroutine waits for data with wait (plain TCP
+	// only: yield) and for the worker doing the work with working.
+	wait    inbound.Waiter
+	yield   bool
+	working sync.WaitGroup
+	closed  bool // close has run (in the worker that met the end)
+	// midMessage: the last transfer read said more follow; the read
+	// loop does not yield until the message's last.
+	midMessage bool
+	err        error // why the connection ends (errIdle: nothing more to read for now)
+	ready      bool  // the handshake is done
 	// clock bounds the time of each frame; read deadlines are set
 	// through it (guard.Clock). acct charges what the client sends to the
 	// broker's pre-authentication budget until SASL (or the anonymous
@@ -48,7 +65,7 @@ type conn struct {
 	core         *core.Session
 
 	// Owned by the read loop.
-	rbuf     []byte
+	rbuf     *[]byte // from rbufPool while data flows; nil while idle
 	sessions map[uint16]*session
 	txs      map[string]*core.Tx
 	nextTxn  uint32
@@ -57,37 +74,239 @@ type conn struct {
 	mu   sync.Mutex // see the type comment
 	hold holdState  // producer links whose credit is withheld
 
-	// The writer's queue and state.
-	outMu    sync.Mutex
-	out      []outItem // guarded by outMu
-	stopping bool      // guarded by outMu: no more output
-	werr     error     // guarded by outMu: why the writer stopped
-	wake     chan struct{}
-	wdone    chan struct{}
+	// The write side (writer.go): conn is the outbound writer's encoder,
+	// w its state, made at the first item.
+	out *outbound.Writer[outItem]
+	w   *writer
+	// Heart-beats (an empty frame when nothing was written for half the
+	// peer's idle timeout) and the rechecks of held links (hold.go) are
+	// timers that queue an item for the writer.
+	lastWrite     atomic.Int64 // unix nanoseconds of the last write
+	hbEvery       time.Duration
+	timerMu       sync.Mutex
+	hb            *time.Timer // guarded by timerMu
+	recheckT      *time.Timer // guarded by timerMu
+	recheckArmed  bool        // guarded by timerMu
+	timersStopped bool        // guarded by timerMu
 }
 
 // readBuffer is the size of a connection's buffered reader.
 const readBuffer = 16 << 10
 
-func newConn(s *Server, nc net.Conn) *conn {
-	id := s.nextID.Add(1)
-	clock := guard.NewClock(nc, guard.Rule{Timeout: s.cfg.FrameTimeout, MinRate: s.cfg.FrameMinRate})
+// The read buffers come from pools while data flows and go back when
+// the connection waits (conn.release): an idle connection holds none.
+var (
+	readerPool = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, readBuffer) }}
+	rbufPool   = sync.Pool{New: func() any { b := make([]byte, 0, 4<<10); return &b }}
+)
+
+// maxPooledFrame is the largest frame buffer given back to rbufPool.
+const maxPooledFrame = 64 << 10
+
+// reader returns the connection's buffered reader, taking one from the
+// pool if it holds none.
+func (c *conn) reader() *bufio.Reader {
+	if c.br == nil {
+		c.br = readerPool.Get().(*bufio.Reader)
+		c.br.Reset(c.src)
+	}
+	return c.br
+}
+
+// buffered returns the number of bytes read ahead.
+func (c *conn) buffered() int {
+	if c.br == nil {
+		return 0
+	}
+	return c.br.Buffered()
+}
+
+// release gives the read buffers back; the buffered reader only when no
+// bytes are read ahead, unless all is set (the connection has ended).
+func (c *conn) release(all bool) {
+	if c.br != nil && (all || c.br.Buffered() == 0) {
+		c.br.Reset(nil)
+		readerPool.Put(c.br)
+		c.br = nil
+	}
+	if c.rbuf != nil {
+		if cap(*c.rbuf) <= maxPooledFrame {
+			rbufPool.Put(c.rbuf)
+		}
+		c.rbuf = nil
+	}
+}
+
+// Workers. A connection's goroutine (the caller's of ServeConn, which an
+// idle connection keeps) does nothing but wait: for data, holding no
+// buffer (internal/inbound), and for a worker, a goroutine that does the
+// connection's work (its setup, its handshake and frames until it has
+// nothing more to read, its end) and exits. Done on the connection's
+// goroutine, the handshake's work would leave every idle connection a 4
+// or 8 KiB stack where waiting fits in 2 KiB. A connection that is not
+// plain TCP (TLS, WebSocket, the one-port listener's) cannot wait
+// without a buffer: its worker reads until the end.
+const (
+	workOpen  = iota // conn.open
+	workRun          // conn.work, its error in c.err
+	workClose        // conn.close
+)
+
+// errIdle: the read loop has read everything that has arrived and yields
+// (conn.yield) rather than wait for more.
+var errIdle = errors.New("amqp: nothing more to read for now")
+
+// inWorker runs one kind of work in a worker, and waits for it. It
+// makes no closure (go copies the arguments), so that this goroutine's
+// stack stays as small as waiting needs.
+func (c *conn) inWorker(kind int) {
+	c.working.Add(1)
+	go c.worker(kind)
+	c.working.Wait()
+}
+
+func (c *conn) worker(kind int) {
+	defer c.working.Done()
+	switch kind {
+	case workOpen:
+		c.open()
+	case workRun:
+		c.err = c.work()
+		if c.err != errIdle {
+			// The end, at once: a goroutine less to start before the
+			// goodbye leaves.
+			c.close()
+			c.closed = true
+		}
+	case workClose:
+		c.close()
+	}
+}
+
+// serve runs the connection's work in workers, waiting between them,
+// until the connection ends; c.err then says why.
+func (c *conn) serve() {
+	for {
+		c.inWorker(workRun)
+		if c.err != errIdle {
+			return
+		}
+		if c.err = c.wait.Wait(); c.err != nil {
+			return
+		}
+	}
+}
+
+// open sets a new connection up and registers it.
+func (c *conn) open() {
+	s, nc := c.s, c.nc
+	c.id = s.nextID.Add(1)
+	c.clock = guard.NewClock(nc, guard.Rule{Timeout: s.cfg.FrameTimeout, MinRate: s.cfg.FrameMinRate})
 	// Before authentication the frames are SASL's, at most 512 bytes
 	// (MIN-MAX-FRAME-SIZE, Part 5 §5.3.1): a connection holds at most
 	// what its reader reads ahead.
-	acct := s.broker.PreAuth(readBuffer)
-	return &conn{
-		s:        s,
-		nc:       nc,
-		br:       bufio.NewReaderSize(acct.Reader(clock), readBuffer),
-		clock:    clock,
-		acct:     acct,
-		log:      s.cfg.Logger.With().Uint64("conn", id).Str("remote", nc.RemoteAddr().String()).Logger(),
-		sessions: make(map[uint16]*session),
-		txs:      make(map[string]*core.Tx),
-		wake:     make(chan struct{}, 1),
-		wdone:    make(chan struct{}),
+	c.acct = s.broker.PreAuth(readBuffer)
+	c.src = c.acct.Reader(c.clock)
+	c.yield = c.wait.Init(nc)
+	c.out = outbound.New[outItem](nc, c, outbound.Config{WriteTimeout: s.cfg.WriteTimeout})
+	hs := time.Now().Add(s.cfg.HandshakeTimeout)
+	c.clock.SetReadDeadline(hs)
+	nc.SetWriteDeadline(hs)
+	s.mu.Lock()
+	s.conns[c] = struct{}{}
+	s.mu.Unlock()
+}
+
+// work runs the handshake, if not done, then reads and handles frames
+// (readLoop). The handshake does not yield: it is bounded by its
+// timeout.
+func (c *conn) work() error {
+	if !c.ready {
+		if err := c.handshake(c.ctx); err != nil {
+			return err
+		}
+		c.ready = true
+		c.clock.SetReadDeadline(time.Time{})
+		c.nc.SetWriteDeadline(time.Time{})
+		c.debug().Str("container", c.containerID).Str("user", c.user).Msg("connected")
+		if iv := c.peerIdle / 2; iv > 0 {
+			c.startHeartBeats(iv)
+		}
+		c.s.watch.Add(c.ctx, c)
 	}
+	return c.readLoop()
+}
+
+// shutdown closes the connection when ServeConn's context ends.
+func (c *conn) shutdown() {
+	c.closeWith(&frames.Error{Condition: frames.ErrCondConnectionForced, Description: "the broker is shutting down"})
+}
+
+// close ends the connection, with the close frame that says why, if
+// any; and forgets it.
+func (c *conn) close() {
+	c.end()
+	c.acct.Close()
+	c.nc.Close()
+	c.release(true)
+	c.s.mu.Lock()
+	delete(c.s.conns, c)
+	c.s.mu.Unlock()
+}
+
+func (c *conn) end() {
+	err := c.err
+	if !c.ready {
+		c.debug().Err(err).Msg("handshake failed")
+		if errors.Is(err, guard.ErrBudget) {
+			c.s.broker.CountPreAuthRefusal("amqp", core.PreAuthBudget)
+		}
+		if c.core != nil {
+			c.core.Close() // our open was not written: free the container-id
+		}
+		c.out.Close()
+		return
+	}
+	c.s.watch.Remove(c.ctx, c)
+	err = c.readErr(err)
+	// Release the container-id (and everything else) before the peer
+	// can learn that the connection ended: a client that reconnects at
+	// once must find its id free.
+	c.teardown()
+
+	c.stopTimers()
+	var ce *connError
+	switch {
+	case errors.As(err, &ce):
+		c.debug().Str("condition", string(ce.e.Condition)).Str("description", ce.e.Description).Msg("closing with error")
+		c.closeWith(ce.e)
+		c.out.Finish(outItem{kind: kindNone}, c.s.cfg.WriteTimeout)
+	case errors.Is(err, errPeerClosed):
+		// The answering close is queued: it goes out last.
+		c.out.Finish(outItem{kind: kindNone}, c.s.cfg.WriteTimeout)
+	default:
+		c.debug().Err(err).Msg("connection lost")
+		c.out.Close()
+	}
+}
+
+// logger returns the connection's logger, made on first use: most
+// connections never log.
+func (c *conn) logger() *zerolog.Logger {
+	if c.log == nil {
+		l := c.s.cfg.Logger.With().Uint64("conn", c.id).Str("remote", c.nc.RemoteAddr().String()).Logger()
+		c.log = &l
+	}
+	return c.log
+}
+
+// debug returns a debug event, or nil (whose methods do nothing) when
+// the server's logger does not log at debug level.
+func (c *conn) debug() *zerolog.Event {
+	if c.s.cfg.Logger.GetLevel() > zerolog.DebugLevel || zerolog.GlobalLevel() > zerolog.DebugLevel {
+		return nil
+	}
+	return c.logger().Debug()
 }
 
 // connError closes the connection with an AMQP error condition.
@@ -107,50 +326,6 @@ var errPeerClosed = errors.New("amqp: peer closed the connection")
 
 // errRefused ends a handshake that was answered with a refusal.
 var errRefused = errors.New("amqp: connection refused")
-
-func (c *conn) serve(ctx context.Context) {
-	defer c.nc.Close()
-	defer c.acct.Close()
-	hs := time.Now().Add(c.s.cfg.HandshakeTimeout)
-	c.clock.SetReadDeadline(hs)
-	c.nc.SetWriteDeadline(hs)
-	if err := c.handshake(ctx); err != nil {
-		c.log.Debug().Err(err).Msg("handshake failed")
-		if errors.Is(err, guard.ErrBudget) {
-			c.s.broker.CountPreAuthRefusal("amqp", core.PreAuthBudget)
-		}
-		if c.core != nil {
-			c.core.Close() // our open was not written: free the container-id
-		}
-		return
-	}
-	c.clock.SetReadDeadline(time.Time{})
-	c.nc.SetWriteDeadline(time.Time{})
-	c.log.Debug().Str("container", c.containerID).Str("user", c.user).Msg("connected")
-
-	go c.writeLoop()
-	stop := context.AfterFunc(ctx, func() {
-		c.closeWith(&frames.Error{Condition: frames.ErrCondConnectionForced, Description: "the broker is shutting down"})
-	})
-	err := c.readLoop()
-	stop()
-	// Release the container-id (and everything else) before the peer
-	// can learn that the connection ended: a client that reconnects at
-	// once must find its id free.
-	c.teardown()
-
-	var ce *connError
-	switch {
-	case errors.As(err, &ce):
-		c.log.Debug().Str("condition", string(ce.e.Condition)).Str("description", ce.e.Description).Msg("closing with error")
-		c.closeWith(ce.e)
-	case errors.Is(err, errPeerClosed):
-	default:
-		c.log.Debug().Err(err).Msg("connection lost")
-		c.stopWriter(err)
-	}
-	<-c.wdone
-}
 
 // teardown ends every session: consumers close (their unsettled
 // deliveries go back to their queues), open transactions roll back,
@@ -257,7 +432,7 @@ func (c *conn) refuse(cond encoding.Symbol, format string, args ...any) error {
 
 func (c *conn) readProtoHeader() ([8]byte, error) {
 	var h [8]byte
-	_, err := io.ReadFull(c.br, h[:])
+	_, err := io.ReadFull(c.reader(), h[:])
 	return h, err
 }
 
@@ -370,7 +545,7 @@ func verifiedClient(nc net.Conn) (string, bool) {
 // only valid until the next call.
 func (c *conn) readFrame(limit uint32) (frames.Header, []byte, error) {
 	var hb [frames.HeaderSize]byte
-	if _, err := io.ReadFull(c.br, hb[:]); err != nil {
+	if _, err := io.ReadFull(c.reader(), hb[:]); err != nil {
 		return frames.Header{}, nil, err
 	}
 	h, err := frames.ParseHeader(hb[:])
@@ -383,10 +558,13 @@ func (c *conn) readFrame(limit uint32) (frames.Header, []byte, error) {
 		return h, nil, err
 	}
 	n := int(h.Size) - frames.HeaderSize
-	if cap(c.rbuf) < n {
-		c.rbuf = make([]byte, n, max(n, 4<<10))
+	if c.rbuf == nil {
+		c.rbuf = rbufPool.Get().(*[]byte)
 	}
-	buf := c.rbuf[:n]
+	if cap(*c.rbuf) < n {
+		*c.rbuf = make([]byte, n, max(n, 4<<10))
+	}
+	buf := (*c.rbuf)[:n]
 	if _, err := io.ReadFull(c.br, buf); err != nil {
 		return h, nil, err
 	}
@@ -394,7 +572,10 @@ func (c *conn) readFrame(limit uint32) (frames.Header, []byte, error) {
 	return h, buf[ext:], nil
 }
 
-// readLoop reads and handles frames until the connection ends.
+// readLoop reads and handles frames until the connection ends or, on a
+// plain TCP connection, until everything that has arrived is handled
+// (errIdle): the read buffers are then given back, and the connection's
+// goroutine waits for more.
 func (c *conn) readLoop() error {
 	idle := c.s.cfg.IdleTimeout
 	for {
@@ -408,18 +589,20 @@ func (c *conn) readLoop() error {
 		}
 		// A frame's clock starts with its first byte, which may be read
 		// ahead already.
-		c.clock.Next(c.br.Buffered())
+		c.clock.Next(c.buffered())
+		// Not in the middle of a message in several transfers: its next
+		// frame is on its way, and a wait would cost a worker per frame.
+		if c.yield && !c.midMessage && c.buffered() == 0 && !c.wait.Ready() {
+			// The deadline of the wait: the idle timeout's.
+			if err := c.clock.Arm(); err != nil {
+				return err
+			}
+			c.release(false)
+			return errIdle
+		}
 		h, body, err := c.readFrame(c.s.cfg.MaxFrameSize)
 		if err != nil {
-			switch {
-			case errors.Is(err, guard.ErrFrameTimeout):
-				c.s.broker.CountFrameTimeout("amqp")
-				return connErr(frames.ErrCondResourceLimitExceeded, "a frame took longer than %v plus 1s per %d bytes received to arrive",
-					c.s.cfg.FrameTimeout, c.s.cfg.FrameMinRate)
-			case errors.Is(err, os.ErrDeadlineExceeded):
-				return connErr(frames.ErrCondResourceLimitExceeded, "nothing received for %v (idle timeout)", idle)
-			}
-			return err
+			return c.readErr(err)
 		}
 		if h.Type != frames.TypeAMQP {
 			return connErr(frames.ErrCondFramingError, "frame type %d after open", h.Type)
@@ -431,10 +614,27 @@ func (c *conn) readLoop() error {
 		if perf == nil {
 			continue // heartbeat
 		}
+		if t, ok := perf.(*frames.Transfer); ok {
+			c.midMessage = t.More
+		}
 		if err := c.handle(h.Channel, perf, payload); err != nil {
 			return err
 		}
 	}
+}
+
+// readErr turns a read's timeouts into the conditions the connection
+// closes with.
+func (c *conn) readErr(err error) error {
+	switch {
+	case errors.Is(err, guard.ErrFrameTimeout):
+		c.s.broker.CountFrameTimeout("amqp")
+		return connErr(frames.ErrCondResourceLimitExceeded, "a frame took longer than %v plus 1s per %d bytes received to arrive",
+			c.s.cfg.FrameTimeout, c.s.cfg.FrameMinRate)
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return connErr(frames.ErrCondResourceLimitExceeded, "nothing received for %v (idle timeout)", c.s.cfg.IdleTimeout)
+	}
+	return err
 }
 
 // handle dispatches one performative.
@@ -444,7 +644,7 @@ func (c *conn) handle(ch uint16, perf frames.Body, payload []byte) error {
 		return connErr(frames.ErrCondIllegalState, "open received twice")
 	case *frames.Close:
 		if p.Error != nil {
-			c.log.Debug().Str("condition", string(p.Error.Condition)).Str("description", p.Error.Description).Msg("peer closed with error")
+			c.debug().Str("condition", string(p.Error.Condition)).Str("description", p.Error.Description).Msg("peer closed with error")
 		}
 		c.teardown() // before the answer: see serve
 		c.closeWith(nil)
@@ -496,6 +696,9 @@ func (c *conn) begin(ch uint16, b *frames.Begin) error {
 		return connErr(frames.ErrCondNotAllowed, "begin answers a session the broker did not start")
 	}
 	s := newSession(c, ch, b)
+	if c.sessions == nil {
+		c.sessions = make(map[uint16]*session)
+	}
 	c.sessions[ch] = s
 	c.enqueue(outItem{sess: s, body: &frames.Begin{
 		RemoteChannel:  &ch,

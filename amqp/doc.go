@@ -22,6 +22,12 @@
 // the same one is refused (open marked
 // amqp:connection-establishment-failed, then close).
 //
+// An idle connection is cheap: on plain TCP, [Server.ServeConn]'s
+// goroutine only waits for data, holding no buffer (internal/inbound);
+// a worker goroutine reads and handles what has arrived, with read
+// buffers from a pool, and exits; the write side (internal/outbound)
+// runs a goroutine only while there is something to write.
+//
 // # Large messages
 //
 // On a broker with a large-message store, a client's message whose body

@@ -16,6 +16,7 @@ import (
 // it has left (less than a third of LinkCredit, since credit is topped
 // up only then), so a producer overshoots the limit by at most that much
 // per link. The writer checks the held links again every holdRecheck
+// (a timer queues the check)
 // and grants credit once their address has room. Anonymous-relay links
 // (no fixed address) and the transaction coordinator are never held:
 // core takes their messages over the limit.
@@ -65,7 +66,7 @@ func (l *link) grant() *frames.Flow {
 	f := l.flowLocked()
 	c.mu.Unlock()
 	if newly {
-		c.kick() // the writer starts rechecking
+		c.armRecheck()
 	}
 	return f
 }
@@ -98,20 +99,19 @@ func (l *link) refill() *frames.Flow {
 	}
 	c.mu.Unlock()
 	if newly {
-		c.kick()
+		c.armRecheck()
 	}
 	return f
 }
 
 // recheckHeld grants credit again to the held links whose address has
-// room. The writer calls it on each turn; it does the work at most once
-// per holdRecheck, and only while links are held.
+// room. The writer calls it every holdRecheck (a timer, armRecheck)
+// while links are held.
 func (w *writer) recheckHeld() {
 	c := w.c
-	if c.hold.n.Load() == 0 || time.Since(w.lastRecheck) < holdRecheck {
+	if c.hold.n.Load() == 0 {
 		return
 	}
-	w.lastRecheck = time.Now()
 	c.mu.Lock()
 	w.held = append(w.held[:0], c.hold.links...)
 	c.mu.Unlock()
@@ -143,19 +143,7 @@ func (w *writer) recheckHeld() {
 	c.hold.links = kept
 	c.hold.n.Store(int32(len(kept)))
 	c.mu.Unlock()
-}
-
-// holdTimer returns a channel that fires when held links are due for a
-// recheck, or nil when none is held.
-func (w *writer) holdTimer() <-chan time.Time {
-	if w.c.hold.n.Load() == 0 {
-		return nil
+	if len(kept) > 0 {
+		c.armRecheck()
 	}
-	wait := max(holdRecheck-time.Since(w.lastRecheck), time.Millisecond)
-	if w.holdT == nil {
-		w.holdT = time.NewTimer(wait)
-	} else {
-		w.holdT.Reset(wait)
-	}
-	return w.holdT.C
 }

@@ -169,7 +169,7 @@ func (l *link) route(p *incoming, m *core.Message) {
 // client gave up knowing.
 func (c *conn) logDropped(err error) {
 	if err != nil {
-		c.log.Debug().Err(err).Msg("pre-settled message dropped")
+		c.debug().Err(err).Msg("pre-settled message dropped")
 	}
 }
 
@@ -191,6 +191,9 @@ func (l *link) txControl(p *incoming, pm *frames.Message) {
 		}
 		c.nextTxn++
 		id := binary.BigEndian.AppendUint32(nil, c.nextTxn)
+		if c.txs == nil {
+			c.txs = make(map[string]*core.Tx)
+		}
 		c.txs[string(id)] = tx
 		l.settleIn(p, &frames.Declared{TxnID: id}, true)
 	case *frames.Discharge:

@@ -100,7 +100,7 @@ func (s *session) attach(a *frames.Attach) error {
 		}
 		s.c.enqueue(outItem{sess: s, body: refusal})
 		s.c.enqueue(outItem{sess: s, body: &frames.Detach{Handle: a.Handle, Closed: true, Error: le.e}})
-		s.c.log.Debug().Str("link", a.Name).Str("condition", string(le.e.Condition)).Str("description", le.e.Description).Msg("link refused")
+		s.c.debug().Str("link", a.Name).Str("condition", string(le.e.Condition)).Str("description", le.e.Description).Msg("link refused")
 		return nil
 	}
 	if err != nil {
@@ -343,7 +343,7 @@ func (l *link) close(closed bool) {
 	}
 	if closed && l.subName != "" {
 		if err := c.core.Unsubscribe(l.subName); err != nil {
-			c.log.Debug().Err(err).Str("subscription", l.subName).Msg("unsubscribe on detach")
+			c.debug().Err(err).Str("subscription", l.subName).Msg("unsubscribe on detach")
 		}
 	}
 	if l.temp != "" {

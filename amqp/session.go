@@ -27,6 +27,10 @@ type session struct {
 	unsettled            map[uint32]outDelivery // deliveries to the client not yet settled
 	ended                bool
 
+	// waiting: the writer found the peer's window closed; the flow that
+	// reopens it kicks the writer. Guarded by c.mu.
+	waiting bool
+
 	// Owned by the writer: frames held back by the peer's window.
 	backlog []outItem
 }
@@ -86,7 +90,10 @@ func (s *session) flow(f *frames.Flow) error {
 		next = *f.NextIncomingID
 	}
 	s.remoteIncomingWindow = next + f.IncomingWindow - s.nextOutgoingID
-	open := s.remoteIncomingWindow > 0
+	open := s.remoteIncomingWindow > 0 && s.waiting
+	if open {
+		s.waiting = false
+	}
 	c.mu.Unlock()
 	if open {
 		c.kick()
@@ -226,7 +233,7 @@ func (c *conn) applyOutcome(od outDelivery, state frames.DeliveryState) error {
 	}
 	if err != nil && !errors.Is(err, core.ErrUnknownDelivery) {
 		// A delivery already settled (its link closed) is not an error.
-		c.log.Debug().Err(err).Msg("outcome not applied")
+		c.debug().Err(err).Msg("outcome not applied")
 	}
 	return nil
 }

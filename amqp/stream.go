@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"time"
 
 	"github.com/junctionmq/junction/amqp/internal/frames"
 	"github.com/junctionmq/junction/core"
@@ -236,25 +237,43 @@ func (s *outStream) close() {
 	}
 }
 
+// streamFlush is how much of a streamed delivery's frames the writer
+// gathers before writing them itself (the outbound writer's flush size).
+const streamFlush = 64 << 10
+
 // sendStreamed is send for a delivery whose body is streamed: the body
-// comes from its file as the frames are written, and the buffer is
-// written whenever it holds flushSize, so a delivery of any size costs
-// a frame's worth of memory. The connection's lock is not held while
-// writing.
+// comes from its file as the frames are written, and the buffer (with
+// whatever came before the delivery) is written to the connection here,
+// within the write timeout, whenever it holds streamFlush, so a delivery
+// of any size costs a frame's worth of memory. The last frame stays in
+// the buffer for the outbound writer's next write, so that Written (the
+// acknowledgement of a pre-settled delivery) follows it. The
+// connection's lock is not held while writing. A failure closes the
+// connection (the delivery is cut off; the writer's next write fails and
+// stops it) and drops what is left.
 func (w *writer) sendStreamed(it *outItem) bool {
 	c := w.c
 	l := it.link
 	s := l.sess
 	m := it.d.Message
+	fail := func(err error) bool {
+		if it.stream != nil {
+			it.stream.close()
+			it.stream = nil
+		}
+		c.debug().Err(err).Uint64("message", m.ID).Msg("amqp: streaming a large message failed")
+		w.closed = true
+		w.buf = w.buf[:0]
+		c.nc.Close()
+		return true
+	}
 	if it.stream == nil {
 		if m.Size() > math.MaxUint32 {
-			c.stopWriter(fmt.Errorf("amqp: large message %d of %d bytes: more than a data section holds", m.ID, m.Size()))
-			return true
+			return fail(fmt.Errorf("amqp: large message %d of %d bytes: more than a data section holds", m.ID, m.Size()))
 		}
 		r, err := m.OpenBody()
 		if err != nil {
-			c.stopWriter(err)
-			return true
+			return fail(err)
 		}
 		head := frames.AppendDataHeader(appendDelivery(nil, it.d), uint32(m.Size()))
 		footer, _ := m.Properties[propFooter].([]byte)
@@ -271,9 +290,11 @@ func (w *writer) sendStreamed(it *outItem) bool {
 		if s.ended || l.detached {
 			c.mu.Unlock()
 			st.close()
+			it.stream = nil
 			return true
 		}
 		if s.remoteIncomingWindow == 0 {
+			s.waiting = true // the flow that reopens it kicks
 			c.mu.Unlock()
 			return false // parked; it.stream goes on from here
 		}
@@ -295,18 +316,17 @@ func (w *writer) sendStreamed(it *outItem) bool {
 		c.mu.Unlock()
 		n, err := st.fill(data)
 		if err != nil {
-			st.close()
-			c.stopWriter(err)
-			return true
+			return fail(err)
 		}
 		t.More = !st.done()
 		w.buf = frames.Append(w.buf, frames.TypeAMQP, s.ch, t, data[:n])
 		if !t.More {
 			break
 		}
-		if len(w.buf) >= flushSize && !w.write() {
-			st.close()
-			return true
+		if len(w.buf) >= streamFlush {
+			if err := w.writeBuf(); err != nil {
+				return fail(err)
+			}
 		}
 	}
 	st.close()
@@ -315,4 +335,15 @@ func (w *writer) sendStreamed(it *outItem) bool {
 		w.noteAuto(l.cons, it.d.ID)
 	}
 	return true
+}
+
+// writeBuf writes the buffer to the connection within the write timeout
+// and empties it (sendStreamed's writes, outside the outbound writer's).
+func (w *writer) writeBuf() error {
+	c := w.c
+	c.BeforeWrite()
+	c.nc.SetWriteDeadline(time.Now().Add(c.s.cfg.WriteTimeout))
+	_, err := c.nc.Write(w.buf)
+	w.buf = w.buf[:0]
+	return err
 }

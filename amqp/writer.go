@@ -7,10 +7,6 @@ import (
 	"github.com/junctionmq/junction/core"
 )
 
-// flushSize is how much encoded output the writer collects before it
-// writes even though more is queued.
-const flushSize = 64 << 10
-
 // transferOverhead bounds the encoded size of a transfer performative
 // (handle, delivery id, an 8-byte tag, format, settled, more), so that a
 // frame's share of a message is its max-frame-size less this.
@@ -19,11 +15,15 @@ const transferOverhead = 64
 type itemKind uint8
 
 const (
-	kindFrame    itemKind = iota // body as given, on sess's channel (or 0)
-	kindFlow                     // body is a *frames.Flow; the session fields are filled at write time
-	kindDelivery                 // d to the client on link
-	kindSettle                   // the broker's outcome for an incoming delivery
-	kindClose                    // body is a *frames.Close; the connection ends after it
+	kindFrame     itemKind = iota // body as given, on sess's channel (or 0)
+	kindFlow                      // body is a *frames.Flow; the session fields are filled at write time
+	kindDelivery                  // d to the client on link
+	kindSettle                    // the broker's outcome for an incoming delivery
+	kindClose                     // body is a *frames.Close; the connection ends after it
+	kindResume                    // a session window reopened: send the backlogs
+	kindRecheck                   // time to ask core again about held links (hold.go)
+	kindHeartBeat                 // an empty frame
+	kindNone                      // nothing (Finish's last item)
 )
 
 // outItem is one thing for the writer to send.
@@ -56,35 +56,24 @@ type outDelivery struct {
 	id   uint64 // core delivery id
 }
 
-// enqueue hands it to the writer. It reports false when the connection
-// is closing.
-func (c *conn) enqueue(it outItem) bool {
-	c.outMu.Lock()
-	if c.stopping {
-		c.outMu.Unlock()
-		return false
-	}
-	c.out = append(c.out, it)
-	c.outMu.Unlock()
-	select {
-	case c.wake <- struct{}{}:
-	default:
-	}
-	return true
+// enqueue hands it to the writer (an internal/outbound Writer; conn's
+// writer is its encoder). Deliveries, bounded by link credit, and the
+// broker's outcomes, bounded by the client's, do not count toward the
+// writer's high-water mark. After a close the items are dropped.
+func (c *conn) enqueue(it outItem) {
+	c.out.PushBounded(it)
 }
 
-// kick wakes the writer (a session window reopened).
+// kick makes the writer send the backlogs of sessions whose window
+// reopened.
 func (c *conn) kick() {
-	select {
-	case c.wake <- struct{}{}:
-	default:
-	}
+	c.out.PushBounded(outItem{kind: kindResume})
 }
 
 // closeWith sends close (with e, if any) after what is queued, then ends
 // the connection.
 func (c *conn) closeWith(e *frames.Error) {
-	if !c.enqueue(outItem{kind: kindClose, body: &frames.Close{Error: e}}) {
+	if !c.out.PushBounded(outItem{kind: kindClose, body: &frames.Close{Error: e}}) {
 		c.nc.Close()
 	}
 }
@@ -96,123 +85,185 @@ type autoAck struct {
 	last uint64
 }
 
-// writer is the state of the write loop.
+// writer is the encoder's state, made at the first item after the
+// handshake. Its methods run on the outbound writer's goroutine, one at
+// a time.
 type writer struct {
 	c        *conn
-	buf      []byte
+	buf      []byte // the outbound buffer, while Append runs
 	mbuf     []byte // scratch for encoding one message
 	acks     []autoAck
 	blocked  []*session // sessions with a backlog
 	transfer frames.Transfer
 	tag      [8]byte
+	closed   bool // close was encoded: the rest is dropped
 	// A pending range of accepted outcomes: one disposition for a run of
 	// consecutive delivery ids.
 	setSess        *session
 	setFirst, setN uint32
-	lastWrite      time.Time
 	// Held producer links (hold.go).
-	held        []*link // scratch
-	lastRecheck time.Time
-	holdT       *time.Timer
+	held []*link // scratch
 }
 
-// writeLoop owns the socket's write side. It takes everything queued,
-// encodes it into one buffer and writes it when the queue is empty (or
-// the buffer is large), so a burst of frames costs one syscall. It sends
-// an empty frame when the connection has been silent for half the peer's
-// idle timeout.
-func (c *conn) writeLoop() {
-	defer close(c.wdone)
-	w := &writer{c: c, buf: make([]byte, 0, flushSize), lastWrite: time.Now()}
-	defer func() {
-		if w.holdT != nil {
-			w.holdT.Stop()
-		}
-	}()
-	var items []outItem
-	var hb *time.Timer
-	for {
-		c.outMu.Lock()
-		if c.stopping {
-			c.outMu.Unlock()
-			return
-		}
-		items, c.out = c.out, items[:0]
-		c.outMu.Unlock()
+// maxScratch is the largest message scratch buffer kept between bursts.
+const maxScratch = 64 << 10
 
+// Append encodes it (outbound.Encoder). It never holds an item back:
+// a delivery beyond its session's remote incoming window waits in the
+// session's backlog (with the later frames of that session, so that
+// they keep their order) until a flow reopens the window.
+func (c *conn) Append(buf []byte, it outItem, held bool) ([]byte, bool) {
+	w := c.w
+	if w == nil {
+		w = &writer{c: c}
+		c.w = w
+	}
+	if w.closed {
+		return buf, true
+	}
+	w.buf = buf
+	w.append(&it)
+	buf = w.buf
+	w.buf = nil
+	return buf, true
+}
+
+func (w *writer) append(it *outItem) {
+	switch it.kind {
+	case kindSettle:
+		w.settle(it)
+		return
+	case kindNone:
+		return
+	case kindResume:
 		w.resumeBacklogs()
+		return
+	case kindRecheck:
 		w.recheckHeld()
-		if len(items) == 0 && len(w.buf) == 0 {
-			var hbC <-chan time.Time
-			if iv := c.peerIdle / 2; iv > 0 {
-				wait := iv - time.Since(w.lastWrite)
-				if wait <= 0 {
-					w.buf = frames.AppendEmpty(w.buf)
-					if !w.write() {
-						return
-					}
-					wait = iv
-				}
-				if hb == nil {
-					hb = time.NewTimer(wait)
-					defer hb.Stop()
-				} else {
-					hb.Reset(wait)
-				}
-				hbC = hb.C
-			}
-			select {
-			case <-c.wake:
-			case <-hbC:
-			case <-w.holdTimer():
-			}
-			continue
+		return
+	}
+	w.flushSettles()
+	if it.sess != nil && len(it.sess.backlog) > 0 && it.kind != kindClose {
+		w.park(it.sess, it)
+		return
+	}
+	switch it.kind {
+	case kindFrame:
+		w.buf = frames.Append(w.buf, frames.TypeAMQP, it.channel(), it.body, nil)
+	case kindFlow:
+		w.flow(it)
+	case kindDelivery:
+		w.delivery(it)
+	case kindHeartBeat:
+		w.buf = frames.AppendEmpty(w.buf)
+	case kindClose:
+		w.buf = frames.Append(w.buf, frames.TypeAMQP, 0, it.body, nil)
+		w.closed = true
+		if len(w.buf) == 0 {
+			w.c.nc.Close()
 		}
+	}
+}
 
-		closing := false
-		for i := range items {
-			it := &items[i]
-			if it.kind == kindSettle {
-				w.settle(it)
-				continue
-			}
-			w.flushSettles()
-			if it.sess != nil && len(it.sess.backlog) > 0 && it.kind != kindClose {
-				w.park(it.sess, it)
-				continue
-			}
-			switch it.kind {
-			case kindFrame:
-				w.buf = frames.Append(w.buf, frames.TypeAMQP, it.channel(), it.body, nil)
-			case kindFlow:
-				w.flow(it)
-			case kindDelivery:
-				w.delivery(it)
-			case kindClose:
-				w.buf = frames.Append(w.buf, frames.TypeAMQP, 0, it.body, nil)
-				closing = true
-			}
-			if closing {
-				break
-			}
-			if len(w.buf) >= flushSize && !w.write() {
-				return
-			}
-		}
-		clear(items)
-		w.flushSettles()
-		if len(w.buf) > 0 && !w.write() {
-			return
-		}
-		for _, a := range w.acks {
-			a.cons.AckUpTo(a.last) // a closed consumer already gave them back
-		}
-		clear(w.acks)
-		w.acks = w.acks[:0]
-		if closing {
-			c.stopWriter(nil)
-			return
-		}
+// Flush encodes the pending range of accepted outcomes before the write
+// (outbound.Flusher).
+func (c *conn) Flush(buf []byte) []byte {
+	w := c.w
+	if w == nil || w.setN == 0 {
+		return buf
+	}
+	w.buf = buf
+	w.flushSettles()
+	buf = w.buf
+	w.buf = nil
+	return buf
+}
+
+// BeforeWrite has nothing to wait for (outbound.Encoder).
+func (c *conn) BeforeWrite() {}
+
+// Written notes the write for the heart-beats, acknowledges the
+// pre-settled deliveries just written, and closes the connection once
+// close is out (outbound.Encoder).
+func (c *conn) Written() {
+	c.lastWrite.Store(time.Now().UnixNano())
+	w := c.w
+	if w == nil {
+		return
+	}
+	for _, a := range w.acks {
+		a.cons.AckUpTo(a.last) // a closed consumer already gave them back
+	}
+	clear(w.acks)
+	w.acks = w.acks[:0]
+	if cap(w.mbuf) > maxScratch {
+		w.mbuf = nil // grown for one large message: let it go
+	}
+	if w.closed {
+		c.nc.Close()
+	}
+}
+
+// startHeartBeats sends an empty frame whenever nothing was written for
+// every (half the peer's idle timeout): a timer, no goroutine, checks
+// when the last write was.
+func (c *conn) startHeartBeats(every time.Duration) {
+	c.hbEvery = every
+	c.lastWrite.Store(time.Now().UnixNano())
+	c.timerMu.Lock()
+	if !c.timersStopped {
+		c.hb = time.AfterFunc(every, c.heartBeat)
+	}
+	c.timerMu.Unlock()
+}
+
+// heartBeat is the heart-beat timer's function.
+func (c *conn) heartBeat() {
+	wait := c.hbEvery - time.Duration(time.Now().UnixNano()-c.lastWrite.Load())
+	if wait <= 0 {
+		c.out.PushBounded(outItem{kind: kindHeartBeat})
+		wait = c.hbEvery
+	}
+	c.timerMu.Lock()
+	if !c.timersStopped {
+		c.hb.Reset(wait)
+	}
+	c.timerMu.Unlock()
+}
+
+// armRecheck makes the writer ask core about the held links in
+// holdRecheck (hold.go), unless that is planned already.
+func (c *conn) armRecheck() {
+	c.timerMu.Lock()
+	defer c.timerMu.Unlock()
+	if c.recheckArmed || c.timersStopped {
+		return
+	}
+	c.recheckArmed = true
+	if c.recheckT == nil {
+		c.recheckT = time.AfterFunc(holdRecheck, c.recheckDue)
+	} else {
+		c.recheckT.Reset(holdRecheck)
+	}
+}
+
+func (c *conn) recheckDue() {
+	c.timerMu.Lock()
+	c.recheckArmed = false
+	c.timerMu.Unlock()
+	c.out.PushBounded(outItem{kind: kindRecheck})
+}
+
+// stopTimers stops the heart-beats and the rechecks for good.
+func (c *conn) stopTimers() {
+	c.timerMu.Lock()
+	defer c.timerMu.Unlock()
+	c.timersStopped = true
+	if c.hb != nil {
+		c.hb.Stop()
+	}
+	if c.recheckT != nil {
+		c.recheckT.Stop()
 	}
 }
 
@@ -221,35 +272,6 @@ func (it *outItem) channel() uint16 {
 		return 0
 	}
 	return it.sess.ch
-}
-
-// write sends the buffer and empties it. On failure it stops the writer
-// and reports false.
-func (w *writer) write() bool {
-	c := w.c
-	c.nc.SetWriteDeadline(time.Now().Add(c.s.cfg.WriteTimeout))
-	_, err := c.nc.Write(w.buf)
-	w.buf = w.buf[:0]
-	w.lastWrite = time.Now()
-	if err != nil {
-		c.stopWriter(err)
-		return false
-	}
-	return true
-}
-
-// stopWriter records why the writer ended, refuses further output and
-// closes the socket so the read loop ends too.
-func (c *conn) stopWriter(err error) {
-	c.outMu.Lock()
-	c.stopping = true
-	if c.werr == nil {
-		c.werr = err
-	}
-	c.out = nil
-	c.outMu.Unlock()
-	c.kick() // a writer waiting for work ends
-	c.nc.Close()
 }
 
 // flow fills in the session's part of a flow and encodes it.
@@ -394,6 +416,7 @@ func (w *writer) send(it *outItem) bool {
 	*t = frames.Transfer{Handle: l.handle}
 	for {
 		if s.remoteIncomingWindow == 0 {
+			s.waiting = true // the flow that reopens it kicks
 			c.mu.Unlock()
 			if !it.started {
 				it.msg = nil // encoded again when the window opens

@@ -728,6 +728,10 @@ type part struct {
 	idx   uint8
 	group uint64
 
+	// leader is the node serving the upstream consumer (0 while not
+	// attached), read without mu by Doubtful.
+	leader atomic.Uint64
+
 	mu    sync.Mutex
 	cid   uint64 // the upstream consumer's id (0 while not attached)
 	epoch uint64
@@ -757,6 +761,7 @@ func (p *part) attach(ctx context.Context) error {
 	cid := a.nextID.Add(1)
 	p.mu.Lock()
 	p.cid, p.link, p.attached = cid, l, false
+	p.leader.Store(l.leader)
 	p.mu.Unlock()
 	a.mu.Lock()
 	a.parts[cid] = p
@@ -874,6 +879,7 @@ func (p *part) lost(l *sessionLink) {
 	p.epoch++
 	cid := p.cid
 	p.cid, p.link, p.outstanding, p.attached = 0, nil, 0, false
+	p.leader.Store(0)
 	p.reattaching = true
 	p.mu.Unlock()
 	a := p.u.s.a

@@ -87,6 +87,7 @@ func (n *Node) receiveRaft(from uint64, frame []byte) {
 		n.log.Warn().Uint64("peer", from).Uint64("claims", m.GetFrom()).Msg("raft message from another node than its link's: dropped")
 		return
 	}
+	n.noteHeard(from)
 	n.queueInbound(gid, m)
 }
 

@@ -152,6 +152,9 @@ type Node struct {
 	peersMu sync.Mutex
 	peers   map[uint64]string // every member but this node
 
+	heardMu sync.Mutex
+	heard   map[uint64]time.Time // guarded by heardMu: the last Raft message from each peer (lease.go)
+
 	// The loop's inputs.
 	inMu     sync.Mutex
 	inbox    []inbound

@@ -148,6 +148,18 @@ type MarkSink interface {
 	DeliverMarked(tag uint64, m *Message, deliveryCount uint32, redelivered bool, mark uint32)
 }
 
+// DoubtingUpstream is implemented by an Upstream that can tell when a
+// delivery it fed the mirror may meanwhile have gone to another
+// consumer: its source (a group's leader) may no longer be the one
+// serving the group, because it has not heard from a majority, or this
+// node has not heard from it, for long enough that another may have
+// been elected. The mirror hands such a delivery out flagged
+// redelivered, since it may be a duplicate. Doubtful is called with the
+// mirror's lock held: it must be cheap and take no core lock.
+type DoubtingUpstream interface {
+	Doubtful(tag uint64) bool
+}
+
 // Upstream is the consumer that feeds a mirror queue. Its methods may be
 // called from any goroutine, never with a core lock held.
 type Upstream interface {
@@ -297,6 +309,7 @@ func (s *Session) mirrorOf(o ConsumerOptions) (*Queue, error) {
 		return nil, err
 	}
 	q.up = up
+	q.doubt, _ = up.(DoubtingUpstream)
 	return q, nil
 }
 

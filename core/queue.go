@@ -83,6 +83,9 @@ type Queue struct {
 	// for every other queue. A mirror is fed only by its upstream, and
 	// settles its deliveries there.
 	up Upstream
+	// doubt is up when it can tell deliveries that may have gone to
+	// another consumer meanwhile (DoubtingUpstream).
+	doubt DoubtingUpstream
 
 	// subscriber is the identity of the session that created a
 	// subscription, recorded in a durable one's binding; subKnown is
@@ -622,6 +625,9 @@ func (q *Queue) deliverLocked(c *Consumer, r *ref) {
 	q.stats.inflight.Add(1)
 	c.s.msgsOut.Add(1)
 	c.s.bytesOut.Add(uint64(r.msg.Size()))
+	if q.doubt != nil && !r.recovered && q.doubt.Doubtful(r.tag) {
+		r.recovered = true // maybe a duplicate: say so
+	}
 	c.handler(Delivery{ID: r.deliveryID, Message: r.msg, DeliveryCount: r.failures, Mark: r.mark, Consumer: c, recovered: r.recovered})
 }
 

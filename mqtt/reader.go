@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/junctionmq/junction/core/guard"
+	inwait "github.com/junctionmq/junction/internal/inbound" // mqtt has a type inbound
 )
 
 // Reading packets. An MQTT packet is a first byte (type and flags), a
@@ -57,12 +58,10 @@ var errMalformedLength = errors.New("mqtt: malformed remaining length")
 type packetReader struct {
 	nc  net.Conn
 	raw syscall.RawConn // nil: not plain TCP, reads block in nc.Read
-	// rawFill's, tryRaw's and waitIdle's callbacks, and what they read.
+	// rawFill's and tryRaw's callbacks, and what they read.
 	rawFn  func(fd uintptr) bool
 	tryFn  func(fd uintptr) bool
-	waitFn func(fd uintptr) bool
-	waited bool
-	peek   [1]byte
+	wait   inwait.Waiter // waitIdle's
 	rawBuf *[readBufSize]byte
 	rawN   int
 	rawErr error
@@ -111,7 +110,8 @@ func (pr *packetReader) init(nc net.Conn) {
 		pr.raw, _ = tc.SyscallConn()
 		// Made here (in a worker), not in waitIdle's goroutine: making
 		// them allocates.
-		pr.rawFn, pr.tryFn, pr.waitFn = pr.readRaw, pr.readNow, pr.waitReady
+		pr.rawFn, pr.tryFn = pr.readRaw, pr.readNow
+		pr.wait.Init(nc)
 	}
 }
 
@@ -357,24 +357,7 @@ func (pr *packetReader) endFrame() {
 // here, so it is kept shallow: everything else happens in the worker
 // (conn.serve).
 func (pr *packetReader) waitIdle() error {
-	pr.waited = false
-	if err := pr.raw.Read(pr.waitFn); err != nil {
-		return &net.OpError{Op: "read", Net: "tcp", Source: pr.nc.LocalAddr(), Addr: pr.nc.RemoteAddr(), Err: unwrapOp(err)}
-	}
-	return nil
-}
-
-// waitReady is waitIdle's callback. The first time it looks (reading
-// nothing) whether data came since the worker's last read: the poller
-// forgets an event that came before the wait began. With none, the
-// poller waits for the socket and calls it again: ready.
-func (pr *packetReader) waitReady(fd uintptr) bool {
-	if pr.waited {
-		return true
-	}
-	pr.waited = true
-	_, _, err := syscall.Recvfrom(int(fd), pr.peek[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-	return err != syscall.EAGAIN // data, an end or an error: the worker's read tells
+	return pr.wait.Wait()
 }
 
 // tryRaw reads what a plain TCP connection has, without waiting: with

@@ -19,6 +19,8 @@ import (
 	"github.com/junctionmq/junction/core"
 	"github.com/junctionmq/junction/core/guard"
 	"github.com/junctionmq/junction/core/selector"
+	"github.com/junctionmq/junction/internal/inbound"
+	"github.com/junctionmq/junction/internal/outbound"
 	"github.com/junctionmq/junction/stomp/internal/wire"
 )
 
@@ -91,19 +93,31 @@ type legacyAck struct {
 // outItem is one frame waiting for the writer: a control frame or a
 // delivery encoded as MESSAGE.
 type outItem struct {
-	f     *frame.Frame
-	d     core.Delivery
-	sub   *subscription
-	close bool // close the connection after writing f
+	f         *frame.Frame
+	d         core.Delivery
+	sub       *subscription
+	heartBeat bool // an EOL
+	close     bool // close the connection after writing f
 }
 
-// conn is one client connection. The read loop (serve) owns the protocol
-// state; the writer goroutine owns the socket's write side.
+// conn is one client connection. The read loop (readLoop, in workers one
+// after another) owns the protocol state; an outbound.Writer owns the
+// socket's write side.
 type conn struct {
 	s   *Server
+	ctx context.Context // ServeConn's: its end stops the connection
 	nc  net.Conn
-	log zerolog.Logger
+	id  uint64
+	log *zerolog.Logger // made on first use (logger)
 	rd  *wire.Reader
+	// The connection's goroutine waits for data with wait (plain TCP
+	// only: yield) and for the worker doing the work with working.
+	wait    inbound.Waiter
+	yield   bool
+	working sync.WaitGroup
+	closed  bool  // close has run (in the worker that met the end)
+	err     error // why the read loop ended (errIdle: nothing more to read for now)
+	opened  time.Time
 	// clock bounds the time of each frame; the read loop sets its read
 	// deadlines through it (guard.Clock). acct charges what the client
 	// sends to the broker's pre-authentication budget until it has logged
@@ -128,16 +142,20 @@ type conn struct {
 	// would otherwise hold the read loop until there is room.
 	live atomic.Pointer[core.Session]
 
-	// The writer's queue, guarded by outMu.
-	outMu     sync.Mutex
-	out       []outItem
-	ctrl      int // control frames in out
-	writeIdle time.Duration
-	wake      chan struct{} // 1-slot kick for the writer
-	drained   *sync.Cond    // signalled when ctrl falls below the high-water mark
-	wdone     chan struct{} // closed when the writer exits
-	werr      error         // why the writer stopped, guarded by outMu
-	stopping  bool          // no more items accepted, guarded by outMu
+	// The write side (writer.go); conn is its encoder.
+	out *outbound.Writer[outItem]
+	// Heart-beats to the client (writer.go): a timer, set at CONNECT.
+	hb        *time.Timer // guarded by outMu
+	hbEvery   time.Duration
+	lastWrite atomic.Int64 // unix nanoseconds of the last write
+	// The encoder's (the writer's goroutine's):
+	acks    []autoAck // auto-ack deliveries of the write in progress
+	wclosed bool      // a frame that closes the connection was encoded
+
+	// outMu guards what follows, and orders the items pushed.
+	outMu    sync.Mutex
+	stopping bool       // no more items accepted
+	drained  *sync.Cond // on outMu: a slot was answered; made on first use
 	// slots hold the answers (RECEIPT, or ERROR when the journal failed)
 	// to frames still waiting for the journal, and to the frames after
 	// them, so that answers leave in frame order. Guarded by outMu.
@@ -154,46 +172,109 @@ type answerSlot struct {
 // for the journal; past it the read loop waits.
 const maxPendingSends = 4096
 
-func newConn(s *Server, nc net.Conn) *conn {
-	id := s.nextID.Add(1)
-	lim := s.cfg.preAuthLimits()
-	clock := guard.NewClock(nc, s.cfg.frameRule())
-	// At most one frame before login, and what the reader's buffer reads
-	// ahead of it.
-	acct := s.broker.PreAuth(lim.MaxFrameSize + lim.MaxHeaderLength)
-	c := &conn{
-		s:         s,
-		nc:        nc,
-		log:       s.cfg.Logger.With().Uint64("conn", id).Str("remote", nc.RemoteAddr().String()).Logger(),
-		rd:        wire.NewReader(acct.Reader(clock), lim),
-		clock:     clock,
-		acct:      acct,
-		version:   wire.V12,
-		subs:      make(map[string]*subscription),
-		subsBySeq: make(map[uint64]*subscription),
-		txs:       make(map[string]*core.Tx),
-		wake:      make(chan struct{}, 1),
-		wdone:     make(chan struct{}),
-	}
-	c.drained = sync.NewCond(&c.outMu)
-	return c
+// Workers. A connection's goroutine (the caller's of ServeConn, which an
+// idle connection keeps) does nothing but wait: for data, holding no
+// buffer (internal/inbound), and for a worker, a goroutine that does the
+// connection's work (its setup, its frames until it has nothing more to
+// read, its end) and exits. Done on the connection's goroutine, the
+// CONNECT's work would leave every idle connection a 4 or 8 KiB stack
+// where waiting fits in 2 KiB. A connection that is not plain TCP (TLS,
+// WebSocket, the one-port listener's) cannot wait without a buffer: its
+// worker reads until the end.
+const (
+	workOpen  = iota // conn.open
+	workRun          // conn.readLoop, its error in c.err
+	workClose        // conn.close
+)
+
+// errIdle: the read loop has read everything that has arrived and yields
+// (conn.yield) rather than wait for more.
+var errIdle = errors.New("stomp: nothing more to read for now")
+
+// inWorker runs one kind of work in a worker, and waits for it. It
+// makes no closure (go copies the arguments), so that this goroutine's
+// stack stays as small as waiting needs.
+func (c *conn) inWorker(kind int) {
+	c.working.Add(1)
+	go c.worker(kind)
+	c.working.Wait()
 }
 
-func (c *conn) serve(ctx context.Context) {
-	c.log.Debug().Msg("stomp connection open")
-	start := time.Now()
-	go c.writeLoop()
-	stop := context.AfterFunc(ctx, func() {
-		// Shutdown: wake the read loop; it says goodbye. A SEND waiting
-		// for room gives up. Through the clock, which sets the read
-		// deadlines: one set on nc directly could be replaced.
-		c.clock.Interrupt()
-		if s := c.live.Load(); s != nil {
-			s.Close()
+func (c *conn) worker(kind int) {
+	defer c.working.Done()
+	switch kind {
+	case workOpen:
+		c.open()
+	case workRun:
+		c.err = c.readLoop()
+		if c.err != errIdle {
+			// The end, at once: a goroutine less to start before the
+			// goodbye leaves.
+			c.close()
+			c.closed = true
 		}
-	})
-	err := c.readLoop(ctx)
-	stop()
+	case workClose:
+		c.close()
+	}
+}
+
+// serve runs the connection's work in workers, waiting between them,
+// until the connection ends; c.err then says why.
+func (c *conn) serve() {
+	for {
+		c.inWorker(workRun)
+		if c.err != errIdle {
+			return
+		}
+		if c.err = c.wait.Wait(); c.err != nil {
+			return
+		}
+	}
+}
+
+// open sets a new connection up and registers it.
+func (c *conn) open() {
+	s, nc := c.s, c.nc
+	id := s.nextID.Add(1)
+	c.id = id
+	c.opened = time.Now()
+	lim := s.cfg.preAuthLimits()
+	c.clock = guard.NewClock(nc, s.cfg.frameRule())
+	// At most one frame before login, and what the reader's buffer reads
+	// ahead of it.
+	c.acct = s.broker.PreAuth(lim.MaxFrameSize + lim.MaxHeaderLength)
+	c.yield = c.wait.Init(nc)
+	if c.yield {
+		c.rd = wire.NewPooledReader(c.acct.Reader(c.clock), lim)
+	} else {
+		c.rd = wire.NewReader(c.acct.Reader(c.clock), lim)
+	}
+	c.version = wire.V12
+	c.out = outbound.New[outItem](nc, c, outbound.Config{WriteTimeout: s.cfg.WriteTimeout, HighWater: outHighWater})
+	c.clock.SetReadDeadline(c.opened.Add(s.cfg.ConnectTimeout))
+	s.mu.Lock()
+	s.conns[c] = struct{}{}
+	s.mu.Unlock()
+	s.watch.Add(c.ctx, c)
+	c.debug().Msg("stomp connection open")
+}
+
+// shutdown wakes the read loop (or the wait for data) when ServeConn's
+// context ends; the connection says goodbye. A SEND waiting for room
+// gives up. Through the clock, which sets the read deadlines: one set on
+// nc directly could be replaced.
+func (c *conn) shutdown() {
+	c.clock.Interrupt()
+	if s := c.live.Load(); s != nil {
+		s.Close()
+	}
+}
+
+// close ends the connection: the ERROR that says why, if any, then the
+// goodbye and the session's end; and forgets it.
+func (c *conn) close() {
+	ctx, err := c.ctx, c.err
+	c.s.watch.Remove(ctx, c)
 	c.acct.Close()
 	switch {
 	case ctx.Err() != nil:
@@ -227,14 +308,37 @@ func (c *conn) serve(ctx context.Context) {
 			}
 		case errors.Is(err, io.ErrUnexpectedEOF):
 		default:
-			c.log.Debug().Err(err).Msg("stomp read failed")
+			c.debug().Err(err).Msg("stomp read failed")
 		}
 	}
 	c.finish()
 	if c.session != nil {
 		c.session.Close()
 	}
-	c.log.Debug().Dur("duration", time.Since(start)).Err(c.writerErr()).Msg("stomp connection closed")
+	c.rd.Release()
+	c.debug().Dur("duration", time.Since(c.opened)).Err(c.out.Err()).Msg("stomp connection closed")
+	c.s.mu.Lock()
+	delete(c.s.conns, c)
+	c.s.mu.Unlock()
+}
+
+// logger returns the connection's logger, made on first use: most
+// connections never log.
+func (c *conn) logger() *zerolog.Logger {
+	if c.log == nil {
+		l := c.s.cfg.Logger.With().Uint64("conn", c.id).Str("remote", c.nc.RemoteAddr().String()).Logger()
+		c.log = &l
+	}
+	return c.log
+}
+
+// debug returns a debug event, or nil (whose methods do nothing) when
+// the server's logger does not log at debug level.
+func (c *conn) debug() *zerolog.Event {
+	if c.s.cfg.Logger.GetLevel() > zerolog.DebugLevel || zerolog.GlobalLevel() > zerolog.DebugLevel {
+		return nil
+	}
+	return c.logger().Debug()
 }
 
 // closeFromOutside closes the connection for an administrator: the read
@@ -248,13 +352,25 @@ func (c *conn) closeFromOutside() {
 	}
 }
 
-// readLoop reads and handles frames until the connection ends.
-func (c *conn) readLoop(ctx context.Context) error {
-	c.clock.SetReadDeadline(time.Now().Add(c.s.cfg.ConnectTimeout))
+// readLoop reads and handles frames until the connection ends or, on a
+// plain TCP connection, until everything that has arrived is handled
+// (errIdle): its read buffer is then given back, and the connection's
+// goroutine waits for more.
+func (c *conn) readLoop() error {
+	ctx := c.ctx
 	for {
 		// A frame's clock starts with its first byte, which may be read
 		// ahead already.
 		c.clock.Next(c.rd.Buffered())
+		if c.yield && c.rd.Buffered() == 0 && !c.wait.Ready() {
+			// The deadline of the wait: the connect timeout's, or the
+			// heart-beats'.
+			if err := c.clock.Arm(); err != nil {
+				return err
+			}
+			c.rd.Release()
+			return errIdle
+		}
 		f, err := c.rd.Read()
 		if err != nil {
 			return err
@@ -352,7 +468,7 @@ func (c *conn) journaled(s *answerSlot, f *frame.Frame, err error) {
 	s.ready = true
 	if err != nil {
 		if !errors.Is(err, core.ErrUnauthorized) && !errors.Is(err, core.ErrAddressFull) && !errors.Is(err, core.ErrDiskFull) { // core logs refusals
-			c.log.Warn().Err(err).Msg("durable send failed")
+			c.logger().Warn().Err(err).Msg("durable send failed")
 		}
 		s.item = outItem{f: errorFrame(coreErr("send failed", err), f), close: true}
 	}
@@ -364,9 +480,10 @@ func (c *conn) journaled(s *answerSlot, f *frame.Frame, err error) {
 		n++
 	}
 	c.slots = c.slots[n:]
-	c.drained.Broadcast()
+	if c.drained != nil {
+		c.drained.Broadcast()
+	}
 	c.outMu.Unlock()
-	c.kick()
 }
 
 // onConnect negotiates the version and heart-beats and opens the session.
@@ -431,10 +548,10 @@ func (c *conn) onConnect(ctx context.Context, f *frame.Frame) error {
 	if version > wire.V10 {
 		h = append(h, frame.HeartBeat, strconv.FormatInt(sendEvery.Milliseconds(), 10)+","+strconv.FormatInt(recvEvery.Milliseconds(), 10))
 	}
-	c.outMu.Lock()
-	c.writeIdle = sendEvery
-	c.outMu.Unlock()
 	c.push(outItem{f: frame.New(frame.CONNECTED, h...)})
+	if sendEvery > 0 {
+		c.startHeartBeats(sendEvery)
+	}
 	return nil
 }
 
@@ -578,6 +695,11 @@ func (c *conn) onSubscribe(f *frame.Frame) error {
 	c.subSeq++
 	sub.seq = c.subSeq
 	// Register before Subscribe: deliveries may be written at once.
+	if c.subs == nil {
+		// Made on first use: many connections only send.
+		c.subs = make(map[string]*subscription)
+		c.subsBySeq = make(map[uint64]*subscription)
+	}
 	c.subs[id] = sub
 	c.subsBySeq[sub.seq] = sub
 	cons, err := c.session.Subscribe(opts)
@@ -733,6 +855,9 @@ func (c *conn) onTx(ctx context.Context, f *frame.Frame) error {
 		if err != nil {
 			return protoErr("begin failed", "%v", err)
 		}
+		if c.txs == nil {
+			c.txs = make(map[string]*core.Tx)
+		}
 		c.txs[id] = tx
 		return nil
 	}
@@ -755,7 +880,7 @@ func (c *conn) onTx(ctx context.Context, f *frame.Frame) error {
 // must get the RECEIPT of every message that was stored before the ERROR
 // that ends the connection, or it would send those messages again.
 func (c *conn) sendError(pe *protocolError, about *frame.Frame) {
-	c.log.Debug().Str("error", pe.msg).Str("detail", pe.detail).Msg("stomp error sent")
+	c.debug().Str("error", pe.msg).Str("detail", pe.detail).Msg("stomp error sent")
 	c.answer(outItem{f: errorFrame(pe, about), close: true})
 }
 
@@ -795,44 +920,52 @@ func (c *conn) push(it outItem) {
 	c.outMu.Lock()
 	c.pushLocked(it)
 	c.outMu.Unlock()
-	c.kick()
 }
 
+// pushLocked queues it; outMu is held, so that items queued under it
+// (the answers of slots) keep their order. Control frames count toward
+// the writer's high-water mark; deliveries, bounded by credit, do not.
 func (c *conn) pushLocked(it outItem) {
 	if c.stopping {
 		return
 	}
-	c.out = append(c.out, it)
-	if it.f != nil {
-		c.ctrl++
-	}
 	if it.close {
 		c.stopping = true
 	}
-}
-
-// kick wakes the writer.
-func (c *conn) kick() {
-	select {
-	case c.wake <- struct{}{}:
-	default:
+	if it.f != nil {
+		c.out.Push(it)
+	} else {
+		c.out.PushBounded(it)
 	}
 }
 
-// waitWritable blocks the read loop while too many control frames wait.
+// waitWritable blocks the read loop while too many control frames wait
+// for the writer, or too many durable sends for the journal.
 func (c *conn) waitWritable() error {
+	if c.out.Wait() != nil {
+		return c.writerErr()
+	}
 	c.outMu.Lock()
 	defer c.outMu.Unlock()
-	for (c.ctrl >= outHighWater || len(c.slots) >= maxPendingSends) && c.werr == nil {
-		c.drained.Wait()
+	for len(c.slots) >= maxPendingSends {
+		c.drainedLocked().Wait()
 	}
-	return c.werr
+	return nil
 }
 
+func (c *conn) drainedLocked() *sync.Cond {
+	if c.drained == nil {
+		c.drained = sync.NewCond(&c.outMu)
+	}
+	return c.drained
+}
+
+// writerErr says why the writer stopped.
 func (c *conn) writerErr() error {
-	c.outMu.Lock()
-	defer c.outMu.Unlock()
-	return c.werr
+	if err := c.out.Err(); err != nil {
+		return err
+	}
+	return errConnClosing
 }
 
 // finish stops accepting output, waits (bounded by the write timeout)
@@ -841,32 +974,24 @@ func (c *conn) finish() {
 	c.outMu.Lock()
 	// Answers still waiting for the journal go out first (a DISCONNECT
 	// receipt among them), bounded by the write timeout.
-	if len(c.slots) > 0 && c.werr == nil {
+	if len(c.slots) > 0 && c.out.Err() == nil {
 		timedOut := false
 		t := time.AfterFunc(c.s.cfg.WriteTimeout, func() {
 			c.outMu.Lock()
 			timedOut = true
-			c.drained.Broadcast()
+			c.drainedLocked().Broadcast()
 			c.outMu.Unlock()
 		})
-		for len(c.slots) > 0 && !timedOut && c.werr == nil {
-			c.drained.Wait()
+		for len(c.slots) > 0 && !timedOut {
+			c.drainedLocked().Wait()
 		}
 		t.Stop()
 	}
-	if !c.stopping {
-		c.stopping = true
-		c.out = append(c.out, outItem{close: true})
+	c.stopping = true
+	if c.hb != nil {
+		c.hb.Stop()
 	}
 	c.outMu.Unlock()
-	select {
-	case c.wake <- struct{}{}:
-	default:
-	}
-	select {
-	case <-c.wdone:
-	case <-time.After(c.s.cfg.WriteTimeout):
-	}
+	c.out.Finish(outItem{close: true}, c.s.cfg.WriteTimeout)
 	c.nc.Close()
-	<-c.wdone
 }

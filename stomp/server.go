@@ -13,6 +13,7 @@ import (
 
 	"github.com/junctionmq/junction/core"
 	"github.com/junctionmq/junction/core/guard"
+	"github.com/junctionmq/junction/internal/inbound"
 	"github.com/junctionmq/junction/stomp/internal/wire"
 )
 
@@ -153,27 +154,29 @@ type Server struct {
 
 	mu    sync.Mutex
 	conns map[*conn]struct{} // guarded by mu
+	// watch stops the connections of a ServeConn context that ends.
+	watch inbound.Watch[*conn]
 }
 
 // New returns a server for broker b.
 func New(cfg Config, b *core.Broker) *Server {
-	return &Server{cfg: cfg.withDefaults(), broker: b, conns: make(map[*conn]struct{})}
+	s := &Server{cfg: cfg.withDefaults(), broker: b, conns: make(map[*conn]struct{})}
+	s.watch.Stop = (*conn).shutdown
+	return s
 }
 
 // ServeConn serves one client connection until it ends or ctx is
 // cancelled (the client then gets an ERROR saying the server is shutting
 // down). It closes nc before returning.
 func (s *Server) ServeConn(ctx context.Context, nc net.Conn) {
-	c := newConn(s, nc)
-	s.mu.Lock()
-	s.conns[c] = struct{}{}
-	s.mu.Unlock()
-	defer func() {
-		s.mu.Lock()
-		delete(s.conns, c)
-		s.mu.Unlock()
-	}()
-	c.serve(ctx)
+	c := &conn{s: s, nc: nc, ctx: ctx}
+	// This goroutine only waits (see conn.serve); the work runs in
+	// workers.
+	c.inWorker(workOpen)
+	c.serve()
+	if !c.closed {
+		c.inWorker(workClose)
+	}
 }
 
 // Connections returns the number of open connections.

@@ -10,10 +10,6 @@ import (
 	"github.com/junctionmq/junction/stomp/internal/wire"
 )
 
-// flushSize is how much encoded output the writer collects before it
-// writes even though more is queued.
-const flushSize = 64 << 10
-
 // autoAck collects, per auto-ack subscription, the deliveries written in
 // one batch: they are acked and their credit returned after the write.
 type autoAck struct {
@@ -22,98 +18,64 @@ type autoAck struct {
 	n    int
 }
 
-// writeLoop owns the socket's write side. It takes everything queued,
-// encodes it into one buffer and writes it when the queue is empty (or
-// the buffer is large), so a burst of frames costs one syscall. It sends
-// heart-beats when the connection has been silent for the negotiated
-// interval.
-func (c *conn) writeLoop() {
-	defer close(c.wdone)
-	buf := make([]byte, 0, flushSize)
-	var items []outItem
-	var acks []autoAck
-	var hb *time.Timer
-	lastWrite := time.Now()
-	for {
-		c.outMu.Lock()
-		items, c.out = c.out, items[:0]
-		c.ctrl = 0
-		idle := c.writeIdle
-		c.drained.Broadcast()
-		c.outMu.Unlock()
+// The connection's write side is an outbound.Writer (internal/outbound):
+// it gathers a burst of queued frames into one write and runs a
+// goroutine only while there is something to write. conn is its
+// Encoder; these methods run on the writer's goroutine, one at a time.
 
-		if len(items) == 0 {
-			var hbC <-chan time.Time
-			if idle > 0 {
-				wait := idle - time.Since(lastWrite)
-				if wait <= 0 {
-					buf = wire.EncodeHeartBeat(buf)
-					if !c.write(&buf) {
-						return
-					}
-					lastWrite = time.Now()
-					wait = idle
-				}
-				if hb == nil {
-					hb = time.NewTimer(wait)
-					defer hb.Stop()
-				} else {
-					hb.Reset(wait)
-				}
-				hbC = hb.C
+// Append encodes it (outbound.Encoder). Nothing is held back: a
+// subscription's deliveries are bounded by its prefetch in core. After
+// an item that closes the connection, the rest is dropped.
+func (c *conn) Append(buf []byte, it outItem, held bool) ([]byte, bool) {
+	if c.wclosed {
+		return buf, true
+	}
+	switch {
+	case it.f != nil:
+		buf = wire.Encode(buf, it.f, c.version)
+	case it.sub != nil:
+		buf = c.appendMessage(buf, it.d, it.sub)
+		if it.d.Message.Streamed() {
+			var ok bool
+			if buf, ok = c.streamBody(buf, it.d.Message); !ok {
+				break // the connection is closed: no auto-ack
 			}
-			select {
-			case <-c.wake:
-			case <-hbC:
-			}
-			continue
 		}
+		if it.sub.ack == ackAuto {
+			// The delivery names its consumer: sub.consumer may not be
+			// set yet when Subscribe's first deliveries arrive.
+			c.acks = noteAuto(c.acks, it.d.Consumer, it.d.ID)
+		}
+	case it.heartBeat:
+		buf = wire.EncodeHeartBeat(buf)
+	}
+	if it.close {
+		c.wclosed = true
+		if len(buf) == 0 {
+			c.nc.Close() // what came before is written already
+		}
+	}
+	return buf, true
+}
 
-		closing := false
-		for i := range items {
-			it := &items[i]
-			if it.f != nil {
-				buf = wire.Encode(buf, it.f, c.version)
-			} else if it.sub != nil {
-				buf = c.appendMessage(buf, it.d, it.sub)
-				if it.d.Message.Streamed() && !c.streamBody(&buf, it.d.Message) {
-					return
-				}
-				if it.sub.ack == ackAuto {
-					// The delivery names its consumer: sub.consumer may not
-					// be set yet when Subscribe's first deliveries arrive.
-					acks = noteAuto(acks, it.d.Consumer, it.d.ID)
-				}
-			}
-			if it.close {
-				closing = true
-				break
-			}
-			if len(buf) >= flushSize {
-				if !c.write(&buf) {
-					return
-				}
-			}
+// BeforeWrite has nothing to wait for (outbound.Encoder).
+func (c *conn) BeforeWrite() {}
+
+// Written notes the write for the heart-beats, acknowledges the
+// auto-ack deliveries just written and returns their credit, and closes
+// the connection once its last frame is out (outbound.Encoder).
+func (c *conn) Written() {
+	c.lastWrite.Store(time.Now().UnixNano())
+	for i := range c.acks {
+		a := &c.acks[i]
+		if n, err := a.cons.AckUpTo(a.last); err == nil {
+			a.cons.Flow(n)
 		}
-		clear(items)
-		if len(buf) > 0 {
-			if !c.write(&buf) {
-				return
-			}
-			lastWrite = time.Now()
-		}
-		for i := range acks {
-			a := &acks[i]
-			if n, err := a.cons.AckUpTo(a.last); err == nil {
-				a.cons.Flow(n)
-			}
-		}
-		clear(acks)
-		acks = acks[:0]
-		if closing {
-			c.stopWriter(nil)
-			return
-		}
+	}
+	clear(c.acks)
+	c.acks = c.acks[:0]
+	if c.wclosed {
+		c.nc.Close()
 	}
 }
 
@@ -128,34 +90,29 @@ func noteAuto(acks []autoAck, cons *core.Consumer, id uint64) []autoAck {
 	return append(acks, autoAck{cons: cons, last: id, n: 1})
 }
 
-// write sends buf and empties it. On failure it stops the writer and
-// reports false.
-func (c *conn) write(buf *[]byte) bool {
-	c.nc.SetWriteDeadline(time.Now().Add(c.s.cfg.WriteTimeout))
-	_, err := c.nc.Write(*buf)
-	*buf = (*buf)[:0]
-	if err != nil {
-		c.stopWriter(err)
-		return false
-	}
-	return true
+// startHeartBeats sends a heart-beat whenever nothing was written for
+// every: a timer, no goroutine, checks when the last write was.
+func (c *conn) startHeartBeats(every time.Duration) {
+	c.hbEvery = every
+	c.lastWrite.Store(time.Now().UnixNano())
+	c.outMu.Lock()
+	c.hb = time.AfterFunc(every, c.heartBeat)
+	c.outMu.Unlock()
 }
 
-// stopWriter records why the writer ended, refuses further output and
-// closes the socket so the read loop ends too.
-func (c *conn) stopWriter(err error) {
+// heartBeat is the heart-beat timer's function.
+func (c *conn) heartBeat() {
+	wait := c.hbEvery - time.Duration(time.Now().UnixNano()-c.lastWrite.Load())
 	c.outMu.Lock()
-	c.stopping = true
-	if c.werr == nil {
-		c.werr = err
-		if err == nil {
-			c.werr = errConnClosing
-		}
+	defer c.outMu.Unlock()
+	if c.stopping {
+		return
 	}
-	c.out = nil
-	c.drained.Broadcast()
-	c.outMu.Unlock()
-	c.nc.Close()
+	if wait <= 0 {
+		c.out.PushBounded(outItem{heartBeat: true})
+		wait = c.hbEvery
+	}
+	c.hb.Reset(wait)
 }
 
 // appendMessage encodes a delivery as a MESSAGE frame.

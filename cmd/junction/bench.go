@@ -16,6 +16,7 @@ import (
 
 const benchUsage = `usage: junction bench [flags]
        junction bench stomp|mqtt|amqp --scenario S [flags]
+       junction bench conns [flags]
 
 Runs producers and consumers against any broker speaking STOMP, MQTT or
 AMQP 1.0 and prints throughput and end-to-end latency percentiles.
@@ -38,7 +39,7 @@ flags of the first form:
 
 // runBench is `junction bench`: a load generator for any broker.
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) > 0 && slices.Contains(bench.Protocols, args[0]) {
+	if len(args) > 0 && (slices.Contains(bench.Protocols, args[0]) || args[0] == "conns") {
 		return scenario.Main(ctx, args, stdout, stderr)
 	}
 	fs := flag.NewFlagSet("junction bench", flag.ContinueOnError)

@@ -20,6 +20,10 @@
 // held set, so that an encoder lets control frames pass and holds the
 // items that must stay in order behind the held ones.
 //
+// An Encoder that gathers several items into one frame (AMQP's run of
+// accepted outcomes as one disposition) implements [Flusher]: what it
+// keeps pending is appended before the burst is written.
+//
 // Back-pressure: items queued with Push count toward Config.HighWater
 // until written; [Writer.Wait] blocks while that many are queued, so a
 // client that sends requests without reading the answers is slowed
@@ -72,6 +76,14 @@ type Encoder[T any] interface {
 	// has been written, so that the encoder can settle it (acknowledge
 	// deliveries that need no answer, return credit).
 	Written()
+}
+
+// A Flusher is an Encoder that keeps encoding pending from one item to
+// the next (a run of acknowledgements gathered into one frame): Flush
+// appends what is pending, and is called once the items taken at once
+// are encoded, before their last write.
+type Flusher interface {
+	Flush(buf []byte) []byte
 }
 
 // Config tunes a Writer. Zero fields take the defaults given.
@@ -365,6 +377,9 @@ func (w *Writer[T]) run() {
 		}
 		clear(batch)
 		w.spare = batch[:0]
+		if f, ok := w.enc.(Flusher); ok {
+			buf = f.Flush(buf)
+		}
 		if len(buf) > 0 && !w.write(&buf, &counted) {
 			*bp = buf
 			return

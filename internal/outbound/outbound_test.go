@@ -425,3 +425,51 @@ func TestConcurrentPushers(t *testing.T) {
 		}
 	}
 }
+
+// countEnc gathers a run of "+" items into one "<n>" written before the
+// next other item, or by Flush before the write.
+type countEnc struct {
+	enc
+	n int
+}
+
+func (e *countEnc) Append(buf []byte, it item, held bool) ([]byte, bool) {
+	if it.s == "+" {
+		e.n++
+		return buf, true
+	}
+	return e.enc.Append(e.Flush(buf), it, held)
+}
+
+func (e *countEnc) Flush(buf []byte) []byte {
+	if e.n > 0 {
+		buf = fmt.Appendf(buf, "<%d>", e.n)
+		e.n = 0
+	}
+	return buf
+}
+
+// What a Flusher keeps pending is appended before the burst is written,
+// also when the burst is nothing else.
+func TestFlusherPendingWrittenWithBurst(t *testing.T) {
+	c := &fakeConn{gate: make(chan struct{}), entered: make(chan struct{}, 1)}
+	e := &countEnc{}
+	w := New[item](c, e, Config{})
+	w.Push(item{s: "a"})
+	<-c.entered // the first write is under way
+	for _, s := range []string{"+", "+", "b", "+", "+", "+"} {
+		w.Push(item{s: s})
+	}
+	c.mu.Lock()
+	close(c.gate)
+	c.gate = nil
+	c.mu.Unlock()
+	eventually(t, "the burst", func() bool { return c.all() == "a<2>b<3>" })
+	eventually(t, "the writer idle", w.idle)
+	w.Push(item{s: "+"})
+	eventually(t, "a burst of pending only", func() bool { return c.all() == "a<2>b<3><1>" })
+	if n := c.count(); n != 3 {
+		t.Fatalf("%d writes, want 3", n)
+	}
+	w.Close()
+}

@@ -17,6 +17,7 @@ protocols:
   stomp   measure a STOMP broker with the go-stomp client (junction bench stomp -h)
   mqtt    measure an MQTT broker with the paho client (junction bench mqtt -h)
   amqp    measure an AMQP 1.0 broker with the go-amqp client (junction bench amqp -h)
+  conns   what a STOMP or AMQP connection costs: idle memory, connects/s (junction bench conns -h)
 `
 
 // Main runs the fixed scenarios of one protocol: args are
@@ -47,6 +48,12 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		return runAMQP(ctx, cfg, stdout, stderr)
+	case "conns":
+		cfg, err := parseConnsFlags(args[1:], stderr)
+		if err != nil {
+			return err
+		}
+		return runConns(ctx, cfg, stdout)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, topUsage)
 		return nil

@@ -6,6 +6,7 @@ import (
 	"io"
 	"math"
 	"strconv"
+	"sync"
 
 	"github.com/go-stomp/stomp/v3/frame"
 )
@@ -64,10 +65,12 @@ const (
 // A Reader reads STOMP frames from a byte stream, within [Limits]. It is
 // not safe for concurrent use: one goroutine calls Read and SetVersion.
 type Reader struct {
-	br      *bufio.Reader
-	lim     Limits  // defaults applied
-	version Version // escaping rules for frames other than CONNECT/CONNECTED
-	err     error   // sticky: the first error Read returned
+	br      *bufio.Reader // nil while released (NewPooledReader)
+	src     io.Reader     // what a pooled br reads
+	pool    *sync.Pool    // of *bufio.Reader; nil: br is the Reader's own
+	lim     Limits        // defaults applied
+	version Version       // escaping rules for frames other than CONNECT/CONNECTED
+	err     error         // sticky: the first error Read returned
 
 	// Streaming (SetStreaming): a SEND whose content-length is above
 	// streamAbove, up to maxStream, is returned without its body, which
@@ -101,6 +104,45 @@ func NewReader(r io.Reader, lim Limits) *Reader {
 		lim:     lim,
 		version: V12,
 	}
+}
+
+// NewPooledReader is NewReader with a buffer taken from a pool when a
+// Read needs one, and given back by Release: a connection that waits for
+// its next frame holds no buffer.
+func NewPooledReader(r io.Reader, lim Limits) *Reader {
+	lim = lim.withDefaults()
+	return &Reader{src: r, pool: bufPool(max(lim.MaxHeaderLength, 16)), lim: lim, version: V12}
+}
+
+var (
+	poolsMu sync.Mutex
+	pools   = map[int]*sync.Pool{} // by buffer size
+)
+
+func bufPool(size int) *sync.Pool {
+	poolsMu.Lock()
+	defer poolsMu.Unlock()
+	p := pools[size]
+	if p == nil {
+		p = &sync.Pool{New: func() any { return bufio.NewReaderSize(nil, size) }}
+		pools[size] = p
+	}
+	return p
+}
+
+// Release gives the buffer of a pooled Reader back, with the scratch of
+// the last frame, when nothing is read ahead (Buffered is 0) and no
+// streamed body is left to read through Body (its bytes and NUL come
+// through the buffer); the next Read takes one again. Call it between
+// Reads.
+func (r *Reader) Release() {
+	if r.pool == nil || r.br == nil || r.br.Buffered() > 0 || r.pending > 0 || r.nulDue {
+		return
+	}
+	r.br.Reset(nil)
+	r.pool.Put(r.br)
+	r.br = nil
+	r.block, r.spans, r.strs = nil, nil, nil
 }
 
 // SetMaxFrameSize changes Limits.MaxFrameSize for the frames read from
@@ -180,7 +222,12 @@ func (b *bodyReader) Read(p []byte) (int, error) {
 
 // Buffered returns the number of bytes read ahead of the frames returned
 // so far: the start of the next frame, or heart-beats.
-func (r *Reader) Buffered() int { return r.br.Buffered() }
+func (r *Reader) Buffered() int {
+	if r.br == nil {
+		return 0
+	}
+	return r.br.Buffered()
+}
 
 // SetVersion sets the escaping rules for the frames read from now on, once
 // CONNECT has been answered. CONNECT and CONNECTED headers are never
@@ -206,6 +253,10 @@ func (r *Reader) Read() (*frame.Frame, error) {
 	if r.pending > 0 || r.nulDue {
 		r.err = errBodyNotRead
 		return nil, r.err
+	}
+	if r.br == nil {
+		r.br = r.pool.Get().(*bufio.Reader)
+		r.br.Reset(r.src)
 	}
 	f, err := r.readFrame()
 	if err != nil {

@@ -423,3 +423,33 @@ func TestStreamedBody(t *testing.T) {
 		t.Fatal("Read with the body unread")
 	}
 }
+
+// A pooled Reader keeps its buffer while a streamed body is left to
+// read, although nothing is read ahead, and gives it back once the body
+// and its NUL are read.
+func TestStreamedBodyPooled(t *testing.T) {
+	body := strings.Repeat("0123456789", 100)
+	src := io.MultiReader(strings.NewReader("SEND\ndestination:q\ncontent-length:1000\n\n"),
+		strings.NewReader(body+"\x00"), strings.NewReader("SEND\ndestination:q\n\nsmall\x00"))
+	r := NewPooledReader(src, Limits{})
+	r.SetStreaming(100, 5000)
+	if _, err := r.Read(); err != nil || r.Streaming() != 1000 || r.Buffered() != 0 {
+		t.Fatalf("Read: %v, streaming %d, buffered %d", err, r.Streaming(), r.Buffered())
+	}
+	r.Release()
+	if r.br == nil {
+		t.Fatal("Release gave the buffer back with the body unread")
+	}
+	got, err := io.ReadAll(r.Body())
+	if err != nil || string(got) != body {
+		t.Fatalf("Body: %d bytes, %v", len(got), err)
+	}
+	r.Release()
+	if r.br != nil {
+		t.Fatal("Release kept the buffer once the body was read")
+	}
+	f, err := r.Read()
+	if err != nil || string(f.Body) != "small" {
+		t.Fatalf("next frame: %v %q", err, f.Body)
+	}
+}

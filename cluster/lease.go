@@ -1,0 +1,81 @@
+package cluster
+
+import "time"
+
+// Leases against stale deliveries. Raft commits nothing without a
+// majority, but a leader cut off from its majority keeps believing it
+// leads until CheckQuorum makes it step down, up to two election
+// timeouts later, while the majority may elect another leader after
+// one. A group broker serving in that window hands out what the new
+// leader hands out again, and a node cut off from a group's leader
+// cannot know that what it still holds from it was redelivered
+// elsewhere. Neither can be undone; both can be told. With PreVote and
+// CheckQuorum, followers elect no other leader before an election
+// timeout without hearing from the old one, so a delivery made while
+// the source has heard from a majority within half of it (leaseHeld),
+// and handed out while this node has heard from the source within half
+// of it (heardRecently), cannot have been made by another leader too.
+// Any other goes out flagged redelivered: a possible duplicate, said.
+
+// lease is how recently contact must have been for a delivery to be
+// sure.
+func (n *Node) lease() time.Duration {
+	return time.Duration(n.cfg.ElectionTicks) * n.cfg.Tick / 2
+}
+
+// noteHeard records a Raft message from peer id.
+func (n *Node) noteHeard(id uint64) {
+	now := time.Now()
+	n.heardMu.Lock()
+	if n.heard == nil {
+		n.heard = make(map[uint64]time.Time)
+	}
+	n.heard[id] = now
+	n.heardMu.Unlock()
+}
+
+// heardRecently reports whether a Raft message came from id within the
+// lease.
+func (n *Node) heardRecently(id uint64) bool {
+	n.heardMu.Lock()
+	t, ok := n.heard[id]
+	n.heardMu.Unlock()
+	return ok && time.Since(t) < n.lease()
+}
+
+// leaseHeld reports whether this node, with the peers it heard from
+// within the lease, is a majority of the members: as a leader, it
+// cannot have been replaced.
+func (n *Node) leaseHeld() bool {
+	limit := n.lease()
+	now := time.Now()
+	// peersMu, then heardMu: noteHeard takes heardMu alone.
+	n.peersMu.Lock()
+	defer n.peersMu.Unlock()
+	members, live := 1+len(n.peers), 1
+	n.heardMu.Lock()
+	for id := range n.peers {
+		if t, ok := n.heard[id]; ok && now.Sub(t) < limit {
+			live++
+		}
+	}
+	n.heardMu.Unlock()
+	return 2*live > members
+}
+
+// Doubtful implements core.DoubtingUpstream (see above).
+func (u *upstream) Doubtful(tag uint64) bool {
+	idx := int(tag >> (tagIDBits + tagEpochBits))
+	if idx >= len(u.parts) {
+		return true
+	}
+	leader := u.parts[idx].leader.Load()
+	n := u.s.a.n
+	switch leader {
+	case 0:
+		return true
+	case n.cfg.NodeID:
+		return !n.leaseHeld()
+	}
+	return !n.heardRecently(leader)
+}

@@ -1,0 +1,34 @@
+package cluster
+
+import (
+	"testing"
+	"time"
+)
+
+// A node is sure of a delivery only with recent contact: as a leader,
+// with a majority; as a follower, with the leader the delivery came
+// from.
+func TestLeases(t *testing.T) {
+	n, _ := linkNode(t)
+	n.cfg.Tick, n.cfg.ElectionTicks = 10*time.Millisecond, 10 // lease 50ms
+	n.peers = map[uint64]string{2: "b", 3: "c"}
+	if n.leaseHeld() {
+		t.Fatal("a leader that heard from nobody holds its lease")
+	}
+	n.noteHeard(2)
+	if !n.leaseHeld() || !n.heardRecently(2) || n.heardRecently(3) {
+		t.Fatal("contact with one of two peers: the lease is held, peer 2 heard, peer 3 not")
+	}
+	u := &upstream{s: &remoteSession{a: n.access}}
+	u.parts = []*part{{u: u, idx: 0}, {u: u, idx: 1}, {u: u, idx: 2}}
+	u.parts[1].leader.Store(1) // this node
+	u.parts[2].leader.Store(2)
+	tag := func(idx uint8) uint64 { return makeTag(idx, 0, 5) }
+	if !u.Doubtful(tag(0)) || u.Doubtful(tag(1)) || u.Doubtful(tag(2)) {
+		t.Fatal("doubts with fresh contact: want only the unattached part's")
+	}
+	time.Sleep(80 * time.Millisecond)
+	if !u.Doubtful(tag(1)) || !u.Doubtful(tag(2)) || n.leaseHeld() {
+		t.Fatal("after the lease ran out every delivery is doubtful")
+	}
+}
