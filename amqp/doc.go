@@ -28,6 +28,16 @@
 // buffers from a pool, and exits; the write side (internal/outbound)
 // runs a goroutine only while there is something to write.
 //
+// # Large messages
+//
+// On a broker with a large-message store, a client's message whose body
+// is one data section above the large-message threshold is streamed to
+// its file as its transfer frames arrive, up to
+// [Config.MaxLargeMessageSize] (1 GiB; the links' advertised
+// max-message-size), and a streamed body goes to client receivers from
+// its file, cut into transfer frames as usual; see stream.go. Other
+// bodies are reassembled in memory within [Config.MaxMessageSize].
+//
 // # Addresses
 //
 // A terminus address (or a message's to on the anonymous relay, a

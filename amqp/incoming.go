@@ -44,6 +44,9 @@ func (l *link) transfer(t *frames.Transfer, payload []byte) error {
 			p.txn = append([]byte(nil), ts.TxnID...)
 		}
 	}
+	if p.stream != nil {
+		return l.streamTransfer(p, t, payload)
+	}
 	if t.Aborted {
 		l.partial = nil // an aborted delivery is discarded, its credit spent
 		l.settleIn(p, nil, false)
@@ -63,6 +66,9 @@ func (l *link) transfer(t *frames.Transfer, payload []byte) error {
 	p.buf = append(p.buf, payload...)
 	if t.More {
 		l.partial = p
+		if th := c.core.StreamThreshold(); th > 0 && len(p.buf) > th && !p.noStream && !l.coordinator {
+			return l.startStream(p)
+		}
 		return nil
 	}
 	l.partial = nil
@@ -89,7 +95,6 @@ func (l *link) settleIn(p *incoming, state frames.DeliveryState, send bool) {
 // receive routes a complete message, confirming it once core has it (for
 // a durable message, once the journal has it).
 func (l *link) receive(p *incoming, raw []byte) error {
-	c := l.sess.c
 	pm, err := frames.ParseMessage(raw)
 	if err != nil {
 		return connErr(frames.ErrCondDecodeError, "message: %v", err)
@@ -98,39 +103,58 @@ func (l *link) receive(p *incoming, raw []byte) error {
 		l.txControl(p, pm)
 		return nil
 	}
+	m, refusal := l.toMessage(pm)
+	if refusal != nil {
+		l.settleIn(p, refusal, true)
+		return nil
+	}
+	l.route(p, m)
+	return nil
+}
+
+// toMessage maps a client's message to core, resolving its address; a
+// message core cannot take gets the outcome to settle it with.
+func (l *link) toMessage(pm *frames.Message) (*core.Message, frames.DeliveryState) {
+	c := l.sess.c
 	addr, rt := l.addr, l.rt
 	if addr == "" {
 		if pm.Properties == nil || derefString(pm.Properties.To) == "" {
-			l.settleIn(p, rejected(frames.ErrCondNotFound, "the anonymous relay needs the message's to"), true)
-			return nil
+			return nil, rejected(frames.ErrCondNotFound, "the anonymous relay needs the message's to")
 		}
+		var err error
 		addr, rt, err = c.resolve(*pm.Properties.To, jmsDestCaps(pm))
 		if err != nil {
-			l.settleIn(p, rejectedBy(err), true)
-			return nil
+			return nil, rejectedBy(err)
 		}
 	}
 	m, err := toCore(pm, addr, rt, time.Now())
 	if err != nil {
-		l.settleIn(p, rejectedBy(err), true)
-		return nil
+		return nil, rejectedBy(err)
 	}
+	return m, nil
+}
+
+// route sends a complete message, in its transaction if it has one, and
+// settles it once core has it (for a durable message, once the journal
+// has it).
+func (l *link) route(p *incoming, m *core.Message) {
+	c := l.sess.c
 	if p.txn != nil {
 		tx := c.txs[string(p.txn)]
 		if tx == nil {
 			l.settleIn(p, rejected(frames.ErrCondTxUnknownID, "transaction is not declared"), true)
-			return nil
+			return
 		}
 		var outcome frames.DeliveryState = &frames.Accepted{}
 		if err := tx.Send(m); err != nil {
 			outcome = rejectedBy(err)
 		}
 		l.settleIn(p, &frames.TransactionalState{TxnID: p.txn, Outcome: outcome}, true)
-		return nil
+		return
 	}
 	if p.settled {
 		c.core.SendAsync(m, c.logDropped)
-		return nil
+		return
 	}
 	c.core.SendAsync(m, func(err error) {
 		var st frames.DeliveryState
@@ -139,7 +163,6 @@ func (l *link) receive(p *incoming, raw []byte) error {
 		}
 		l.settleIn(p, st, true)
 	})
-	return nil
 }
 
 // logDropped notes a pre-settled message core could not take: the

@@ -48,6 +48,10 @@ type incoming struct {
 	settled bool
 	txn     []byte // transactional-state's txn-id, if any
 	buf     []byte
+	// A large body streamed to its file (stream.go), or noStream when
+	// it cannot be and the message is reassembled in memory.
+	stream   *inStream
+	noStream bool
 }
 
 // linkErr refuses or closes a link with a condition.
@@ -199,7 +203,7 @@ func (l *link) attachReceiver(a *frames.Attach) (*frames.Attach, error) {
 		Name: a.Name, Handle: a.Handle, Role: frames.RoleReceiver,
 		SndSettleMode: a.SndSettleMode, RcvSettleMode: frames.RcvFirst,
 		Source: a.Source, Target: a.Target, Coordinator: a.Coordinator,
-		MaxMessageSize: uint64(c.s.cfg.MaxMessageSize),
+		MaxMessageSize: uint64(c.maxMessageSize()),
 	}
 	switch {
 	case a.Coordinator != nil:
@@ -330,6 +334,10 @@ func (l *link) close(closed bool) {
 	c.mu.Lock()
 	l.detached = true
 	c.mu.Unlock()
+	if p := l.partial; p != nil && p.stream != nil {
+		p.stream.abort(errLinkClosed) // its file goes; never confirmed
+		l.partial = nil
+	}
 	if l.cons != nil {
 		l.cons.Close()
 	}

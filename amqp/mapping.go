@@ -411,6 +411,11 @@ func appendDelivery(dst []byte, d core.Delivery) []byte {
 	default:
 		fm.BodyKind, fm.Data = frames.BodyData, [][]byte{m.Body}
 	}
+	if m.Streamed() {
+		// The body (one data section) and the footer follow from the
+		// body's file (sendStreamed).
+		fm.BodyKind, fm.Data, fm.Value, fm.RawBody, fm.RawFooter = frames.BodyNone, nil, nil, nil, nil
+	}
 	return frames.AppendMessage(dst, &fm)
 }
 

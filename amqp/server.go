@@ -3,6 +3,7 @@ package amqp
 import (
 	"bytes"
 	"context"
+	"math"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -24,6 +25,13 @@ type Config struct {
 	// MaxMessageSize bounds a message reassembled from transfer frames.
 	// Default 64 MiB.
 	MaxMessageSize int
+	// MaxLargeMessageSize bounds a message whose body the broker streams
+	// to the large-message store as its frames arrive (a body of one
+	// data section above the broker's large-message threshold; see
+	// stream.go), and is the max-message-size advertised on attach when
+	// the broker can stream. Default 1 GiB; at most 4 GiB, a data
+	// section's limit.
+	MaxLargeMessageSize int
 	// ChannelMax is the highest session channel accepted. Default 255.
 	ChannelMax uint16
 	// HandleMax is the highest link handle accepted per session. Default
@@ -70,6 +78,9 @@ type Config struct {
 	Logger zerolog.Logger
 }
 
+// DefaultMaxLargeMessageSize is the default Config.MaxLargeMessageSize.
+const DefaultMaxLargeMessageSize = 1 << 30
+
 func (c Config) withDefaults() Config {
 	if c.MaxFrameSize == 0 {
 		c.MaxFrameSize = 256 << 10
@@ -78,6 +89,10 @@ func (c Config) withDefaults() Config {
 	if c.MaxMessageSize <= 0 {
 		c.MaxMessageSize = 64 << 20
 	}
+	if c.MaxLargeMessageSize <= 0 {
+		c.MaxLargeMessageSize = DefaultMaxLargeMessageSize
+	}
+	c.MaxLargeMessageSize = min(c.MaxLargeMessageSize, math.MaxUint32)
 	if c.ChannelMax == 0 {
 		c.ChannelMax = 255
 	}

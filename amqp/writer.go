@@ -46,6 +46,8 @@ type outItem struct {
 	off     int
 	started bool
 	owned   bool // msg is the item's own, not the writer's scratch
+	// kindDelivery of a streamed body: what is left of it (stream.go).
+	stream *outStream
 }
 
 // outDelivery is a delivery sent to a client and not yet settled by it.
@@ -394,6 +396,9 @@ func (w *writer) resumeBacklogs() {
 // window lasts. It reports whether the delivery is done (sent whole, or
 // dropped because its link or session is gone).
 func (w *writer) send(it *outItem) bool {
+	if it.d.Message.Streamed() {
+		return w.sendStreamed(it)
+	}
 	c := w.c
 	l := it.link
 	s := l.sess

@@ -122,6 +122,8 @@ type Broker struct {
 	bindings       Journal
 	large          LargeStore
 	largeThreshold int
+	largeInFlight  atomic.Int64 // bytes announced by the large bodies being received (ReceiveBody)
+	disk           DiskLimits
 	pager          Pager
 	cluster        Cluster // nil unless this is an access broker
 	pageGen        atomic.Uint64
@@ -205,6 +207,7 @@ func New(cfg Config) (*Broker, error) {
 		msgs:      cfg.Messages,
 		bindings:  cfg.Bindings,
 		large:     cfg.Large,
+		disk:      cfg.Disk,
 		pager:     cfg.Pager,
 		cluster:   cfg.Cluster,
 		mem:       memory{max: cfg.MaxMemory},
@@ -719,12 +722,17 @@ func (b *Broker) prepare(m *Message, user string, now time.Time) error {
 	if err := ValidateProperties(m.Properties); err != nil {
 		return err
 	}
-	m.ID = b.msgID.Add(1)
+	if m.lb == nil || m.lb.id != m.ID || m.ID == 0 {
+		// A streamed body's message has the id its file was written
+		// under (ReceiveBody).
+		m.ID = b.msgID.Add(1)
+	}
 	if m.Timestamp.IsZero() {
 		m.Timestamp = now
 	}
 	m.UserID = user
-	return nil
+	// A copy of a streamed message gets a file of its own.
+	return b.ownBody(m)
 }
 
 // sendOpts says who sends a message and how a full queue may answer.

@@ -456,7 +456,7 @@ func (t *Tx) clusterCommit(ctx context.Context) error {
 // record format, without queues). The body of a large message must be in
 // m.Body.
 func EncodeMessage(m *Message) []byte {
-	if m.large {
+	if m.lb != nil {
 		c := m.shallowCopy()
 		return encodeMessage(c, nil)
 	}
@@ -467,7 +467,7 @@ func EncodeMessage(m *Message) []byte {
 // memory.
 func DecodeMessage(p []byte) (*Message, error) {
 	m, qs, err := decodeMessage(p)
-	if err == nil && (len(qs) != 0 || m.large) {
+	if err == nil && (len(qs) != 0 || m.lb != nil) {
 		err = fmt.Errorf("%w: not an encoded message", ErrInvalidMessage)
 	}
 	return m, err

@@ -65,7 +65,7 @@ func encodeMessage(m *Message, queues []uint64) []byte {
 	if m.Durable {
 		flags |= 1
 	}
-	if m.large {
+	if m.lb != nil {
 		flags |= 2
 	}
 	b = append(b, flags, m.Priority)
@@ -102,7 +102,7 @@ func encodeMessage(m *Message, queues []uint64) []byte {
 			b = append(b, propNil)
 		}
 	}
-	if m.large {
+	if m.lb != nil {
 		b = appendStr(b, "")
 	} else {
 		b = appendStr(b, string(m.Body))
@@ -201,7 +201,10 @@ func decodeMessage(p []byte) (*Message, []uint64, error) {
 	m.RoutingType = RoutingType(d.byte())
 	flags := d.byte()
 	m.Durable = flags&1 != 0
-	m.large = flags&2 != 0
+	if flags&2 != 0 {
+		// Its store and size are the caller's to fill in (recovery).
+		m.lb = &largeBody{}
+	}
 	m.Priority = d.byte()
 	m.Timestamp = d.time()
 	m.Expiration = d.time()

@@ -19,6 +19,11 @@ type DiskLimits struct {
 	MinFree int64
 	// Interval between checks; zero means 500ms.
 	Interval time.Duration
+	// Free reports the bytes free where large bodies are stored, checked
+	// (less MinFree and the bodies being received) before a large body
+	// is taken (Session.ReceiveBody); nil skips the check. It is asked
+	// even when Usage is nil.
+	Free func() (int64, error)
 }
 
 // diskLoop checks the disk limits until the broker closes.

@@ -111,8 +111,10 @@ type Message struct {
 	// durableRefs counts the journaled queue references not yet settled;
 	// the message record is deleted with the last one.
 	durableRefs atomic.Int32
-	// large is set when the body is stored in the large-message store.
-	large bool
+	// lb is set when the body is stored in the large-message store:
+	// streamed there (Body nil; see Streamed), or kept in memory as well
+	// (a body a front-end read whole, journaled above the threshold).
+	lb *largeBody
 	// memRefs counts the queue references holding the message in memory:
 	// its size counts against the broker's memory budget once, while
 	// memRefs > 0 (see Broker.hold).
@@ -145,12 +147,19 @@ func (m *Message) Expired(now time.Time) bool {
 // properties (which nobody changes), without its broker-internal state:
 // a copy another broker may hold.
 func (m *Message) shallowCopy() *Message {
-	return &Message{
+	c := &Message{
 		ID: m.ID, Address: m.Address, RoutingType: m.RoutingType, Durable: m.Durable, Priority: m.Priority,
 		Timestamp: m.Timestamp, Expiration: m.Expiration, DeliveryTime: m.DeliveryTime,
 		Properties: m.Properties, Body: m.Body, ContentType: m.ContentType,
 		CorrelationID: m.CorrelationID, ReplyTo: m.ReplyTo, GroupID: m.GroupID, UserID: m.UserID,
 	}
+	if m.Streamed() {
+		// Shared: a copy sent under an id of its own (a divert's, a
+		// composite destination's part) gets a file of its own in
+		// prepare (Broker.ownBody).
+		c.lb = m.lb
+	}
+	return c
 }
 
 // copyFor returns a shallow copy of m sent to address, for moving a
@@ -161,6 +170,11 @@ func (m *Message) copyFor(address string, extra map[string]any) *Message {
 		Address: address, RoutingType: Anycast, Durable: m.Durable, Priority: m.Priority,
 		Timestamp: m.Timestamp, Body: m.Body, ContentType: m.ContentType,
 		CorrelationID: m.CorrelationID, ReplyTo: m.ReplyTo, GroupID: m.GroupID, UserID: m.UserID,
+	}
+	if m.Streamed() {
+		// Shared until the copy is sent: prepare gives it a file of its
+		// own (Broker.ownBody).
+		c.lb = m.lb
 	}
 	c.Properties = make(map[string]any, len(m.Properties)+len(extra))
 	for k, v := range m.Properties {

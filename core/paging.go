@@ -85,7 +85,8 @@ func (b *Broker) newGen() uint64 {
 }
 
 // canPage reports whether q can page m: a durable message on a durable
-// queue of a broker with a journal and a pager.
+// queue of a broker with a journal and a pager. A message whose body is
+// in the large-message store is paged by reference (pageRecord).
 func (q *Queue) canPage(m *Message) bool {
 	return q.durable && m.Durable && q.b.msgs != nil && q.b.pager != nil
 }
@@ -109,7 +110,11 @@ func (q *Queue) page(m *Message) (PageStore, error) {
 		pg = &pageState{store: st, name: name, gen: gen, readPos: st.Start(), kick: make(chan struct{}, 1)}
 		q.startPagingLocked(pg)
 	}
-	if err := pg.store.Append(encodeMessage(m, nil)); err != nil {
+	rec, err := q.b.pageRecord(m)
+	if err != nil {
+		return nil, err
+	}
+	if err := pg.store.Append(rec); err != nil {
 		return nil, fmt.Errorf("%w: page store %s: %w", ErrPersistence, pg.name, err)
 	}
 	pg.count++
@@ -118,6 +123,26 @@ func (q *Queue) page(m *Message) (PageStore, error) {
 	q.stats.depth.Add(1)
 	q.stats.paged.Add(1)
 	return pg.store, nil
+}
+
+// pageRecord encodes m for a page store. A message whose body is in the
+// large-message store is paged by reference: the record is a copy under
+// a fresh id, with a link to the body under that id, which the record
+// owns (the message's own file goes with the message, which other queues
+// may hold); read back, the copy keeps that id (depage), and its file
+// goes with its journal record.
+func (b *Broker) pageRecord(m *Message) ([]byte, error) {
+	if m.lb == nil {
+		return encodeMessage(m, nil), nil
+	}
+	id := b.msgID.Add(1)
+	if err := b.large.Link(m.lb.id, id); err != nil {
+		return nil, fmt.Errorf("%w: paging a large message body: %w", ErrPersistence, err)
+	}
+	c := m.shallowCopy()
+	c.ID, c.Body = id, nil
+	c.lb = keptBody(b.large, id, m.Size())
+	return encodeMessage(c, nil), nil
 }
 
 // startPagingLocked makes pg q's page store and starts its depage
@@ -257,9 +282,20 @@ func (q *Queue) depage(pg *pageState) (drained bool, err error) {
 			b.msgs.Rollback(tx, nil)
 			return false, fmt.Errorf("page store %s: %w", pg.name, err)
 		}
-		// A fresh id: other queues may hold (or have paged) the same
-		// message under its first id.
-		m.ID = b.msgID.Add(1)
+		if m.lb != nil {
+			// Paged by reference (pageRecord): a fresh id already,
+			// the one its body's file has.
+			size, err := b.large.Size(m.ID)
+			if err != nil {
+				b.msgs.Rollback(tx, nil)
+				return false, fmt.Errorf("page store %s: body of large message %d: %w", pg.name, m.ID, err)
+			}
+			m.lb = keptBody(b.large, m.ID, size)
+		} else {
+			// A fresh id: other queues may hold (or have paged) the
+			// same message under its first id.
+			m.ID = b.msgID.Add(1)
+		}
 		jr, err := b.messageRecord(m, ids)
 		if err != nil {
 			b.msgs.Rollback(tx, nil)
@@ -286,6 +322,10 @@ func (q *Queue) depage(pg *pageState) (drained bool, err error) {
 		// Purged or deleted meanwhile: the copies just journaled go too.
 		q.mu.Unlock()
 		for _, m := range msgs {
+			if m.lb != nil {
+				b.deleteWithBody(m.ID, m) // the record, then its file
+				continue
+			}
 			b.msgs.Delete(m.ID, false, b.logStoreErr)
 		}
 		b.msgs.Delete(cursor, false, b.logStoreErr)
@@ -367,7 +407,7 @@ func decodeCursor(p []byte) (qid uint64, c pageCursor, err error) {
 // resumes from its journaled read position. Stores of queues that no
 // longer exist, or superseded by a newer generation, are removed, and
 // positions naming no store are deleted.
-func (b *Broker) recoverPages(byID map[uint64]*Queue, cursors map[uint64]pageCursor, st *RecoveryStats) error {
+func (b *Broker) recoverPages(byID map[uint64]*Queue, cursors map[uint64]pageCursor, st *RecoveryStats, largeIDs map[uint64]bool) error {
 	if b.pager == nil {
 		for _, c := range cursors {
 			b.msgs.Delete(c.id, false, b.logStoreErr)
@@ -424,6 +464,14 @@ func (b *Broker) recoverPages(byID map[uint64]*Queue, cursors map[uint64]pageCur
 				if err != nil {
 					store.Close()
 					return fmt.Errorf("core: page store %s: %w", name, err)
+				}
+				if m.lb != nil {
+					largeIDs[m.ID] = true // paged by reference: the record owns it
+					// Its id (pageRecord's) is no journal record's yet,
+					// and becomes one when read back: never given again.
+					if m.ID > b.msgID.Load() {
+						b.msgID.Store(m.ID)
+					}
 				}
 				pg.count++
 				pg.bytes += int64(len(m.Body))

@@ -1,9 +1,11 @@
 package core
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"time"
 )
 
@@ -41,11 +43,22 @@ type MessageJournal interface {
 }
 
 // LargeStore keeps message bodies above Config.LargeMessageThreshold in
-// files of their own, so that big bodies do not bloat journal files.
-// persistence/large satisfies it. Write must be durable when it returns.
+// files of their own, so that big bodies do not bloat journal files and
+// are never held whole in memory (largebody.go). persistence/large
+// satisfies it. It streams: a body of any size costs a bounded buffer.
 type LargeStore interface {
-	Write(id uint64, body []byte) error
-	Read(id uint64) ([]byte, error)
+	// Write stores the body read from r until io.EOF under id and
+	// returns its length; it is durable when Write returns nil. If r
+	// (with any error but io.EOF) or the disk fails, nothing is left
+	// under id.
+	Write(id uint64, r io.Reader) (int64, error)
+	// Open returns a reader of the body of id, from its start.
+	Open(id uint64) (io.ReadCloser, error)
+	// Size returns the length of the body of id.
+	Size(id uint64) (int64, error)
+	// Link stores the body of from under to as well, durably (a hard
+	// link, or a copy); each can then be removed alone.
+	Link(from, to uint64) error
 	Remove(id uint64) error
 	List() ([]uint64, error)
 }
@@ -107,11 +120,20 @@ func (b *Broker) journalMessage(m *Message, qs []*Queue, done func(error)) {
 // its own file (durably, so a synced record never names a missing file).
 func (b *Broker) messageRecord(m *Message, ids []uint64) ([]byte, error) {
 	m.durableRefs.Store(int32(len(ids)))
-	if b.large != nil && len(m.Body) > b.largeThreshold {
-		if err := b.large.Write(m.ID, m.Body); err != nil {
+	switch {
+	case m.lb != nil:
+		// Streamed (ReceiveBody) and durable already: the journal takes
+		// the file over.
+		if err := b.ownBody(m); err != nil {
+			return nil, err
+		}
+		m.lb.keep()
+	case b.large != nil && len(m.Body) > b.largeThreshold:
+		n, err := b.large.Write(m.ID, bytes.NewReader(m.Body))
+		if err != nil {
 			return nil, fmt.Errorf("%w: large message body: %w", ErrPersistence, err)
 		}
-		m.large = true
+		m.lb = keptBody(b.large, m.ID, n) // m.Body stays: it is not Streamed
 	}
 	return encodeMessage(m, ids), nil
 }
@@ -136,7 +158,7 @@ func (b *Broker) persistSettled(r *ref) {
 	}
 	m := r.msg
 	if m.durableRefs.Add(-1) <= 0 {
-		if m.large {
+		if m.lb != nil {
 			// The file goes once the delete is on disk: a crash before
 			// that finds the record with its file.
 			b.msgs.Delete(m.ID, true, func(err error) {
@@ -309,13 +331,16 @@ func (b *Broker) recover() (RecoveryStats, error) {
 		if err != nil {
 			return err
 		}
-		if m.large {
+		if m.lb != nil {
 			if b.large == nil {
 				return fmt.Errorf("%w: message %d has its body in the large-message store, which is not configured", errCorruptRecord, id)
 			}
-			if m.Body, err = b.large.Read(id); err != nil {
+			// By reference: the body stays in its file.
+			size, err := b.large.Size(id)
+			if err != nil {
 				return fmt.Errorf("core: body of large message %d: %w", id, err)
 			}
+			m.lb = keptBody(b.large, id, size)
 			largeIDs[id] = true
 		}
 		cur = &pending{m: m, queues: qs}
@@ -362,7 +387,7 @@ func (b *Broker) recover() (RecoveryStats, error) {
 		b.msgs.Delete(id, false, b.logStoreErr)
 	}
 	b.staleRecords = nil
-	if err := b.recoverPages(byID, cursors, &st); err != nil {
+	if err := b.recoverPages(byID, cursors, &st, largeIDs); err != nil {
 		return st, err
 	}
 	if b.large != nil {
@@ -371,6 +396,16 @@ func (b *Broker) recover() (RecoveryStats, error) {
 		ids, err := b.large.List()
 		if err != nil {
 			return st, fmt.Errorf("core: listing large messages: %w", err)
+		}
+		for _, m := range b.retained.byAddr {
+			if m.lb != nil {
+				size, err := b.large.Size(m.lb.id)
+				if err != nil {
+					return st, fmt.Errorf("core: body of retained large message %d: %w", m.lb.id, err)
+				}
+				m.lb.size = size
+				largeIDs[m.lb.id] = true
+			}
 		}
 		for _, id := range ids {
 			if !largeIDs[id] {

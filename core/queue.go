@@ -624,7 +624,7 @@ func (q *Queue) deliverLocked(c *Consumer, r *ref) {
 	c.live++
 	q.stats.inflight.Add(1)
 	c.s.msgsOut.Add(1)
-	c.s.bytesOut.Add(uint64(len(r.msg.Body)))
+	c.s.bytesOut.Add(uint64(r.msg.Size()))
 	if q.doubt != nil && !r.recovered && q.doubt.Doubtful(r.tag) {
 		r.recovered = true // maybe a duplicate: say so
 	}

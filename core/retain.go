@@ -33,8 +33,17 @@ func (b *Broker) Retain(m *Message) error {
 		return b.cluster.Retain(m)
 	}
 	var id uint64
-	if b.msgs != nil && len(m.Body) > 0 {
+	if b.msgs != nil && m.Size() > 0 {
 		id = b.msgID.Add(1)
+		if m.Streamed() {
+			// By reference: a file of its own under the record's id,
+			// which goes with the record (setRetained, dropRetained).
+			c, err := b.retainedCopy(m, id)
+			if err != nil {
+				return err
+			}
+			m = c
+		}
 		ch := make(chan error, 1)
 		b.msgs.Append(id, recRetained, encodeMessage(m, nil), true, func(err error) { ch <- err })
 		if err := <-ch; err != nil {
@@ -60,7 +69,8 @@ func (b *Broker) RetainInMemory(m *Message) error {
 func (b *Broker) setRetained(m *Message, id uint64) {
 	b.mu.Lock()
 	old, had := b.retained.ids[m.Address]
-	if len(m.Body) == 0 {
+	oldMsg := b.retained.byAddr[m.Address]
+	if m.Size() == 0 {
 		delete(b.retained.byAddr, m.Address)
 		delete(b.retained.ids, m.Address)
 	} else {
@@ -69,8 +79,36 @@ func (b *Broker) setRetained(m *Message, id uint64) {
 	}
 	b.mu.Unlock()
 	if had && old != 0 {
-		b.msgs.Delete(old, false, b.logStoreErr)
+		b.deleteWithBody(old, oldMsg)
 	}
+}
+
+// retainedCopy copies m, whose body is streamed, for the retained record
+// id: its body in a file of its own under id (a link to m's).
+func (b *Broker) retainedCopy(m *Message, id uint64) (*Message, error) {
+	if err := b.large.Link(m.lb.id, id); err != nil {
+		return nil, fmt.Errorf("%w: retained large message body: %w", ErrPersistence, err)
+	}
+	c := m.shallowCopy()
+	c.ID = m.ID
+	c.lb = keptBody(b.large, id, m.Size())
+	return c, nil
+}
+
+// deleteWithBody deletes the record id of m (a retained value, a
+// message read back from a page store), and m's body's file once the
+// delete is on disk when the record owns it.
+func (b *Broker) deleteWithBody(id uint64, m *Message) {
+	if m == nil || m.lb == nil || m.lb.id != id {
+		b.msgs.Delete(id, false, b.logStoreErr)
+		return
+	}
+	b.msgs.Delete(id, true, func(err error) {
+		if err == nil {
+			err = b.large.Remove(id)
+		}
+		b.logStoreErr(err)
+	})
 }
 
 // Retained returns the retained messages that have not expired, ordered
@@ -166,7 +204,7 @@ func (b *Broker) dropRetained(m *Message) {
 	delete(b.retained.ids, m.Address)
 	b.mu.Unlock()
 	if id != 0 {
-		b.msgs.Delete(id, false, b.logStoreErr)
+		b.deleteWithBody(id, m)
 	}
 }
 
@@ -184,6 +222,14 @@ func (b *Broker) restoreRetained(id uint64, p []byte) error {
 			return nil
 		}
 		b.staleRecords = append(b.staleRecords, old)
+	}
+	if m.lb != nil {
+		if b.large == nil {
+			return fmt.Errorf("%w: retained message %d has its body in the large-message store, which is not configured", errCorruptRecord, id)
+		}
+		// Its size once the replay is over (recover): a record a later
+		// one superseded may have lost its file already.
+		m.lb = keptBody(b.large, id, 0)
 	}
 	b.retained.byAddr[m.Address] = m
 	b.retained.ids[m.Address] = id

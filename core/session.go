@@ -223,7 +223,7 @@ func (s *Session) send(ctx context.Context, m *Message, done func(error)) error 
 	if err != nil {
 		return err
 	}
-	s.countIn(1, len(m.Body))
+	s.countIn(1, int(m.Size()))
 	if !pending && done != nil {
 		done(nil)
 	}
@@ -967,7 +967,7 @@ func (t *Tx) Commit(ctx context.Context) error {
 	}
 	n, nbytes := len(t.sends), 0
 	for _, m := range t.sends {
-		nbytes += len(m.Body)
+		nbytes += int(m.Size())
 	}
 	t.s.countIn(n, nbytes)
 	t.sends, t.acks = nil, nil
@@ -1054,7 +1054,7 @@ func (t *Tx) journal(addrs []*address, dupIDs []*dupEntry) (recIDs []uint64, rec
 		}
 		if r.msg.durableRefs.Add(-1) <= 0 {
 			b.msgs.DeleteTx(txID, r.msg.ID)
-			if r.msg.large {
+			if r.msg.lb != nil {
 				largeGone = append(largeGone, r.msg.ID)
 			}
 		} else {

@@ -654,7 +654,7 @@ type messageJSON struct {
 	DeliveryCount uint32         `json:"deliveryCount"`
 	InFlight      bool           `json:"inFlight"`
 	Scheduled     bool           `json:"scheduled"`
-	Size          int            `json:"size"`
+	Size          int64          `json:"size"`
 	Body          string         `json:"body"`
 	BodyEncoding  string         `json:"bodyEncoding"` // "text" or "base64"
 	Truncated     bool           `json:"truncated"`
@@ -691,13 +691,20 @@ func messageOf(bm core.BrowsedMessage) messageJSON {
 			props[k] = v
 		}
 	}
-	body, enc, trunc := preview(m.Body)
+	// A large body stays in its file: only its start is read (by
+	// reference, as the queue holds it).
+	head, err := m.BodyHead(previewBytes + 1)
+	if err != nil {
+		head = nil
+	}
+	body, enc, trunc := preview(head)
+	trunc = trunc || int64(len(head)) < m.Size()
 	return messageJSON{ID: m.ID, Address: m.Address, RoutingType: m.RoutingType.String(), Durable: m.Durable,
 		Priority: m.Priority, Timestamp: timePtr(m.Timestamp), Expiration: timePtr(m.Expiration),
 		DeliveryTime: timePtr(m.DeliveryTime), ContentType: m.ContentType, CorrelationID: m.CorrelationID,
 		ReplyTo: m.ReplyTo, GroupID: m.GroupID, UserID: m.UserID, Properties: props,
 		DeliveryCount: bm.DeliveryCount, InFlight: bm.InFlight, Scheduled: bm.Scheduled,
-		Size: len(m.Body), Body: body, BodyEncoding: enc, Truncated: trunc}
+		Size: m.Size(), Body: body, BodyEncoding: enc, Truncated: trunc}
 }
 
 func (s *Server) browse(w http.ResponseWriter, r *http.Request) {

@@ -267,6 +267,13 @@ func (c *conn) work() error {
 		if err := c.handle(first, body, owned); err != nil {
 			return err
 		}
+		if c.rd.left > 0 {
+			// A streamed payload the PUBLISH's handling did not take (a
+			// resent QoS 2 publish, a refusal): read past it.
+			if _, err := io.Copy(io.Discard, c.rd.payload()); err != nil {
+				return err
+			}
+		}
 		// A client that sends without reading its answers waits here.
 		if err := c.out.Wait(); err != nil {
 			return err
@@ -294,6 +301,9 @@ func (c *conn) readDeadline() time.Time {
 // maximum packet size, the keep-alive's deadline.
 func (c *conn) readPhase() {
 	c.rd.max = c.s.cfg.MaxPacketSize
+	if th := c.sess.StreamThreshold(); th > 0 {
+		c.rd.streamAbove, c.rd.maxStream, c.rd.v5 = th, max(c.s.cfg.MaxMessageSize, c.s.cfg.MaxPacketSize), c.version == 5
+	}
 	c.connectBy = time.Time{}
 }
 
@@ -594,6 +604,15 @@ func (c *conn) onPublish(pk *packets.Packet) error {
 	if topic[0] == '$' {
 		// $SYS and the like are the broker's: no client publishes there.
 		return c.answer(pk, fmt.Errorf("%w: %s is the broker's topic", core.ErrUnauthorized, topic))
+	}
+	if n := c.rd.left; n > 0 {
+		// A large payload: to its file as it arrives (stream.go).
+		if err := c.sess.ReceiveBody(m, c.rd.payload(), int64(n)); err != nil {
+			if c.rd.perr != nil {
+				return c.rd.perr // cut off mid-payload: the connection ends
+			}
+			return c.answer(pk, err) // refused (the rest is read past)
+		}
 	}
 	switch {
 	case qos == 0:

@@ -172,6 +172,9 @@ func (c *conn) handshake() error {
 		}
 		p.RetainAvailable, p.RetainAvailableFlag = 1, true
 		p.MaximumPacketSize = uint32(s.cfg.MaxPacketSize)
+		if sess.StreamThreshold() > 0 {
+			p.MaximumPacketSize = uint32(max(s.cfg.MaxPacketSize, s.cfg.MaxMessageSize))
+		}
 		if assigned {
 			p.AssignedClientID = c.clientID
 		}

@@ -141,6 +141,9 @@ func (c *conn) appendDelivery(buf []byte, it outItem, held bool) ([]byte, bool) 
 	p := &pub
 	p.topic = c.topicFor(m.Address)
 	p.payload = m.Body
+	if m.Streamed() {
+		p.streamed = m.Size() // written from its file after the head
+	}
 	p.qos = qos
 	// A retained message sent for a new subscription has its flag set;
 	// a live one has it only with retain-as-published [MQTT-3.3.1-12].
@@ -203,6 +206,9 @@ func (c *conn) appendDelivery(buf []byte, it outItem, held bool) ([]byte, bool) 
 		}
 	}
 	buf = appendPublish(buf, p, c.version)
+	if p.streamed > 0 {
+		buf = c.streamPayload(buf, m)
+	}
 	if qos == 0 && it.kind == itemDelivery {
 		c.enc.qos0 = append(c.enc.qos0, qos0Ack{cons: d.Consumer, id: d.ID, upTo: !it.sub.qos1.Load()})
 	}

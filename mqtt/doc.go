@@ -13,7 +13,11 @@
 //   - Reading (reader.go): a packet is a view of a pooled read buffer,
 //     or an allocation of its own when it is larger than that buffer; a
 //     PUBLISH is copied once, into the allocation its message keeps as
-//     its body. While a plain TCP connection is idle it holds no read
+//     its body. On a broker with a large-message store a PUBLISH above
+//     the large-message threshold is streamed instead: its payload goes
+//     from the socket to its file as it arrives, up to
+//     Config.MaxMessageSize (256 MiB), and goes out to subscribers from
+//     the file (stream.go). While a plain TCP connection is idle it holds no read
 //     buffer: it waits for the socket to be readable and only then takes
 //     a buffer.
 //   - Goroutines (conn.go): the connection's goroutine only waits, for

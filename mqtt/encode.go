@@ -54,10 +54,13 @@ func appendBinary(b []byte, p []byte) []byte {
 type publish struct {
 	topic   string
 	payload []byte
-	qos     byte
-	retain  bool
-	dup     bool
-	id      uint16
+	// streamed is the length of a payload written from its file after
+	// the packet's head (stream.go), instead of payload.
+	streamed int64
+	qos      byte
+	retain   bool
+	dup      bool
+	id       uint16
 	// MQTT 5 properties (ignored for 3.1.1).
 	format        bool // payload format indicator: UTF-8
 	expiry        uint32
@@ -102,7 +105,7 @@ func (p *publish) size(v byte) int {
 }
 
 func (p *publish) remaining(v byte) int {
-	rem := 2 + len(p.topic) + len(p.payload)
+	rem := 2 + len(p.topic) + len(p.payload) + int(p.streamed)
 	if p.qos > 0 {
 		rem += 2
 	}

@@ -85,6 +85,14 @@ type packetReader struct {
 	rule    guard.Rule
 	clock   *guard.Clock
 	inFrame bool
+
+	// Streaming (stream.go): a PUBLISH whose remaining length is above
+	// streamAbove (up to maxStream) is returned with its variable header
+	// only; left bytes of payload follow, read through payload.
+	streamAbove, maxStream int
+	v5                     bool // the variable header has properties
+	left                   int
+	perr                   error // the payload reader's error
 }
 
 func newPacketReader(nc net.Conn) *packetReader {
@@ -138,6 +146,12 @@ func (pr *packetReader) next() (first byte, body []byte, owned bool, err error) 
 				return 0, nil, false, err
 			}
 			if ok {
+				if first>>4 == publishType && pr.streamAbove > 0 && length > pr.streamAbove {
+					if hlen+length > pr.maxStream {
+						return first, nil, false, errPacketTooLarge
+					}
+					return pr.publishHead(first, hlen, length)
+				}
 				if hlen+length > pr.max {
 					return first, nil, false, errPacketTooLarge
 				}

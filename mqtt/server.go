@@ -22,6 +22,13 @@ type Config struct {
 	// A larger packet closes the connection, after a DISCONNECT with
 	// reason 0x95 (packet too large) on MQTT 5.
 	MaxPacketSize int
+	// MaxMessageSize bounds a PUBLISH whose payload the broker streams to
+	// the large-message store as it arrives (one above the broker's
+	// large-message threshold; see stream.go), fixed header included;
+	// when the broker can stream, the larger of it and MaxPacketSize is
+	// advertised as Maximum Packet Size. Default 256 MiB, MQTT's largest
+	// packet.
+	MaxMessageSize int
 	// PreAuthMaxPacketSize bounds the CONNECT packet (read before the
 	// client has authenticated) when smaller than MaxPacketSize: a larger
 	// one gets CONNACK 0x95 (packet too large) on MQTT 5 and is closed.
@@ -96,6 +103,10 @@ func (c Config) withDefaults() Config {
 	if c.MaxPacketSize <= 0 {
 		c.MaxPacketSize = 10 << 20
 	}
+	if c.MaxMessageSize <= 0 {
+		c.MaxMessageSize = maxPacket
+	}
+	c.MaxMessageSize = min(c.MaxMessageSize, maxPacket)
 	if c.PreAuthMaxPacketSize <= 0 {
 		c.PreAuthMaxPacketSize = 64 << 10
 	}

@@ -532,6 +532,9 @@ func (c *conn) onConnect(ctx context.Context, f *frame.Frame) error {
 	// large as the broker allows.
 	c.acct.Close()
 	c.rd.SetMaxFrameSize(cfg.MaxFrameSize)
+	if th := sess.StreamThreshold(); th > 0 {
+		c.rd.SetStreaming(th, max(cfg.MaxMessageSize, cfg.MaxFrameSize))
+	}
 	if recvEvery > 0 {
 		// STOMP 1.2 "Heart-beating": any data proves the client alive,
 		// the bytes of a long frame as well as heart-beats.
@@ -595,6 +598,17 @@ func (c *conn) onSend(ctx context.Context, f *frame.Frame) error {
 	m, err := messageFromFrame(f, time.Now())
 	if err != nil {
 		return err
+	}
+	if n := c.rd.Streaming(); n > 0 {
+		// A large body: to its file as it arrives. A client cut off
+		// mid-body is gone (the read error ends the connection) and its
+		// message was never sent.
+		if err := c.session.ReceiveBody(m, c.rd.Body(), int64(n)); err != nil {
+			if errors.Is(err, core.ErrDiskFull) || errors.Is(err, core.ErrPersistence) || errors.Is(err, core.ErrSessionClosed) {
+				return coreErr("send failed", err)
+			}
+			return err
+		}
 	}
 	if txID, ok := f.Header.Contains(frame.Transaction); ok {
 		tx := c.txs[txID]

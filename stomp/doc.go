@@ -20,6 +20,17 @@
 // waits in core while the address is full: the connection is not read
 // meanwhile, and its RECEIPT comes once there is room.
 //
+// # Large messages
+//
+// On a broker with a large-message store, a SEND whose content-length is
+// above the broker's large-message threshold is streamed: the reader
+// returns it without its body, which goes from the socket to its file as
+// it arrives ([core.Session.ReceiveBody]), up to [Config.MaxMessageSize]
+// (100 MiB by default) however small [Config.MaxFrameSize] is. A MESSAGE
+// of such a body is written from its file (stream.go). Either way one
+// transfer costs a 1 MiB buffer, whatever the body's size. A SEND without
+// content-length is read whole, within MaxFrameSize.
+//
 // # Heart-beats
 //
 // STOMP 1.1 and 1.2 negotiate each direction as the larger of what one

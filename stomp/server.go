@@ -21,6 +21,13 @@ import (
 type Config struct {
 	// MaxFrameSize bounds a whole frame, headers and body. Default 10 MiB.
 	MaxFrameSize int
+	// MaxMessageSize bounds a SEND whose body the broker streams to the
+	// large-message store as it arrives (one above the broker's
+	// large-message threshold; see core.Session.ReceiveBody), headers
+	// and body. Default 100 MiB, ActiveMQ's maximum frame size. A broker
+	// that cannot stream (no large-message store) bounds every frame by
+	// MaxFrameSize.
+	MaxMessageSize int
 	// MaxHeaders bounds the number of headers of a frame. Default 1000.
 	MaxHeaders int
 	// MaxHeaderLength bounds one command or header line. Default 8 KiB.
@@ -68,9 +75,15 @@ type Config struct {
 	Logger zerolog.Logger
 }
 
+// DefaultMaxMessageSize is the default Config.MaxMessageSize.
+const DefaultMaxMessageSize = 100 << 20
+
 func (c Config) withDefaults() Config {
 	if c.MaxFrameSize <= 0 {
 		c.MaxFrameSize = 10 << 20
+	}
+	if c.MaxMessageSize <= 0 {
+		c.MaxMessageSize = DefaultMaxMessageSize
 	}
 	if c.MaxHeaders <= 0 {
 		c.MaxHeaders = 1000

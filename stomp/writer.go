@@ -35,6 +35,12 @@ func (c *conn) Append(buf []byte, it outItem, held bool) ([]byte, bool) {
 		buf = wire.Encode(buf, it.f, c.version)
 	case it.sub != nil:
 		buf = c.appendMessage(buf, it.d, it.sub)
+		if it.d.Message.Streamed() {
+			var ok bool
+			if buf, ok = c.streamBody(buf, it.d.Message); !ok {
+				break // the connection is closed: no auto-ack
+			}
+		}
 		if it.sub.ack == ackAuto {
 			// The delivery names its consumer: sub.consumer may not be
 			// set yet when Subscribe's first deliveries arrive.
@@ -135,8 +141,11 @@ func (c *conn) appendMessage(buf []byte, d core.Delivery, sub *subscription) []b
 	}
 	buf = appendMessageHeaders(buf, m, v)
 	buf = append(buf, "content-length:"...)
-	buf = strconv.AppendInt(buf, int64(len(m.Body)), 10)
+	buf = strconv.AppendInt(buf, m.Size(), 10)
 	buf = append(buf, "\n\n"...)
+	if m.Streamed() {
+		return buf // the body and the NUL follow (streamBody)
+	}
 	buf = append(buf, m.Body...)
 	return append(buf, 0)
 }

@@ -217,9 +217,11 @@ func startCluster(cfg Config, bcfg core.Config, getenv func(string) string, log 
 }
 
 // clusterMaxMessage is the largest message a node must store: the
-// largest any of its front-ends accepts.
+// largest any of its front-ends accepts. A cluster does not stream large
+// bodies (each front-end reads them whole, within its frame or message
+// limit), and a WebSocket message carries the same protocols' frames.
 func clusterMaxMessage(cfg Config) int {
-	return int(slices.Max([]ByteSize{cfg.Stomp.MaxFrameSize, cfg.MQTT.MaxPacketSize, cfg.AMQP.MaxMessageSize, cfg.WebSocket.MaxMessageSize}))
+	return int(slices.Max([]ByteSize{cfg.Stomp.MaxFrameSize, cfg.MQTT.MaxPacketSize, cfg.AMQP.MaxMessageSize, min(cfg.WebSocket.MaxMessageSize, 10<<20+64<<10)}))
 }
 
 // clusterAdmin adapts a cluster node to the management API.

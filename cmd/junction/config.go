@@ -86,6 +86,7 @@ const haSharedStore = "shared-store"
 type StompConfig struct {
 	Listen          string        `yaml:"listen"`
 	MaxFrameSize    ByteSize      `yaml:"max-frame-size"`
+	MaxMessageSize  ByteSize      `yaml:"max-message-size"`
 	MaxHeaders      int           `yaml:"max-headers"`
 	MaxHeaderLength ByteSize      `yaml:"max-header-length"`
 	HeartBeatMin    time.Duration `yaml:"heart-beat-min"`
@@ -107,6 +108,7 @@ func defaultConfig() Config {
 		Stomp: StompConfig{
 			Listen:          "127.0.0.1:61613",
 			MaxFrameSize:    10 << 20,
+			MaxMessageSize:  100 << 20,
 			MaxHeaders:      1000,
 			MaxHeaderLength: 8 << 10,
 			HeartBeatMin:    time.Second,
@@ -115,23 +117,26 @@ func defaultConfig() Config {
 		MQTT: MQTTConfig{
 			Listen:         "127.0.0.1:1883",
 			MaxPacketSize:  10 << 20,
+			MaxMessageSize: 256 << 20,
 			SessionExpiry:  time.Hour,
 			ReceiveMaximum: 1024,
 
 			MaxSessionBytes: 64 << 20,
 		},
 		AMQP: AMQPConfig{
-			Listen:         "127.0.0.1:5672",
-			MaxFrameSize:   256 << 10,
-			MaxMessageSize: 64 << 20,
-			IdleTimeout:    time.Minute,
-			LinkCredit:     1000,
+			Listen:              "127.0.0.1:5672",
+			MaxFrameSize:        256 << 10,
+			MaxMessageSize:      64 << 20,
+			MaxLargeMessageSize: 1 << 30,
+			IdleTimeout:         time.Minute,
+			LinkCredit:          1000,
 		},
 		WebSocket: WebSocketConfig{
 			Listen: "127.0.0.1:61614",
-			// A largest MQTT packet or STOMP frame, sent in one message,
-			// with room for the WebSocket framing.
-			MaxMessageSize: 10<<20 + 64<<10,
+			// A largest streamed STOMP message, sent in one message,
+			// with room for the WebSocket framing: a message is read
+			// as a stream, never held whole.
+			MaxMessageSize: 100<<20 + 64<<10,
 		},
 		All: AllConfig{
 			Listen:        "127.0.0.1:61616",
@@ -169,6 +174,7 @@ func defaultConfig() Config {
 type MQTTConfig struct {
 	Listen         string        `yaml:"listen"`
 	MaxPacketSize  ByteSize      `yaml:"max-packet-size"`
+	MaxMessageSize ByteSize      `yaml:"max-message-size"`
 	SessionExpiry  time.Duration `yaml:"max-session-expiry"`
 	ReceiveMaximum int           `yaml:"receive-maximum"`
 	// MaxSessionBytes is each persistent-session subscription's budget.
@@ -177,12 +183,15 @@ type MQTTConfig struct {
 
 // AMQPConfig configures the AMQP 1.0 listener.
 type AMQPConfig struct {
-	Listen         string        `yaml:"listen"`
-	MaxFrameSize   ByteSize      `yaml:"max-frame-size"`
-	MaxMessageSize ByteSize      `yaml:"max-message-size"`
-	IdleTimeout    time.Duration `yaml:"idle-timeout"`
-	LinkCredit     int           `yaml:"link-credit"`
-	RequireSASL    bool          `yaml:"require-sasl"`
+	Listen         string   `yaml:"listen"`
+	MaxFrameSize   ByteSize `yaml:"max-frame-size"`
+	MaxMessageSize ByteSize `yaml:"max-message-size"`
+	// MaxLargeMessageSize bounds a message streamed to the large-message
+	// store as its frames arrive.
+	MaxLargeMessageSize ByteSize      `yaml:"max-large-message-size"`
+	IdleTimeout         time.Duration `yaml:"idle-timeout"`
+	LinkCredit          int           `yaml:"link-credit"`
+	RequireSASL         bool          `yaml:"require-sasl"`
 }
 
 // WebSocketConfig configures the WebSocket endpoint (STOMP, MQTT and
@@ -407,18 +416,21 @@ var options = append([]option{
 	durationOpt("frame-timeout", "limits.frame-timeout", "time one frame may take once its first byte has arrived, plus 1s per --frame-min-rate bytes received (0 disables)", func(c *Config) *time.Duration { return &c.Limits.FrameTimeout }),
 	sizeOpt("frame-min-rate", "limits.frame-min-rate", "bytes per second that earn a frame one more second (a steady upload at this rate is never cut)", func(c *Config) *ByteSize { return &c.Limits.FrameMinRate }),
 	sizeOpt("stomp-max-frame-size", "stomp.max-frame-size", "largest STOMP frame accepted", func(c *Config) *ByteSize { return &c.Stomp.MaxFrameSize }),
+	sizeOpt("stomp-max-message-size", "stomp.max-message-size", "largest STOMP SEND whose body is streamed to disk as it arrives (one above the large-message threshold)", func(c *Config) *ByteSize { return &c.Stomp.MaxMessageSize }),
 	intOpt("stomp-max-headers", "stomp.max-headers", "most headers in a STOMP frame", func(c *Config) *int { return &c.Stomp.MaxHeaders }),
 	sizeOpt("stomp-max-header-length", "stomp.max-header-length", "longest STOMP header line", func(c *Config) *ByteSize { return &c.Stomp.MaxHeaderLength }),
 	durationOpt("stomp-heart-beat-min", "stomp.heart-beat-min", "shortest STOMP heart-beat interval the broker agrees to, each way: a client gets the beats it asks for, never faster; one silent for 1.5 times its promised interval is disconnected (0 disables heart-beats)", func(c *Config) *time.Duration { return &c.Stomp.HeartBeatMin }),
 	durationOpt("stomp-heart-beat", "stomp.heart-beat-min", "deprecated: the former name of --stomp-heart-beat-min", func(c *Config) *time.Duration { return &c.Stomp.HeartBeatMin }),
 	intOpt("stomp-prefetch", "stomp.prefetch", "default STOMP subscription prefetch window", func(c *Config) *int { return &c.Stomp.Prefetch }),
 	stringOpt("mqtt", "mqtt.listen", "MQTT listen address (empty disables)", func(c *Config) *string { return &c.MQTT.Listen }),
+	sizeOpt("mqtt-max-message-size", "mqtt.max-message-size", "largest MQTT PUBLISH whose payload is streamed to disk as it arrives (one above the large-message threshold); at most 256MiB, MQTT's limit", func(c *Config) *ByteSize { return &c.MQTT.MaxMessageSize }),
 	sizeOpt("mqtt-max-packet-size", "mqtt.max-packet-size", "largest MQTT packet accepted", func(c *Config) *ByteSize { return &c.MQTT.MaxPacketSize }),
 	sizeOpt("mqtt-max-session-bytes", "mqtt.max-session-bytes", "bytes one persistent-session subscription holds for an offline device", func(c *Config) *ByteSize { return &c.MQTT.MaxSessionBytes }),
 	durationOpt("mqtt-max-session-expiry", "mqtt.max-session-expiry", "longest time a disconnected MQTT session is kept", func(c *Config) *time.Duration { return &c.MQTT.SessionExpiry }),
 	stringOpt("amqp", "amqp.listen", "AMQP 1.0 listen address (empty disables)", func(c *Config) *string { return &c.AMQP.Listen }),
 	sizeOpt("amqp-max-frame-size", "amqp.max-frame-size", "largest AMQP frame accepted", func(c *Config) *ByteSize { return &c.AMQP.MaxFrameSize }),
 	sizeOpt("amqp-max-message-size", "amqp.max-message-size", "largest AMQP message accepted (reassembled from frames)", func(c *Config) *ByteSize { return &c.AMQP.MaxMessageSize }),
+	sizeOpt("amqp-max-large-message-size", "amqp.max-large-message-size", "largest AMQP message whose body (one data section above the large-message threshold) is streamed to disk as its frames arrive; at most 4GiB", func(c *Config) *ByteSize { return &c.AMQP.MaxLargeMessageSize }),
 	durationOpt("amqp-idle-timeout", "amqp.idle-timeout", "close an AMQP connection silent this long (half is advertised; 0 disables)", func(c *Config) *time.Duration { return &c.AMQP.IdleTimeout }),
 	intOpt("amqp-link-credit", "amqp.link-credit", "credit granted to each AMQP sender link: its messages in flight", func(c *Config) *int { return &c.AMQP.LinkCredit }),
 	boolOpt("amqp-require-sasl", "amqp.require-sasl", "refuse AMQP clients that skip SASL", func(c *Config) *bool { return &c.AMQP.RequireSASL }),
@@ -578,6 +590,9 @@ func (c *Config) validate() []fieldError {
 	if c.Stomp.MaxFrameSize < 1024 {
 		bad("stomp.max-frame-size", "must be at least 1KiB")
 	}
+	if c.Stomp.MaxMessageSize < c.Stomp.MaxFrameSize {
+		bad("stomp.max-message-size", "must be at least max-frame-size")
+	}
 	if c.Stomp.MaxHeaders < 1 {
 		bad("stomp.max-headers", "must be at least 1")
 	}
@@ -605,6 +620,9 @@ func (c *Config) validate() []fieldError {
 	}
 	if c.AMQP.MaxMessageSize < c.AMQP.MaxFrameSize {
 		bad("amqp.max-message-size", "must be at least max-frame-size")
+	}
+	if c.AMQP.MaxLargeMessageSize < c.AMQP.MaxFrameSize || c.AMQP.MaxLargeMessageSize > 4<<30-1 {
+		bad("amqp.max-large-message-size", "must be between max-frame-size and 4GiB less a byte (a data section's limit)")
 	}
 	if c.AMQP.IdleTimeout < 0 {
 		bad("amqp.idle-timeout", "must be >= 0")
@@ -648,6 +666,9 @@ func (c *Config) validate() []fieldError {
 	}
 	if c.WebSocket.MaxMessageSize < 1024 {
 		bad("websocket.max-message-size", "must be at least 1KiB")
+	}
+	if c.MQTT.MaxMessageSize < c.MQTT.MaxPacketSize || c.MQTT.MaxMessageSize > 256<<20+5 {
+		bad("mqtt.max-message-size", "must be between max-packet-size and 256MiB")
 	}
 	if c.MQTT.MaxPacketSize < 1024 || c.MQTT.MaxPacketSize > 256<<20 {
 		bad("mqtt.max-packet-size", "must be between 1KiB and 256MiB (MQTT's limit)")

@@ -71,6 +71,20 @@ type brokerProc struct {
 	done     chan struct{}
 	// events counts what the journal did, from the broker's log.
 	events *journalEvents
+	// started is the broker's "junction started" log line.
+	started map[string]any
+}
+
+// recoveredMessages is the number of messages p recovered at start,
+// from the journal and from page stores.
+func recoveredMessages(t *testing.T, p *brokerProc) int {
+	t.Helper()
+	n, ok := p.started["recovered_messages"].(float64)
+	paged, ok2 := p.started["recovered_paged"].(float64)
+	if !ok || !ok2 {
+		t.Fatalf("no recovered_messages or recovered_paged in %v", p.started)
+	}
+	return int(n + paged)
 }
 
 type journalEvents struct{ rolls, reclaims, compactions, pagings atomic.Int64 }
@@ -136,6 +150,7 @@ func startProcWith(t *testing.T, bin, dataDir, configFile string, ev *journalEve
 	}()
 	select {
 	case ev := <-ready:
+		p.started = ev
 		p.addr = fmt.Sprint(ev["stomp"])
 		if a, ok := ev["mqtt"]; ok {
 			p.mqttAddr = fmt.Sprint(a)
@@ -221,14 +236,91 @@ func TestCrashKill9Paging(t *testing.T) {
 	}
 }
 
+// TestCrashKill9Large is the crash test with bodies of 1 to 6 MiB, all
+// streamed to their files (in) and from them (out) at the default
+// large-message threshold, so the kill lands in the middle of large
+// transfers both ways: no confirmed message may be lost, a body cut off
+// must leave no file, and recovery must leave no orphan (checked after
+// the restart, against the messages recovered, and once drained).
+func TestCrashKill9Large(t *testing.T) {
+	// One message in four stays unacked and the window is 3: the
+	// consumer stalls after a dozen, and the rest pile up on disk.
+	runCrashRoundsWith(t, "", crashOpts{body: crashLargeBody, producers: 2, prefetch: "3", unackedEvery: 4,
+		minRun: 1500, randRun: 2500, large: true})
+}
+
+// TestCrashKill9PagingLarge is the paging crash test with one message in
+// eight of 1 to 2 MiB: large messages are paged by reference (a link to
+// their body per page record) while the queue pages, and the kill lands
+// amid paging, reading back and large transfers.
+func TestCrashKill9PagingLarge(t *testing.T) {
+	body := func(p, seq int) string {
+		if seq%8 != 7 {
+			return ledger.Payload(p, seq)
+		}
+		key := fmt.Sprintf("%d-%d-", p, seq)
+		return key + strings.Repeat(strconv.Itoa(seq%10), 1<<20+(p*7919+seq*104729)%(1<<20))
+	}
+	ev := runCrashRoundsWith(t, "  page-segment-size: 64KiB\naddress-settings:\n  - match: crash\n    max-size-bytes: 4096\n",
+		crashOpts{body: body, minRun: 1000, randRun: 2000, large: true})
+	t.Logf("the queue started paging %d times", ev.pagings.Load())
+	if ev.pagings.Load() == 0 {
+		t.Fatal("the queue never paged: the test did not exercise paging")
+	}
+}
+
+// crashLargeBody is ledger.Payload for TestCrashKill9Large (its format,
+// so that ledger.PayloadKey reads it): 1 to 6 MiB.
+func crashLargeBody(p, seq int) string {
+	key := fmt.Sprintf("%d-%d-", p, seq)
+	n := 1<<20 + (p*7919+seq*104729)%(5<<20)
+	return key + strings.Repeat(strconv.Itoa(seq%10), n)
+}
+
+// crashOpts are what a crash test varies besides the broker's settings;
+// zero fields take the defaults of TestCrashKill9.
+type crashOpts struct {
+	body            func(p, seq int) string // ledger.Payload
+	producers       int                     // 3
+	prefetch        string                  // the consumer's window: "300"
+	unackedEvery    int                     // the consumer leaves one message in this many unacked: 50
+	minRun, randRun int                     // ms before the kill: 300 + up to 1500
+	large           bool                    // check the large-message files after the restart
+}
+
+func (o crashOpts) withDefaults() crashOpts {
+	if o.body == nil {
+		o.body = ledger.Payload
+	}
+	if o.producers == 0 {
+		o.producers = 3
+	}
+	if o.unackedEvery == 0 {
+		o.unackedEvery = 50
+	}
+	if o.prefetch == "" {
+		o.prefetch = "300"
+	}
+	if o.minRun == 0 {
+		o.minRun, o.randRun = 300, 1500
+	}
+	return o
+}
+
 // runCrashRounds runs the STOMP crash rounds on a broker configured with
 // crashSetup's extra settings and returns what its journal and queues did.
 func runCrashRounds(t *testing.T, extra string) *journalEvents {
 	t.Helper()
+	return runCrashRoundsWith(t, extra, crashOpts{})
+}
+
+func runCrashRoundsWith(t *testing.T, extra string, o crashOpts) *journalEvents {
+	t.Helper()
+	o = o.withDefaults()
 	bin, data, conf, rounds, ev := crashSetup(t, extra)
 	var total roundCounts
 	for round := range rounds {
-		c := crashRound(t, bin, data, conf, round, ev)
+		c := crashRound(t, bin, data, conf, round, ev, o)
 		total.confirmed += c.confirmed
 		total.acked += c.acked
 		total.drained += c.drained
@@ -240,20 +332,20 @@ func runCrashRounds(t *testing.T, extra string) *journalEvents {
 
 type roundCounts struct{ confirmed, acked, drained int }
 
-func crashRound(t *testing.T, bin, data, conf string, round int, ev *journalEvents) roundCounts {
+func crashRound(t *testing.T, bin, data, conf string, round int, ev *journalEvents, o crashOpts) roundCounts {
 	t.Helper()
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), uint64(round)))
 	dest := "/queue/crash"
 	p := startProc(t, bin, data, conf, ev)
 
 	var mu sync.Mutex
-	sent := map[string]string{}    // every key a producer tried, with its body
+	sent := map[string]bool{}      // every key a producer tried (its body is o.body's)
 	confirmed := map[string]bool{} // receipts received
 	acked := map[string]bool{}     // acks sent before the kill
 	seen := map[string]int{}       // deliveries before the kill
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	const producers = 3
+	producers := o.producers
 	for pi := range producers {
 		wg.Add(1)
 		go func() {
@@ -270,10 +362,10 @@ func crashRound(t *testing.T, bin, data, conf string, round int, ev *journalEven
 					return
 				default:
 				}
-				body := ledger.Payload(id, seq)
+				body := o.body(id, seq)
 				key, _, _, _ := ledger.PayloadKey([]byte(body))
 				mu.Lock()
-				sent[key] = body
+				sent[key] = true
 				mu.Unlock()
 				err := conn.Send(dest, "text/plain", []byte(body),
 					gostomp.SendOpt.Receipt, gostomp.SendOpt.Header("persistent", "true"))
@@ -296,7 +388,7 @@ func crashRound(t *testing.T, bin, data, conf string, round int, ev *journalEven
 		defer conn.MustDisconnect()
 		// One message in fifty stays unacked (it must come back after the
 		// restart); the window of 300 leaves room for the rest.
-		sub, err := conn.Subscribe(dest, gostomp.AckClientIndividual, gostomp.SubscribeOpt.Header("activemq.prefetchSize", "300"))
+		sub, err := conn.Subscribe(dest, gostomp.AckClientIndividual, gostomp.SubscribeOpt.Header("activemq.prefetchSize", o.prefetch))
 		if err != nil {
 			return
 		}
@@ -333,19 +425,30 @@ func crashRound(t *testing.T, bin, data, conf string, round int, ev *journalEven
 				mu.Lock()
 				seen[key]++
 				mu.Unlock()
-				if seq%50 != 49 {
+				if seq%o.unackedEvery != o.unackedEvery-1 {
 					toAck <- m
 				}
 			}
 		}
 	}()
-	time.Sleep(time.Duration(300+rng.IntN(1500)) * time.Millisecond)
+	time.Sleep(time.Duration(o.minRun+rng.IntN(o.randRun)) * time.Millisecond)
 	p.kill(t)
 	close(stop)
 	wg.Wait()
 
 	// Restart on the same data and drain.
 	p2 := startProc(t, bin, data, conf, ev)
+	if o.large {
+		// No body cut off by the kill, and no orphan: a file for each
+		// message recovered, at most (one could be acked meanwhile).
+		if tmp, _ := filepath.Glob(filepath.Join(data, "large", "*.tmp")); len(tmp) > 0 {
+			t.Fatalf("round %d: %d partial bodies left after recovery", round, len(tmp))
+		}
+		files, _ := filepath.Glob(filepath.Join(data, "large", "*.msg"))
+		if rec := recoveredMessages(t, p2); len(files) > rec {
+			t.Fatalf("round %d: %d large-message files for %d recovered messages: orphans", round, len(files), rec)
+		}
+	}
 	conn, err := gostomp.Dial("tcp", p2.addr, gostomp.ConnOpt.HeartBeat(0, 0), quiet)
 	if err != nil {
 		t.Fatal(err)
@@ -365,13 +468,12 @@ drain:
 			if m.Err != nil {
 				t.Fatalf("round %d: drain: %v\nbroker log after restart:\n%s", round, m.Err, p2.log())
 			}
-			key, _, _, ok := ledger.PayloadKey(m.Body)
-			want, wasSent := sent[key]
+			key, pi, seq, ok := ledger.PayloadKey(m.Body)
 			switch {
-			case !ok || !wasSent:
+			case !ok || !sent[key]:
 				unexpected++
 				continue
-			case string(m.Body) != want:
+			case string(m.Body) != o.body(pi, seq):
 				corrupt++
 			}
 			if (seen[key] > 0 || drained[key] > 0) && m.Header.Get("redelivered") != "true" {
@@ -391,7 +493,7 @@ drain:
 	p2.stop(t)
 	// Everything was consumed: no large body may be left behind.
 	if left, _ := filepath.Glob(filepath.Join(data, "large", "*.msg")); len(left) > 0 {
-		t.Fatalf("round %d: %d large-message files left after the queue was drained", round, len(left))
+		t.Fatalf("round %d: %d large-message files left after the queue was drained: %v\nbroker log after restart:\n%s", round, len(left), left, p2.log())
 	}
 	t.Logf("round %d: %d sent, %d confirmed, %d delivered before the kill (%d acked), %d delivered after restart",
 		round, len(sent), len(confirmed), len(seen), len(acked), len(drained))

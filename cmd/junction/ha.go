@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"path/filepath"
 	"sync"
@@ -349,11 +350,18 @@ type fencedLarge struct {
 	f *storeFence
 }
 
-func (l fencedLarge) Write(id uint64, body []byte) error {
+func (l fencedLarge) Write(id uint64, r io.Reader) (int64, error) {
+	if err := l.f.check(); err != nil {
+		return 0, err
+	}
+	return l.LargeStore.Write(id, r)
+}
+
+func (l fencedLarge) Link(from, to uint64) error {
 	if err := l.f.check(); err != nil {
 		return err
 	}
-	return l.LargeStore.Write(id, body)
+	return l.LargeStore.Link(from, to)
 }
 
 func (l fencedLarge) Remove(id uint64) error {

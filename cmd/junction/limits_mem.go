@@ -50,11 +50,20 @@ func memoryBudget(configured ByteSize) int64 {
 // them.
 func diskLimits(cfg Config, msgs, bindings *journal.Journal, pages *page.Dir) core.DiskLimits {
 	p := cfg.Persistence
-	if p.MaxDiskUsage == 0 && p.MinFreeDisk == 0 {
-		return core.DiskLimits{}
-	}
 	dir := filepath.Clean(cfg.DataDir)
+	// Checked before every large body is taken, whatever the limits.
+	free := func() (int64, error) {
+		var st unix.Statfs_t
+		if err := unix.Statfs(dir, &st); err != nil {
+			return 0, err
+		}
+		return int64(st.Bavail) * st.Bsize, nil
+	}
+	if p.MaxDiskUsage == 0 && p.MinFreeDisk == 0 {
+		return core.DiskLimits{Free: free}
+	}
 	return core.DiskLimits{
+		Free:     free,
 		MaxUsage: int64(p.MaxDiskUsage),
 		MinFree:  int64(p.MinFreeDisk),
 		Usage: func() (used, free int64, err error) {

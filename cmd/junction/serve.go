@@ -255,6 +255,7 @@ func (in *instance) startListeners(cfg Config) error {
 		FrameMinRate:         int64(cfg.Limits.FrameMinRate),
 		MaxSubscriptions:     unlimitedIfZero(cfg.Limits.MaxSubscriptions),
 		MaxPacketSize:        int(cfg.MQTT.MaxPacketSize),
+		MaxMessageSize:       int(cfg.MQTT.MaxMessageSize),
 		MaxSessionExpiry:     cfg.MQTT.SessionExpiry,
 		ReceiveMaximum:       cfg.MQTT.ReceiveMaximum,
 		MaxSessionBytes:      int64(cfg.MQTT.MaxSessionBytes),
@@ -276,6 +277,7 @@ func (in *instance) startListeners(cfg Config) error {
 		FrameMinRate:        int64(cfg.Limits.FrameMinRate),
 		MaxSubscriptions:    unlimitedIfZero(cfg.Limits.MaxSubscriptions),
 		MaxFrameSize:        int(cfg.Stomp.MaxFrameSize),
+		MaxMessageSize:      int(cfg.Stomp.MaxMessageSize),
 		MaxHeaders:          cfg.Stomp.MaxHeaders,
 		MaxHeaderLength:     int(cfg.Stomp.MaxHeaderLength),
 		HeartBeatSend:       hb,
@@ -289,13 +291,14 @@ func (in *instance) startListeners(cfg Config) error {
 		idle = -1
 	}
 	as := amqp.New(amqp.Config{
-		MaxFrameSize:   uint32(cfg.AMQP.MaxFrameSize),
-		MaxMessageSize: int(cfg.AMQP.MaxMessageSize),
-		IdleTimeout:    idle,
-		LinkCredit:     uint32(cfg.AMQP.LinkCredit),
-		RequireSASL:    cfg.AMQP.RequireSASL,
-		Version:        version,
-		Logger:         log.With().Str("component", "amqp").Logger(),
+		MaxFrameSize:        uint32(cfg.AMQP.MaxFrameSize),
+		MaxMessageSize:      int(cfg.AMQP.MaxMessageSize),
+		MaxLargeMessageSize: int(cfg.AMQP.MaxLargeMessageSize),
+		IdleTimeout:         idle,
+		LinkCredit:          uint32(cfg.AMQP.LinkCredit),
+		RequireSASL:         cfg.AMQP.RequireSASL,
+		Version:             version,
+		Logger:              log.With().Str("component", "amqp").Logger(),
 
 		HandshakeTimeout: cfg.Limits.HandshakeTimeout,
 		FrameTimeout:     cfg.Limits.frameTimeout(),

@@ -49,8 +49,12 @@ func (osFS) List(dir string) ([]string, error) {
 }
 
 func (osFS) Rename(oldname, newname string) error { return os.Rename(oldname, newname) }
-func (osFS) Remove(name string) error             { return os.Remove(name) }
-func (osFS) MkdirAll(dir string) error            { return os.MkdirAll(dir, 0o755) }
+
+// Link makes newname a hard link to oldname (an optional method: see
+// large.Store.Link).
+func (osFS) Link(oldname, newname string) error { return os.Link(oldname, newname) }
+func (osFS) Remove(name string) error           { return os.Remove(name) }
+func (osFS) MkdirAll(dir string) error          { return os.MkdirAll(dir, 0o755) }
 
 func (osFS) SyncDir(dir string) error {
 	d, err := os.Open(dir)

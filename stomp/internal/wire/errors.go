@@ -99,3 +99,7 @@ func limitError(err error, limit int, what string) *FrameError {
 func syntaxError(err error, header, detail string) *FrameError {
 	return &FrameError{Err: err, Header: header, msg: err.Error() + " " + detail}
 }
+
+// errBodyNotRead: Read was called before the streamed body of the frame
+// before it was read to its end (a bug of the caller).
+var errBodyNotRead = errors.New("stomp: streamed body not read before the next frame")

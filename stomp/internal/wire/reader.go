@@ -72,6 +72,13 @@ type Reader struct {
 	version Version       // escaping rules for frames other than CONNECT/CONNECTED
 	err     error         // sticky: the first error Read returned
 
+	// Streaming (SetStreaming): a SEND whose content-length is above
+	// streamAbove, up to maxStream, is returned without its body, which
+	// is read through Body: pending bytes of it, then its NUL.
+	streamAbove, maxStream int
+	pending                int
+	nulDue                 bool
+
 	// Scratch for the frame being read, reused between frames.
 	block []byte   // decoded names and values, back to back
 	spans []span   // where each header's name and value are in block
@@ -124,10 +131,12 @@ func bufPool(size int) *sync.Pool {
 }
 
 // Release gives the buffer of a pooled Reader back, with the scratch of
-// the last frame, when nothing is read ahead (Buffered is 0); the next
-// Read takes one again. Call it between Reads.
+// the last frame, when nothing is read ahead (Buffered is 0) and no
+// streamed body is left to read through Body (its bytes and NUL come
+// through the buffer); the next Read takes one again. Call it between
+// Reads.
 func (r *Reader) Release() {
-	if r.pool == nil || r.br == nil || r.br.Buffered() > 0 {
+	if r.pool == nil || r.br == nil || r.br.Buffered() > 0 || r.pending > 0 || r.nulDue {
 		return
 	}
 	r.br.Reset(nil)
@@ -144,6 +153,71 @@ func (r *Reader) SetMaxFrameSize(n int) {
 		n = DefaultMaxFrameSize
 	}
 	r.lim.MaxFrameSize = n
+}
+
+// SetStreaming makes Read return a SEND frame whose content-length is
+// above above (and at most max, the whole frame counted; larger ones
+// are refused with ErrFrameTooLarge) without its body: Streaming then
+// reports the body's length and Body reads it, bytes as they arrive, so
+// it is never whole in memory. above <= 0 turns streaming off. Call it
+// between Reads.
+func (r *Reader) SetStreaming(above, max int) {
+	r.streamAbove, r.maxStream = above, max
+}
+
+// Streaming returns the length of the body of the frame Read returned
+// last when that body is to be read through Body, or 0.
+func (r *Reader) Streaming() int {
+	if r.pending > 0 || r.nulDue {
+		return r.pending
+	}
+	return 0
+}
+
+// Body returns a reader of the body of the frame Read returned last
+// without one (Streaming > 0): exactly that many bytes, then io.EOF once
+// the NUL that ends the frame has been read too. A stream that ends
+// early gives io.ErrUnexpectedEOF. The body must be read to its end
+// before the next Read, or that Read fails.
+func (r *Reader) Body() io.Reader { return (*bodyReader)(r) }
+
+type bodyReader Reader
+
+func (b *bodyReader) Read(p []byte) (int, error) {
+	r := (*Reader)(b)
+	if r.err != nil {
+		return 0, r.err
+	}
+	if r.pending == 0 {
+		if !r.nulDue {
+			return 0, io.EOF
+		}
+		c, err := r.br.ReadByte()
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		if err == nil && c != 0 {
+			err = syntaxError(ErrMissingNul, "", "(streamed body)")
+		}
+		if err != nil {
+			r.err = err
+			return 0, err
+		}
+		r.nulDue = false
+		return 0, io.EOF
+	}
+	if len(p) > r.pending {
+		p = p[:r.pending]
+	}
+	n, err := r.br.Read(p)
+	r.pending -= n
+	if err == io.EOF {
+		err = io.ErrUnexpectedEOF
+	}
+	if err != nil {
+		r.err = err
+	}
+	return n, err
 }
 
 // Buffered returns the number of bytes read ahead of the frames returned
@@ -174,6 +248,10 @@ func (r *Reader) SetVersion(v Version) { r.version = v }
 // error.
 func (r *Reader) Read() (*frame.Frame, error) {
 	if r.err != nil {
+		return nil, r.err
+	}
+	if r.pending > 0 || r.nulDue {
+		r.err = errBodyNotRead
 		return nil, r.err
 	}
 	if r.br == nil {
@@ -292,6 +370,15 @@ func (r *Reader) readFrame() (*frame.Frame, error) {
 		n, ok := parseContentLength(block[sp.vs:sp.ve])
 		if !ok {
 			return nil, syntaxError(ErrInvalidContentLength, frame.ContentLength, quote(block[sp.vs:sp.ve]))
+		}
+		if r.streamAbove > 0 && n > r.streamAbove && cmd == frame.SEND {
+			if n > r.maxStream-used {
+				e := limitError(ErrFrameTooLarge, r.maxStream, "content-length "+string(block[sp.vs:sp.ve]))
+				e.Header = frame.ContentLength
+				return nil, e
+			}
+			r.pending, r.nulDue = n, true
+			return r.newFrame(cmd, nil), nil
 		}
 		if n > budget {
 			// Checked before allocating anything for the body.

@@ -375,3 +375,81 @@ func TestReadAllocs(t *testing.T) {
 		t.Errorf("Read: %v allocs per frame, want <= 4", allocs)
 	}
 }
+
+func TestStreamedBody(t *testing.T) {
+	body := strings.Repeat("0123456789", 1000)
+	in := "SEND\ndestination:q\ncontent-length:10000\n\n" + body + "\x00" +
+		"SEND\ndestination:q\ncontent-length:5\n\nsmall\x00" +
+		"SEND\ndestination:q\ncontent-length:20000\n\n"
+	r := NewReader(strings.NewReader(in), Limits{MaxFrameSize: 1000})
+	r.SetStreaming(100, 15000)
+	f, err := r.Read()
+	if err != nil || f.Body != nil || r.Streaming() != 10000 {
+		t.Fatalf("Read: %v, body %d, streaming %d", err, len(f.Body), r.Streaming())
+	}
+	got, err := io.ReadAll(r.Body())
+	if err != nil || string(got) != body {
+		t.Fatalf("Body: %d bytes, %v", len(got), err)
+	}
+	f, err = r.Read()
+	if err != nil || string(f.Body) != "small" || r.Streaming() != 0 {
+		t.Fatalf("small frame: %v %q", err, f.Body)
+	}
+	// Over the streaming maximum: refused before any of the body is read.
+	if _, err := r.Read(); !errors.Is(err, ErrFrameTooLarge) {
+		t.Fatalf("over the maximum: %v", err)
+	}
+
+	// Cut off mid-body; a missing NUL.
+	r = NewReader(strings.NewReader("SEND\ndestination:q\ncontent-length:200\n\n"+body[:150]), Limits{})
+	r.SetStreaming(100, 1000)
+	if _, err := r.Read(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadAll(r.Body()); !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Fatalf("cut body: %v", err)
+	}
+	r = NewReader(strings.NewReader("SEND\ndestination:q\ncontent-length:200\n\n"+body[:201]), Limits{})
+	r.SetStreaming(100, 1000)
+	r.Read()
+	if _, err := io.ReadAll(r.Body()); !errors.Is(err, ErrMissingNul) {
+		t.Fatalf("no NUL: %v", err)
+	}
+	// A body left unread fails the next Read.
+	r = NewReader(strings.NewReader("SEND\ndestination:q\ncontent-length:200\n\n"+body[:200]+"\x00"), Limits{})
+	r.SetStreaming(100, 1000)
+	r.Read()
+	if _, err := r.Read(); err == nil {
+		t.Fatal("Read with the body unread")
+	}
+}
+
+// A pooled Reader keeps its buffer while a streamed body is left to
+// read, although nothing is read ahead, and gives it back once the body
+// and its NUL are read.
+func TestStreamedBodyPooled(t *testing.T) {
+	body := strings.Repeat("0123456789", 100)
+	src := io.MultiReader(strings.NewReader("SEND\ndestination:q\ncontent-length:1000\n\n"),
+		strings.NewReader(body+"\x00"), strings.NewReader("SEND\ndestination:q\n\nsmall\x00"))
+	r := NewPooledReader(src, Limits{})
+	r.SetStreaming(100, 5000)
+	if _, err := r.Read(); err != nil || r.Streaming() != 1000 || r.Buffered() != 0 {
+		t.Fatalf("Read: %v, streaming %d, buffered %d", err, r.Streaming(), r.Buffered())
+	}
+	r.Release()
+	if r.br == nil {
+		t.Fatal("Release gave the buffer back with the body unread")
+	}
+	got, err := io.ReadAll(r.Body())
+	if err != nil || string(got) != body {
+		t.Fatalf("Body: %d bytes, %v", len(got), err)
+	}
+	r.Release()
+	if r.br != nil {
+		t.Fatal("Release kept the buffer once the body was read")
+	}
+	f, err := r.Read()
+	if err != nil || string(f.Body) != "small" {
+		t.Fatalf("next frame: %v %q", err, f.Body)
+	}
+}

@@ -1,0 +1,186 @@
+package amqp_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"net"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	goamqp "github.com/Azure/go-amqp"
+
+	"github.com/junctionmq/junction/amqp"
+	"github.com/junctionmq/junction/core"
+	"github.com/junctionmq/junction/persistence/journal"
+	"github.com/junctionmq/junction/persistence/large"
+)
+
+// startLargeBroker starts a broker with a journal and a large-message
+// store (threshold 64 KiB); it returns the store's directory.
+func startLargeBroker(t *testing.T, cfg amqp.Config) (*testBroker, string) {
+	t.Helper()
+	dir := t.TempDir()
+	msgs, err := journal.Open(journal.Config{Dir: filepath.Join(dir, "journal"), FileSize: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { msgs.Close() })
+	bindings, err := journal.Open(journal.Config{Dir: filepath.Join(dir, "bindings"), FileSize: 64 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { bindings.Close() })
+	ls, err := large.Open(filepath.Join(dir, "large"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tb := startBroker(t, cfg, core.Config{Messages: msgs, Bindings: bindings, Large: ls, LargeMessageThreshold: 64 << 10})
+	return tb, filepath.Join(dir, "large")
+}
+
+func countFiles(t *testing.T, dir string) int {
+	t.Helper()
+	es, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(es)
+}
+
+func pattern(n int) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(i*31 + i>>16)
+	}
+	return b
+}
+
+// A go-amqp message of 6 MiB, more than MaxMessageSize, arrives in
+// many transfer frames that go to its file as they come, and goes out
+// to a go-amqp receiver split into frames from the file; application
+// properties and the footer survive. Durable and not, pre-settled
+// receiver and not.
+func TestLargeMessageStreamed(t *testing.T) {
+	tb, dir := startLargeBroker(t, amqp.Config{MaxMessageSize: 4 << 20})
+	body := pattern(6<<20 + 3)
+	sess := tb.session(t, nil)
+	snd := newSender(t, sess, "big", nil)
+	for i, durable := range []bool{true, false} {
+		m := goamqp.NewMessage(body)
+		m.Header = &goamqp.MessageHeader{Durable: durable}
+		m.ApplicationProperties = map[string]any{"n": int64(i)}
+		m.Footer = goamqp.Annotations{"hash": "x"}
+		send(t, snd, m)
+		msgs, total, err := tb.broker.Browse("big", 0, 1)
+		if err != nil || total != 1 || !msgs[0].Message.Streamed() || msgs[0].Message.Size() != int64(len(body)) {
+			t.Fatalf("durable=%v: browse %d %v", durable, total, err)
+		}
+		if n := countFiles(t, dir); n != 1 {
+			t.Fatalf("%d files, want 1", n)
+		}
+		opts := &goamqp.ReceiverOptions{}
+		if i == 1 {
+			opts.SettlementMode = goamqp.ReceiverSettleModeFirst.Ptr()
+			opts.RequestedSenderSettleMode = goamqp.SenderSettleModeSettled.Ptr()
+		}
+		r := newReceiver(t, sess, "big", opts)
+		// go-amqp copies a message it assembles over and over: slow
+		// under the race detector on a busy machine.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		got, err := r.Receive(ctx, nil)
+		cancel()
+		if err != nil {
+			t.Fatalf("durable=%v: receive: %v", durable, err)
+		}
+		if i == 0 {
+			if err := r.AcceptMessage(ctxT(t), got); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if sha256.Sum256(got.GetData()) != sha256.Sum256(body) {
+			t.Fatalf("durable=%v: body of %d bytes differs", durable, len(got.GetData()))
+		}
+		if got.ApplicationProperties["n"] != int64(i) || got.Footer["hash"] != "x" {
+			t.Fatalf("durable=%v: properties %v footer %v", durable, got.ApplicationProperties, got.Footer)
+		}
+		r.Close(ctxT(t))
+		got, msgs = nil, nil
+		eventually(t, "the file to go with the message", func() bool {
+			runtime.GC()
+			return countFiles(t, dir) == 0
+		})
+	}
+}
+
+// cutConn fails every write once limit bytes have gone, and closes the
+// connection: a client that vanishes mid-message.
+type cutConn struct {
+	net.Conn
+	limit atomic.Int64
+}
+
+func (c *cutConn) Write(p []byte) (int, error) {
+	if c.limit.Add(-int64(len(p))) < 0 {
+		c.Conn.Close()
+		return 0, net.ErrClosed
+	}
+	return c.Conn.Write(p)
+}
+
+// A sender cut off mid-message leaves no file and no message; one that
+// sends more than MaxLargeMessageSize is refused; a small message still
+// goes through whole.
+func TestLargeMessageCutAndLimits(t *testing.T) {
+	tb, dir := startLargeBroker(t, amqp.Config{MaxMessageSize: 4 << 20, MaxLargeMessageSize: 8 << 20})
+	nc, err := net.Dial("tcp", tb.addr[len("amqp://"):])
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc := &cutConn{Conn: nc}
+	cc.limit.Store(1 << 40)
+	conn, err := goamqp.NewConn(ctxT(t), cc, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sess, err := conn.NewSession(ctxT(t), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	snd := newSender(t, sess, "big", nil)
+	cc.limit.Store(3 << 20) // 3 MiB of a 6 MiB message
+	m := goamqp.NewMessage(pattern(6 << 20))
+	m.Header = &goamqp.MessageHeader{Durable: true}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	if err := snd.Send(ctx, m, nil); err == nil {
+		t.Fatal("a cut message was confirmed")
+	}
+	cancel()
+	conn.Close()
+	eventually(t, "the cut body's file to go", func() bool { return countFiles(t, dir) == 0 })
+	time.Sleep(50 * time.Millisecond)
+	if q := tb.broker.Queue("big"); q != nil && q.Stats().Depth != 0 {
+		t.Fatalf("a cut message was sent: depth %d", q.Stats().Depth)
+	}
+
+	sess = tb.session(t, nil)
+	snd = newSender(t, sess, "big", nil)
+	if err := snd.Send(ctxT(t), goamqp.NewMessage(pattern(9<<20)), nil); err == nil {
+		t.Fatal("a message over MaxLargeMessageSize was accepted")
+	}
+	sess = tb.session(t, nil)
+	snd = newSender(t, sess, "big", nil)
+	small := pattern(1000)
+	send(t, snd, goamqp.NewMessage(small))
+	r := newReceiver(t, sess, "big", nil)
+	if got := receive(t, r); !bytes.Equal(got.GetData(), small) {
+		t.Fatal("small body differs")
+	}
+	if n := countFiles(t, dir); n != 0 {
+		t.Fatalf("%d files left", n)
+	}
+}
