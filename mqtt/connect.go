@@ -171,9 +171,9 @@ func (c *conn) handshake() error {
 			p.MaximumQos, p.MaximumQosFlag = byte(s.cfg.MaxQoS), true
 		}
 		p.RetainAvailable, p.RetainAvailableFlag = 1, true
-		p.MaximumPacketSize = uint32(s.cfg.MaxPacketSize)
+		p.MaximumPacketSize = uint32(min(s.cfg.MaxPacketSize, maxAdvertisedPacket))
 		if sess.StreamThreshold() > 0 {
-			p.MaximumPacketSize = uint32(max(s.cfg.MaxPacketSize, s.cfg.MaxMessageSize))
+			p.MaximumPacketSize = uint32(min(max(s.cfg.MaxPacketSize, s.cfg.MaxMessageSize), maxAdvertisedPacket))
 		}
 		if assigned {
 			p.AssignedClientID = c.clientID

@@ -31,6 +31,12 @@ const publishType = packets.Publish
 // after a fixed header of at most five bytes.
 const maxPacket = 5 + 268435455
 
+// maxAdvertisedPacket is the largest Maximum Packet Size a CONNACK
+// states: clients check the property against the largest remaining
+// length (paho for Python refuses the CONNACK otherwise), so a broker
+// that takes packets of maxPacket bytes says a few bytes less.
+const maxAdvertisedPacket = 268435455
+
 // publishHead reads the variable header of a PUBLISH whose fixed header
 // (hlen bytes, remaining length length) is buffered, and leaves its
 // payload to be read through payload.

@@ -211,3 +211,25 @@ func TestLargePublishCutAndLimit(t *testing.T) {
 	_ = paho.ErrNotConnected
 	_ = context.Background
 }
+
+// A streaming broker takes MQTT's largest packets, and says so in its
+// CONNACK within the range clients check (a remaining length's largest:
+// paho for Python refuses a CONNACK above it).
+func TestLargeMaximumPacketSizeAdvertised(t *testing.T) {
+	tb, _ := startLargeBroker(t, mqtt.Config{MaxPacketSize: 1 << 20})
+	nc, err := net.Dial("tcp", tb.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := paho5.NewClient(paho5.ClientConfig{Conn: nc})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ca, err := c.Connect(ctx, &paho5.Connect{ClientID: "maxpacket", KeepAlive: 30, CleanStart: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Disconnect(&paho5.Disconnect{})
+	if mp := ca.Properties.MaximumPacketSize; mp == nil || *mp != 268435455 {
+		t.Fatalf("CONNACK Maximum Packet Size %v, want 268435455", mp)
+	}
+}
