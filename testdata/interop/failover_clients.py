@@ -26,6 +26,8 @@ import uuid
 TIMEOUT = 60
 
 # snippet: stomppy
+import time
+
 import stomp
 
 
@@ -36,8 +38,14 @@ class Resubscribe(stomp.ConnectionListener):
         self.conn, self.destination, self.closing = conn, destination, False
 
     def on_disconnected(self):
-        if not self.closing:
-            connect_and_subscribe(self.conn, self.destination)
+        # The old connection may still be closing when this is called: a
+        # try that fails (a closed socket, no broker yet) is tried again.
+        while not self.closing:
+            try:
+                connect_and_subscribe(self.conn, self.destination)
+                return
+            except Exception:
+                time.sleep(0.5)
 
 
 def connect_and_subscribe(conn, destination):
