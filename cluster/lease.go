@@ -17,6 +17,28 @@ import "time"
 // of it (heardRecently), cannot have been made by another leader too.
 // Any other goes out flagged redelivered: a possible duplicate, said.
 
+// A node that was stopped or starved (SIGSTOP, a long pause) has not
+// run its Raft loop: on waking it may still take itself for a leader,
+// and the messages from its peers that wake it (which tell it of a newer
+// term) look like fresh contact until the loop has read them. So no
+// lease while the loop's tick is late, nor for two election timeouts
+// after a late tick.
+
+// ticked records a tick of the loop at now.
+func (n *Node) ticked(now time.Time) {
+	if last := n.lastTick.Swap(now.UnixNano()); last != 0 && now.Sub(time.Unix(0, last)) > n.lease() {
+		n.stalledUntil.Store(now.Add(4 * n.lease()).UnixNano())
+	}
+}
+
+// stalled reports whether the loop is late or was late lately.
+func (n *Node) stalled(now time.Time) bool {
+	if last := n.lastTick.Load(); last != 0 && now.Sub(time.Unix(0, last)) > n.lease() {
+		return true
+	}
+	return now.UnixNano() < n.stalledUntil.Load()
+}
+
 // lease is how recently contact must have been for a delivery to be
 // sure.
 func (n *Node) lease() time.Duration {
@@ -37,6 +59,9 @@ func (n *Node) noteHeard(id uint64) {
 // heardRecently reports whether a Raft message came from id within the
 // lease.
 func (n *Node) heardRecently(id uint64) bool {
+	if n.stalled(time.Now()) {
+		return false
+	}
 	n.heardMu.Lock()
 	t, ok := n.heard[id]
 	n.heardMu.Unlock()
@@ -49,6 +74,9 @@ func (n *Node) heardRecently(id uint64) bool {
 func (n *Node) leaseHeld() bool {
 	limit := n.lease()
 	now := time.Now()
+	if n.stalled(now) {
+		return false
+	}
 	// peersMu, then heardMu: noteHeard takes heardMu alone.
 	n.peersMu.Lock()
 	defer n.peersMu.Unlock()

@@ -31,4 +31,18 @@ func TestLeases(t *testing.T) {
 	if !u.Doubtful(tag(1)) || !u.Doubtful(tag(2)) || n.leaseHeld() {
 		t.Fatal("after the lease ran out every delivery is doubtful")
 	}
+
+	// A loop that has not ticked for longer than the lease (the process
+	// was stopped) holds no lease, even with fresh messages from peers,
+	// and not for a while after its late tick either.
+	n.noteHeard(2)
+	n.noteHeard(3)
+	n.lastTick.Store(time.Now().Add(-time.Second).UnixNano())
+	if n.leaseHeld() || n.heardRecently(2) {
+		t.Fatal("a node whose loop is late holds its lease")
+	}
+	n.ticked(time.Now())
+	if n.leaseHeld() {
+		t.Fatal("a node just back from a stall holds its lease")
+	}
 }

@@ -39,6 +39,7 @@ func (n *Node) run() {
 			<-n.stop
 			return
 		case <-tick.C:
+			n.ticked(time.Now())
 			if time.Now().Before(n.noVoteUntil) {
 				break // see New: a node that lost its log waits
 			}

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -151,6 +152,9 @@ type Node struct {
 
 	peersMu sync.Mutex
 	peers   map[uint64]string // every member but this node
+
+	lastTick     atomic.Int64 // unix nanoseconds of the loop's last tick (lease.go)
+	stalledUntil atomic.Int64 // unix nanoseconds: no lease before (lease.go)
 
 	heardMu sync.Mutex
 	heard   map[uint64]time.Time // guarded by heardMu: the last Raft message from each peer (lease.go)
