@@ -1137,15 +1137,17 @@ type SubscriptionInfo struct {
 
 // DurableSubscriptions lists the durable subscriptions of the session's
 // client id, so that a front-end can resume them (MQTT persistent
-// sessions) or drop them (MQTT clean start).
-func (s *Session) DurableSubscriptions() []SubscriptionInfo {
+// sessions) or drop them (MQTT clean start). On a cluster node it fails
+// (ErrUnavailable) when a group cannot be asked: the front-end must not
+// take the subscriptions for gone.
+func (s *Session) DurableSubscriptions() ([]SubscriptionInfo, error) {
 	if s.opts.ClientID == "" {
-		return nil
+		return nil, nil
 	}
 	if s.b.cluster != nil {
 		return s.b.cluster.DurableSubscriptions(s.opts.ClientID)
 	}
-	return s.b.DurableSubscriptionsOf(s.opts.ClientID)
+	return s.b.DurableSubscriptionsOf(s.opts.ClientID), nil
 }
 
 // DurableSubscriptionsOf lists the durable subscriptions of a client id.

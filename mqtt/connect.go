@@ -156,7 +156,7 @@ func (c *conn) handshake() error {
 	}
 	present, state, err := c.startSession(pk.Connect.Clean, away)
 	if err != nil {
-		s.log.Warn().Err(err).Str("client", c.clientID).Msg("mqtt: session state not stored")
+		s.log.Warn().Err(err).Str("client", c.clientID).Msg("mqtt: session state not read or not stored")
 		return c.refuse(connack3Unavailable, packets.ErrServerUnavailable, level)
 	}
 
