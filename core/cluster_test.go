@@ -227,6 +227,7 @@ func (u *testUpstream) Settle(tag uint64, o Outcome) {
 		up.Settle(tag, o)
 	}
 }
+
 // Doubtful implements DoubtingUpstream: as the test set it.
 func (u *testUpstream) Doubtful(uint64) bool { return u.r.c.doubtful.Load() }
 
