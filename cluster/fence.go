@@ -1,0 +1,82 @@
+package cluster
+
+import (
+	"sync/atomic"
+	"time"
+
+	"github.com/junctionmq/junction/core"
+)
+
+// The fence. What a node hands out once a source is doubtful goes out
+// flagged (lease.go), but what it wrote before may still be on its way:
+// a node cut off from the other nodes and from its own clients (a
+// partition around its machine) keeps retransmitting what its clients'
+// connections hold, and after the heal a client would receive those
+// deliveries unflagged although the group, having lost this node, had
+// redelivered them (flagged) elsewhere meanwhile. Bytes in a socket
+// cannot be recalled, but they can be dropped: every lease/4, while this
+// node does not hold its lease (it has not heard from a majority of the
+// members within the lease, or its loop is late), the access broker
+// closes abortively (a TCP reset: the kernel discards the send queue)
+// every client connection holding an unacknowledged delivery that went
+// out unflagged and whose source is now doubtful
+// (core.Broker.FenceDoubtful, upstream.Doubtful): one from a group this
+// node leads, or from a remote leader it has not heard from within the
+// lease. The client reconnects (elsewhere) and gets those messages again
+// from their group, flagged.
+//
+// In time: with PreVote and CheckQuorum, followers elect no other leader
+// before an election timeout without hearing from the old one, and a
+// leader resets the forwarding link of a silent node (and redelivers
+// what that node's consumers held) only after linkTimeout, longer still.
+// The lease is half an election timeout and the check runs every
+// lease/4, so this node resets its clients' connections within 3/4 of an
+// election timeout of the cut, before another leader can deliver the
+// same messages again.
+//
+// Only while this node has lost the majority's contact: a node that
+// hears from a majority is in the connected part of the network, and
+// what it wrote reached its clients; a remote leader cut off, or a group
+// between two leaders (an upstream re-attaching), is no reason to reset
+// the connections of a healthy node. (A network that cuts a node from a
+// group's leader and from its own clients while leaving it a majority
+// is not covered.)
+
+// fence is a node's fence state.
+type fence struct {
+	broker atomic.Pointer[core.Broker] // the access broker (FenceBroker); nil until it exists
+	count  atomic.Uint64               // connections reset, for the metrics
+}
+
+// FenceBroker implements core.FencingCluster: b is the access broker
+// whose connections the node fences.
+func (a *access) FenceBroker(b *core.Broker) { a.n.fence.broker.Store(b) }
+
+// fenceLoop checks the lease every lease/4 until the node stops.
+func (n *Node) fenceLoop(stop <-chan struct{}) {
+	t := time.NewTicker(max(n.lease()/4, time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+			n.fenceCheck()
+		}
+	}
+}
+
+// fenceCheck resets the connections holding doubtful deliveries while
+// this node does not hold its lease.
+func (n *Node) fenceCheck() {
+	b := n.fence.broker.Load()
+	if b == nil || n.leaseHeld() {
+		return
+	}
+	for _, f := range b.FenceDoubtful() {
+		n.fence.count.Add(1)
+		n.log.Warn().Uint64("connection", f.ID).Str("protocol", f.Protocol).Str("remote", f.RemoteAddr).
+			Str("user", f.User).Str("client_id", f.ClientID).Int("deliveries", f.Deliveries).
+			Msg("connection reset by the fence: this node lost its lease, and the client held deliveries another node may make again")
+	}
+}
