@@ -15,11 +15,10 @@ import (
 // deliveries unflagged although the group, having lost this node, had
 // redelivered them (flagged) elsewhere meanwhile. Bytes in a socket
 // cannot be recalled, but they can be dropped: every lease/4, while this
-// node does not hold its lease (it has not heard from a majority of the
-// members within the lease, or its loop is late), the access broker
-// closes abortively (a TCP reset: the kernel discards the send queue)
-// every client connection holding an unacknowledged delivery that went
-// out unflagged and whose source is now doubtful
+// node has not heard from a majority of the members within the lease,
+// the access broker closes abortively (a TCP reset: the kernel discards
+// the send queue) every client connection holding an unacknowledged
+// delivery that went out unflagged and whose source is now doubtful
 // (core.Broker.FenceDoubtful, upstream.Doubtful): one from a group this
 // node leads, or from a remote leader it has not heard from within the
 // lease. The client reconnects (elsewhere) and gets those messages again
@@ -30,17 +29,21 @@ import (
 // leader resets the forwarding link of a silent node (and redelivers
 // what that node's consumers held) only after linkTimeout, longer still.
 // The lease is half an election timeout and the check runs every
-// lease/4, so this node resets its clients' connections within 3/4 of an
-// election timeout of the cut, before another leader can deliver the
-// same messages again.
+// lease/4, so a node cut off resets its clients' connections within 3/4
+// of an election timeout of its last contact, before another leader can
+// deliver the same messages again.
 //
-// Only while this node has lost the majority's contact: a node that
-// hears from a majority is in the connected part of the network, and
-// what it wrote reached its clients; a remote leader cut off, or a group
-// between two leaders (an upstream re-attaching), is no reason to reset
-// the connections of a healthy node. (A network that cuts a node from a
-// group's leader and from its own clients while leaving it a majority
-// is not covered.)
+// Only while the majority's contact is lost: a node that hears from a
+// majority is in the connected part of the network, and what it wrote
+// has reached its clients. A remote leader cut off, or a group between
+// two leaders (an upstream re-attaching), is no reason to reset the
+// connections of such a node; nor is a late Raft loop alone (a long
+// fsync: the loop, not the sockets, was stalled; what the node hands
+// out after it is flagged anyway, lease.go). Not covered: a network that
+// cuts a node from a group's leader and from its own clients while
+// leaving it a majority; and a node that leads no group hears from no
+// peer between its groups' leaders failing and the next election, so it
+// may reset its clients needlessly then.
 
 // fence is a node's fence state.
 type fence struct {
@@ -70,13 +73,21 @@ func (n *Node) fenceLoop(stop <-chan struct{}) {
 // this node does not hold its lease.
 func (n *Node) fenceCheck() {
 	b := n.fence.broker.Load()
-	if b == nil || n.leaseHeld() {
+	if b == nil {
 		return
 	}
-	for _, f := range b.FenceDoubtful() {
+	now := time.Now()
+	live, members := n.contact(now)
+	if 2*live > members {
+		return
+	}
+	fenced := b.FenceDoubtful()
+	late := n.stalled(now)
+	for _, f := range fenced {
 		n.fence.count.Add(1)
 		n.log.Warn().Uint64("connection", f.ID).Str("protocol", f.Protocol).Str("remote", f.RemoteAddr).
 			Str("user", f.User).Str("client_id", f.ClientID).Int("deliveries", f.Deliveries).
+			Int("members_heard", live).Int("members", members).Bool("loop_late", late).
 			Msg("connection reset by the fence: this node lost its lease, and the client held deliveries another node may make again")
 	}
 }
