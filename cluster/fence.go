@@ -29,9 +29,10 @@ import (
 // leader resets the forwarding link of a silent node (and redelivers
 // what that node's consumers held) only after linkTimeout, longer still.
 // The lease is half an election timeout and the check runs every
-// lease/4, so a node cut off resets its clients' connections within 3/4
-// of an election timeout of its last contact, before another leader can
-// deliver the same messages again.
+// lease/4 (one late check may be let go, fenceLoop), so a node cut off
+// resets its clients' connections within 3/4 of an election timeout of
+// its last contact, before another leader can deliver the same messages
+// again.
 //
 // Only while the majority's contact is lost: a node that hears from a
 // majority is in the connected part of the network, and what it wrote
@@ -55,15 +56,28 @@ type fence struct {
 // whose connections the node fences.
 func (a *access) FenceBroker(b *core.Broker) { a.n.fence.broker.Store(b) }
 
-// fenceLoop checks the lease every lease/4 until the node stops.
+// fenceLoop checks the contact every lease/4 until the node stops. A
+// tick that comes late (the process was starved or stopped) is let go
+// once: the frames from peers that show contact may be waiting to be
+// read, and the next check, lease/4 later, is still in time.
 func (n *Node) fenceLoop(stop <-chan struct{}) {
-	t := time.NewTicker(max(n.lease()/4, time.Millisecond))
+	every := max(n.lease()/4, time.Millisecond)
+	t := time.NewTicker(every)
 	defer t.Stop()
+	last, skipped := time.Now(), false
 	for {
 		select {
 		case <-stop:
 			return
 		case <-t.C:
+			now := time.Now()
+			late := now.Sub(last) > 2*every
+			last = now
+			if late && !skipped {
+				skipped = true
+				continue
+			}
+			skipped = false
 			n.fenceCheck()
 		}
 	}
