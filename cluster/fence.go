@@ -84,7 +84,8 @@ func (n *Node) fenceLoop(stop <-chan struct{}) {
 }
 
 // fenceCheck resets the connections holding doubtful deliveries while
-// this node does not hold its lease.
+// this node has not heard from a majority of the members within the
+// lease.
 func (n *Node) fenceCheck() {
 	b := n.fence.broker.Load()
 	if b == nil {
@@ -102,6 +103,6 @@ func (n *Node) fenceCheck() {
 		n.log.Warn().Uint64("connection", f.ID).Str("protocol", f.Protocol).Str("remote", f.RemoteAddr).
 			Str("user", f.User).Str("client_id", f.ClientID).Int("deliveries", f.Deliveries).
 			Int("members_heard", live).Int("members", members).Bool("loop_late", late).
-			Msg("connection reset by the fence: this node lost its lease, and the client held deliveries another node may make again")
+			Msg("connection reset by the fence: this node lost the majority's contact, and the client held deliveries another node may make again")
 	}
 }

@@ -23,7 +23,8 @@ type Status struct {
 	ForwardedOut uint64 `json:"forwarded_out"`
 	ForwardedIn  uint64 `json:"forwarded_in"`
 	// FencedConnections counts the client connections this node reset
-	// because it lost its lease while they held deliveries (fence.go).
+	// because it lost the majority's contact while they held
+	// deliveries (fence.go).
 	FencedConnections uint64 `json:"fenced_connections"`
 }
 

@@ -118,7 +118,7 @@ func newClusterCollector(c ClusterAdmin) *clusterCollector {
 		applyLag:      d("apply_lag_entries", "Committed entries of the group not yet applied on this node.", "group"),
 		messages:      d("group_messages", "Live message records in the group's state on this node.", "group"),
 		forwarded:     d("forwarded_total", "Client operations forwarded between nodes: out (sent by this node's clients to other nodes' groups) and in (served here for other nodes).", "direction"),
-		fenced:        d("fenced_connections_total", "Client connections this node reset because it lost its lease while they held deliveries another node may make again (the fence)."),
+		fenced:        d("fenced_connections_total", "Client connections this node reset because it lost the majority's contact while they held deliveries another node may make again (the fence)."),
 		commitLatency: d("commit_latency_seconds", "Time from a group broker's write to its commit on a majority, for the groups this node led.", "group"),
 	}
 }
