@@ -40,11 +40,12 @@ import (
 // two leaders (an upstream re-attaching), is no reason to reset the
 // connections of such a node; nor is a late Raft loop alone (a long
 // fsync: the loop, not the sockets, was stalled; what the node hands
-// out after it is flagged anyway, lease.go). Not covered: a network that
-// cuts a node from a group's leader and from its own clients while
-// leaving it a majority; and a node that leads no group hears from no
-// peer between its groups' leaders failing and the next election, so it
-// may reset its clients needlessly then.
+// out after it is flagged anyway, lease.go). But peers that all go
+// silent for the lease (stalled, or a node that leads no group between
+// its groups' leaders failing and the next election) look like a cut:
+// the node then resets its clients needlessly, and they reconnect. Not
+// covered: a network that cuts a node from a group's leader and from its
+// own clients while leaving it a majority.
 
 // fence is a node's fence state.
 type fence struct {
