@@ -24,3 +24,24 @@ func TestConnectionListedAndClosable(t *testing.T) {
 		t.Fatal("send on a closed connection succeeded")
 	}
 }
+
+// TestConnectionAbortable: AbortConnection (the cluster's fence) ends
+// the connection as CloseConnection does (internal/outbound tests the
+// reset itself).
+func TestConnectionAbortable(t *testing.T) {
+	tb := startBroker(t, amqp.Config{}, core.Config{})
+	s := tb.session(t, nil)
+	snd := newSender(t, s, "q", nil)
+	send(t, snd, text("hello"))
+	conns := tb.broker.Connections()
+	if len(conns) != 1 {
+		t.Fatalf("connections %+v", conns)
+	}
+	if err := tb.broker.AbortConnection(conns[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "connection gone", func() bool { return len(tb.broker.Connections()) == 0 })
+	if err := snd.Send(ctxT(t), text("after"), nil); err == nil {
+		t.Fatal("send on an aborted connection succeeded")
+	}
+}

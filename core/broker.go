@@ -254,6 +254,9 @@ func New(cfg Config) (*Broker, error) {
 		b.wg.Add(1)
 		go b.expiryLoop(iv)
 	}
+	if fc, ok := cfg.Cluster.(FencingCluster); ok {
+		fc.FenceBroker(b)
+	}
 	return b, nil
 }
 

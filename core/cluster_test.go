@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"reflect"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -22,6 +23,8 @@ type oneGroup struct {
 	ups              []*testUpstream
 	closedUpstreams  int
 	attachRefusedErr error
+	// doubtful is what every upstream's Doubtful answers (fence_test.go).
+	doubtful atomic.Bool
 }
 
 func newOneGroup(t *testing.T) *oneGroup {
@@ -224,6 +227,10 @@ func (u *testUpstream) Settle(tag uint64, o Outcome) {
 		up.Settle(tag, o)
 	}
 }
+
+// Doubtful implements DoubtingUpstream: as the test set it.
+func (u *testUpstream) Doubtful(uint64) bool { return u.r.c.doubtful.Load() }
+
 func (u *testUpstream) Close() {
 	u.mu.Lock()
 	up := u.up

@@ -25,3 +25,26 @@ func TestConnectionListedAndClosable(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// TestConnectionAbortable: AbortConnection (the cluster's fence) ends
+// the connection as CloseConnection does (internal/outbound tests the
+// reset itself).
+func TestConnectionAbortable(t *testing.T) {
+	tb := startBroker(t)
+	c := tb.client(t, "abort-me")
+	wait(t, c.Publish("a/b", 1, false, "hello"))
+	conns := tb.broker.Connections()
+	if len(conns) != 1 {
+		t.Fatalf("connections %+v", conns)
+	}
+	if err := tb.broker.AbortConnection(conns[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for c.IsConnectionOpen() || len(tb.broker.Connections()) != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("client open %v, connections %+v", c.IsConnectionOpen(), tb.broker.Connections())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
