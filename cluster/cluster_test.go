@@ -96,6 +96,26 @@ func (c *testCluster) close() {
 // live node knows.
 func (c *testCluster) waitLeaders() {
 	c.t.Helper()
+	c.waitGroups("groups without an active leader", func(g *group) uint64 { return g.lead.Load() })
+}
+
+// waitBalanced waits until every group is led, actively, by its
+// preferred node (balanceLeaders) as every live node sees it, so that no
+// leader change is due.
+func (c *testCluster) waitBalanced() {
+	c.t.Helper()
+	c.waitGroups("groups not led by their preferred nodes", func(g *group) uint64 {
+		if pref := (g.id-1)%uint64(len(c.nodes)) + 1; g.lead.Load() == pref {
+			return pref
+		}
+		return 0
+	})
+}
+
+// waitGroups waits, up to 15 s, until leader(g) names, for each group of
+// each live node, a live node whose group broker is active.
+func (c *testCluster) waitGroups(what string, leader func(*group) uint64) {
+	c.t.Helper()
 	deadline := time.Now().Add(15 * time.Second)
 	for {
 		ok := true
@@ -104,7 +124,7 @@ func (c *testCluster) waitLeaders() {
 				continue
 			}
 			for _, g := range n.groups {
-				lead := g.lead.Load()
+				lead := leader(g)
 				if lead == 0 || c.nodes[lead-1] == nil || !c.nodes[lead-1].groups[g.id-1].isActive.Load() {
 					ok = false
 				}
@@ -114,7 +134,7 @@ func (c *testCluster) waitLeaders() {
 			return
 		}
 		if time.Now().After(deadline) {
-			c.t.Fatal("groups without an active leader after 15s")
+			c.t.Fatalf("%s after 15s", what)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -204,31 +224,6 @@ func TestClusterSendConsumeAcrossNodes(t *testing.T) {
 
 // crash stops node i the way a killed process stops: no goodbye to
 // anyone, group brokers dropped where they stand.
-// waitBalanced waits until every group is led, actively, by its
-// preferred node (balanceLeaders), so that no leader change is due.
-func (c *testCluster) waitBalanced() {
-	c.t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		ok := true
-		for _, n := range c.nodes {
-			for _, g := range n.groups {
-				pref := uint64((g.id-1)%uint64(len(c.nodes))) + 1
-				if g.lead.Load() != pref || !c.nodes[pref-1].groups[g.id-1].isActive.Load() {
-					ok = false
-				}
-			}
-		}
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			c.t.Fatal("groups not led by their preferred nodes after 15s")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func (c *testCluster) crash(i int) {
 	n := c.nodes[i]
 	c.nodes[i] = nil
