@@ -41,6 +41,9 @@ type group struct {
 	// node had before would otherwise make raft panic).
 	rejoining bool
 	catchUpTo uint64
+	// The term and vote last saved (savedKnown: read from the log once).
+	savedTerm, savedVote uint64
+	savedKnown           bool
 
 	// Read from any goroutine:
 	lead     atomic.Uint64 // current leader as this node knows it (0: none)
