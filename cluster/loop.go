@@ -25,6 +25,16 @@ import (
 
 type raftMessage = pb.Message
 
+// maxProposalsInFlight: a group proposes only while fewer of its
+// entries than this are proposed and not yet applied; what its group
+// broker writes meanwhile waits and goes in the next entry (group
+// commit). Every entry costs each node a save (an fsync), a round of
+// messages and their wake-ups, whatever its size; with one in flight an
+// entry carried about 30 messages of the durable bench instead of 20,
+// and the nodes spent less CPU per message. A write waits for no more
+// than the entries in flight: it is proposed, in order, with the next.
+const maxProposalsInFlight = 1
+
 func (n *Node) run() {
 	defer n.wg.Done()
 	tick := time.NewTicker(n.cfg.Tick)
@@ -57,12 +67,20 @@ func (n *Node) run() {
 			f()
 		}
 		for _, g := range n.groups {
-			if g.leading {
+			if g.leading && len(g.inflight) < maxProposalsInFlight {
 				g.propose()
 			}
 		}
 		if err := n.handleReadies(); err != nil {
 			n.fail(err)
+		}
+		// An entry applied above may have made room for writes held
+		// back: go round again for them.
+		for _, g := range n.groups {
+			if g.leading && len(g.inflight) < maxProposalsInFlight && g.hasPending() {
+				n.kickPropose()
+				break
+			}
 		}
 		for _, g := range n.groups {
 			g.maybeRejoined()
@@ -403,3 +421,11 @@ func (n *Node) ensurePeer(id uint64) {
 }
 
 func unmarshal(b []byte, m proto.Message) error { return proto.Unmarshal(b, m) }
+
+// hasPending reports whether the group broker submitted writes not yet
+// proposed.
+func (g *group) hasPending() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.pending) > 0
+}
