@@ -33,11 +33,16 @@
 //
 // One Raft loop drives every group (loop.go): it collects the Ready of
 // every group, saves them with one raftlog.Save (one journal batch, one
-// fdatasync), then sends their messages, then applies their committed
-// entries, then advances. A group broker's writes between two passes
-// become one entry (up to Config.MaxEntryBytes); a write completes when
-// its entry is applied on this node, which is after it is committed on a
-// majority and durable here. The log lives in Junction's journal
+// fdatasync), then sends their messages (a leader's appends and
+// heartbeats before the save, so that its followers write while it
+// does), then applies their committed entries, then advances. A group
+// proposes its group broker's writes only while none of its entries is
+// in flight: the writes made meanwhile become its next entry (more than
+// one only past Config.MaxEntryBytes), proposed once the one before is
+// applied (group commit: every entry costs each node a save and a round
+// of messages, whatever its size). A write completes when its entry is
+// applied on this node, which is after it is committed on a majority
+// and durable here. The log lives in Junction's journal
 // (cluster/raftlog); a group snapshots its state every
 // Config.SnapshotEntries applied entries, which compacts its log, and a
 // follower too far behind gets the snapshot (sent in chunks on the bulk

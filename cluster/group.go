@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"sync"
@@ -32,6 +33,7 @@ type group struct {
 	activateAt uint64 // leader: activate once applied reaches it
 	activating bool
 	inflight   map[uint64][]func(error) // proposal id → completions
+	proposed   map[uint64]proposal      // proposal id → what was proposed (as inflight)
 	nextProp   uint64
 	// rejoining: this node came back with an empty log (Config.Join) and
 	// may have been a member that lost its data. Until it has applied
@@ -41,6 +43,9 @@ type group struct {
 	// node had before would otherwise make raft panic).
 	rejoining bool
 	catchUpTo uint64
+	// The term and vote last saved (savedKnown: read from the log once).
+	savedTerm, savedVote uint64
+	savedKnown           bool
 
 	// Read from any goroutine:
 	lead     atomic.Uint64 // current leader as this node knows it (0: none)
@@ -63,6 +68,14 @@ type group struct {
 	leaderChanges atomic.Uint64
 	proposals     atomic.Uint64
 	commitNanos   histogram
+}
+
+// proposal is an entry this node proposed and has not yet applied: its
+// data and the operations it encodes, which the leader applies without
+// decoding its own entry again.
+type proposal struct {
+	data []byte
+	ops  []op
 }
 
 type pendingOps struct {
@@ -133,6 +146,10 @@ func (g *group) propose() {
 			}
 		} else {
 			g.inflight[pid] = append(dones, startTimer(g, started))
+			if g.proposed == nil {
+				g.proposed = make(map[uint64]proposal)
+			}
+			g.proposed[pid] = proposal{data: data, ops: ops}
 			g.proposals.Add(1)
 		}
 		ops, dones, size = nil, nil, 0
@@ -174,12 +191,13 @@ func (g *group) applyEntry(e *pb.Entry) error {
 		if len(e.GetData()) == 0 {
 			break // a new leader's empty entry
 		}
-		proposer, pid, ops, err := decodeOps(e.GetData())
+		proposer, pid, ops, err := g.entryOps(e.GetData())
 		if err != nil {
 			return fmt.Errorf("group %d entry %d: %w", g.id, e.GetIndex(), err)
 		}
 		g.state.apply(ops)
 		if proposer == g.n.cfg.NodeID && pid != 0 {
+			delete(g.proposed, pid)
 			if dones, ok := g.inflight[pid]; ok {
 				delete(g.inflight, pid)
 				g.n.complete(dones, nil)
@@ -197,6 +215,19 @@ func (g *group) applyEntry(e *pb.Entry) error {
 	return nil
 }
 
+// entryOps returns the proposer, proposal id and operations of an
+// entry's data. An entry this node proposed, byte for byte as it
+// proposed it, is not decoded: its operations are at hand.
+func (g *group) entryOps(data []byte) (proposer, pid uint64, ops []op, err error) {
+	proposer, pid, k := entryHeader(data)
+	if k > 0 && proposer == g.n.cfg.NodeID {
+		if p, ok := g.proposed[pid]; ok && bytes.Equal(p.data, data) {
+			return proposer, pid, p.ops, nil
+		}
+	}
+	return decodeOps(data)
+}
+
 // failInflight fails every proposal waiting for a commit (loop): the node
 // lost the leadership, so whether each commits is out of its hands.
 func (g *group) failInflight() {
@@ -205,6 +236,7 @@ func (g *group) failInflight() {
 		all = append(all, dones)
 		delete(g.inflight, pid)
 	}
+	clear(g.proposed)
 	for _, dones := range all {
 		g.n.complete(dones, ErrNotLeader)
 	}

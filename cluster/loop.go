@@ -25,6 +25,16 @@ import (
 
 type raftMessage = pb.Message
 
+// maxProposalsInFlight: a group proposes only while fewer of its
+// entries than this are proposed and not yet applied; what its group
+// broker writes meanwhile waits and goes in the next entry (group
+// commit). Every entry costs each node a save (an fsync), a round of
+// messages and their wake-ups, whatever its size; with one in flight an
+// entry carried about 30 messages of the durable bench instead of 20,
+// and the nodes spent less CPU per message. A write waits for no more
+// than the entries in flight: it is proposed, in order, with the next.
+const maxProposalsInFlight = 1
+
 func (n *Node) run() {
 	defer n.wg.Done()
 	tick := time.NewTicker(n.cfg.Tick)
@@ -57,12 +67,20 @@ func (n *Node) run() {
 			f()
 		}
 		for _, g := range n.groups {
-			if g.leading {
+			if g.leading && len(g.inflight) < maxProposalsInFlight {
 				g.propose()
 			}
 		}
 		if err := n.handleReadies(); err != nil {
 			n.fail(err)
+		}
+		// An entry applied above may have made room for writes held
+		// back: go round again for them.
+		for _, g := range n.groups {
+			if g.leading && len(g.inflight) < maxProposalsInFlight && g.hasPending() {
+				n.kickPropose()
+				break
+			}
 		}
 		for _, g := range n.groups {
 			g.maybeRejoined()
@@ -218,13 +236,29 @@ func (n *Node) handleReadies() error {
 	if len(rds) == 0 {
 		return nil
 	}
+	// A leader's appends and heartbeats go out before its own save, so
+	// that its followers write the entries while it does (Raft thesis
+	// 10.2.1; raft's doc.go allows it): the leader counts itself in a
+	// majority only once the save is done (its self-acknowledgement
+	// comes after Advance), so a commit still needs the entries on a
+	// majority of disks.
+	early := make([]bool, len(rds))
+	for i, r := range rds {
+		if r.g.canSendEarly(r.rd) {
+			early[i] = true
+			n.sendAll(r.g, r.rd.Messages)
+		}
+	}
 	if len(ups) > 0 {
 		if err := n.rlog.Save(ups); err != nil {
 			return fmt.Errorf("cluster: saving the raft log: %w", err)
 		}
 	}
-	for _, r := range rds {
+	for i, r := range rds {
 		g, rd := r.g, r.rd
+		if hs := rd.HardState; hs != nil {
+			g.savedTerm, g.savedVote, g.savedKnown = hs.GetTerm(), hs.GetVote(), true
+		}
 		if rd.SoftState != nil {
 			term := g.term.Load()
 			if rd.HardState != nil {
@@ -238,7 +272,9 @@ func (n *Node) handleReadies() error {
 		if rd.HardState != nil {
 			g.commit.Store(rd.HardState.GetCommit())
 		}
-		n.sendAll(g, rd.Messages)
+		if !early[i] {
+			n.sendAll(g, rd.Messages)
+		}
 		if !raft.IsEmptySnap(rd.Snapshot) {
 			if err := g.installSnapshot(rd.Snapshot); err != nil {
 				return err
@@ -252,6 +288,37 @@ func (n *Node) handleReadies() error {
 		g.rn.Advance(rd)
 	}
 	return nil
+}
+
+// canSendEarly reports whether a Ready's messages may be sent before its
+// entries and hard state are saved (loop): only a leader's, only when
+// every message is an append or a heartbeat (whose order among
+// themselves is kept), no snapshot is to be installed, and the Ready
+// changes neither the term nor the vote, which must be on disk before
+// any message of this node says them.
+func (g *group) canSendEarly(rd raft.Ready) bool {
+	if !g.leading || len(rd.Messages) == 0 || !raft.IsEmptySnap(rd.Snapshot) {
+		return false
+	}
+	if ss := rd.SoftState; ss != nil && ss.RaftState != raft.StateLeader {
+		return false
+	}
+	if !g.savedKnown {
+		hs, _, err := g.storage.InitialState()
+		if err != nil {
+			return false
+		}
+		g.savedTerm, g.savedVote, g.savedKnown = hs.GetTerm(), hs.GetVote(), true
+	}
+	if hs := rd.HardState; hs != nil && (hs.GetTerm() != g.savedTerm || hs.GetVote() != g.savedVote) {
+		return false
+	}
+	for _, m := range rd.Messages {
+		if t := m.GetType(); t != pb.MsgApp && t != pb.MsgHeartbeat {
+			return false
+		}
+	}
+	return true
 }
 
 // sendAll sends a group's messages; a snapshot goes in chunks on the
@@ -354,3 +421,11 @@ func (n *Node) ensurePeer(id uint64) {
 }
 
 func unmarshal(b []byte, m proto.Message) error { return proto.Unmarshal(b, m) }
+
+// hasPending reports whether the group broker submitted writes not yet
+// proposed.
+func (g *group) hasPending() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.pending) > 0
+}

@@ -313,6 +313,27 @@ func encodeOps(b []byte, proposer, proposal uint64, ops []op) []byte {
 
 // decodeOps decodes an entry. Payloads are copies: the entry's memory
 // belongs to raft.
+// entryHeader reads the proposer and proposal id at the head of an
+// entry's data; k is 0 if they are not there.
+func entryHeader(p []byte) (proposer, proposal uint64, k int) {
+	if len(p) == 0 || p[0] != entryVersion {
+		return 0, 0, 0
+	}
+	proposer, a := binary.Uvarint(p[1:])
+	if a <= 0 {
+		return 0, 0, 0
+	}
+	proposal, b := binary.Uvarint(p[1+a:])
+	if b <= 0 {
+		return 0, 0, 0
+	}
+	return proposer, proposal, 1 + a + b
+}
+
+// decodeOps decodes an entry's data. The payloads of the operations
+// are slices of p, not copies: an entry's data is never changed once
+// made, and the group's state keeps them (so an entry's data lives as
+// long as one of its records does).
 func decodeOps(p []byte) (proposer, proposal uint64, ops []op, err error) {
 	d := reader{b: p}
 	if d.byte() != entryVersion {
@@ -330,7 +351,7 @@ func decodeOps(p []byte) (proposer, proposal uint64, ops []op, err error) {
 		switch o.kind {
 		case opAppend, opUpdate:
 			o.utype = d.u16()
-			o.payload = d.bytes()
+			o.payload = d.shared()
 		case opDelete:
 		case opTx:
 			o.n = uint32(d.uvarint())
@@ -398,6 +419,19 @@ func (d *reader) bytes() []byte {
 		return nil
 	}
 	v := slices.Clone(d.b[:n])
+	d.b = d.b[n:]
+	return v
+}
+
+// shared is bytes without the copy: a slice of the reader's buffer
+// (capped, so that an append to it cannot reach what follows).
+func (d *reader) shared() []byte {
+	n := d.uvarint()
+	if n > uint64(len(d.b)) {
+		d.fail()
+		return nil
+	}
+	v := d.b[:n:n]
 	d.b = d.b[n:]
 	return v
 }

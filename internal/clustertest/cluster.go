@@ -270,7 +270,13 @@ type Cluster struct {
 // when t failed.
 func Start(t testing.TB, nw Network) *Cluster {
 	t.Helper()
-	c := &Cluster{T: t, Net: nw, Nodes: map[uint64]*Node{}, Dir: t.TempDir(), bin: Binary(t)}
+	return StartBinary(t, nw, Binary(t))
+}
+
+// StartBinary is Start with the junction binary at bin.
+func StartBinary(t testing.TB, nw Network, bin string) *Cluster {
+	t.Helper()
+	c := &Cluster{T: t, Net: nw, Nodes: map[uint64]*Node{}, Dir: t.TempDir(), bin: bin}
 	c.http = &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{
 		DialContext:       func(ctx context.Context, _, addr string) (net.Conn, error) { return nw.Dial(ctx, addr) },
 		DisableKeepAlives: true,

@@ -22,7 +22,10 @@ import (
 // on the group's leader, and on a follower that forwards), the confirm
 // latency the clients see and the cluster's commit latency (from
 // /metrics). It alternates the three set-ups JUNCTION_CLUSTER_FIGURES
-// times (`make cluster-bench`) and logs each run and the medians.
+// times (`make cluster-bench`) and logs each run and the medians. With
+// JUNCTION_CLUSTER_FIGURES_BASE=path, the cluster is measured with the
+// junction binary at path too (say, main's), in the same alternation:
+// before and after side by side.
 func TestClusterFigures(t *testing.T) {
 	s := os.Getenv("JUNCTION_CLUSTER_FIGURES")
 	if s == "" {
@@ -37,15 +40,29 @@ func TestClusterFigures(t *testing.T) {
 		dur = d
 	}
 	bin := Binary(t)
+	base := os.Getenv("JUNCTION_CLUSTER_FIGURES_BASE")
+	names := []string{"single node", "3 nodes, client on the leader", "3 nodes, client on a follower"}
+	if base != "" {
+		names = append(names, "base: 3 nodes, client on the leader", "base: 3 nodes, client on a follower")
+	}
 	results := map[string][]figure{}
 	for run := range runs {
+		if base != "" {
+			t.Run(fmt.Sprintf("base%d", run), func(t *testing.T) {
+				local, fwd := figuresCluster(t, base, bin, dur)
+				results[names[3]] = append(results[names[3]], local)
+				results[names[4]] = append(results[names[4]], fwd)
+				t.Logf("%s: %v", names[3], local)
+				t.Logf("%s: %v", names[4], fwd)
+			})
+		}
 		t.Run(fmt.Sprintf("single%d", run), func(t *testing.T) {
 			f := figuresSingle(t, bin, dur)
 			results["single node"] = append(results["single node"], f)
 			t.Logf("single node: %v", f)
 		})
 		t.Run(fmt.Sprintf("cluster%d", run), func(t *testing.T) {
-			local, fwd := figuresCluster(t, bin, dur)
+			local, fwd := figuresCluster(t, bin, bin, dur)
 			results["3 nodes, client on the leader"] = append(results["3 nodes, client on the leader"], local)
 			results["3 nodes, client on a follower"] = append(results["3 nodes, client on a follower"], fwd)
 			t.Logf("3 nodes, client on the leader: %v", local)
@@ -54,10 +71,10 @@ func TestClusterFigures(t *testing.T) {
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "medians of %d runs of %v each (4 producers, 4 consumers, 1 KiB, durable, window 16):\n", runs, dur)
-	fmt.Fprintf(&b, "%-32s %10s %14s %12s %12s %12s %12s\n", "", "msgs/s", "CPU µs/msg", "confirm p50", "confirm p99", "commit p50", "commit p99")
-	for _, name := range []string{"single node", "3 nodes, client on the leader", "3 nodes, client on a follower"} {
+	fmt.Fprintf(&b, "%-38s %10s %14s %12s %12s %12s %12s\n", "", "msgs/s", "CPU µs/msg", "confirm p50", "confirm p99", "commit p50", "commit p99")
+	for _, name := range names {
 		m := median(results[name])
-		fmt.Fprintf(&b, "%-32s %10.0f %14.1f %10.2fms %10.2fms %12s %12s\n", name, m.rate, m.cpuPerMsg, m.confirmP50, m.confirmP99, ms(m.commitP50), ms(m.commitP99))
+		fmt.Fprintf(&b, "%-38s %10.0f %14.1f %10.2fms %10.2fms %12s %12s\n", name, m.rate, m.cpuPerMsg, m.confirmP50, m.confirmP99, ms(m.commitP50), ms(m.commitP99))
 	}
 	t.Log("\n" + b.String())
 }
@@ -175,9 +192,10 @@ func waitListen(t *testing.T, addr string) {
 }
 
 // figuresCluster runs the bench to a queue of group 1, once through its
-// leader and once through another node (which forwards to the leader).
-func figuresCluster(t *testing.T, bin string, dur time.Duration) (local, forwarded figure) {
-	c := Start(t, NewDirectNet(t, 3))
+// leader and once through another node (which forwards to the leader):
+// nodes run nodeBin, the bench runs bin.
+func figuresCluster(t *testing.T, nodeBin, bin string, dur time.Duration) (local, forwarded figure) {
+	c := StartBinary(t, NewDirectNet(t, 3), nodeBin)
 	leaders := c.WaitHealthy(30 * time.Second)
 	var pids []int
 	for id := uint64(1); id <= 3; id++ {
