@@ -25,6 +25,7 @@ var allowed = map[string][]string{
 	"transports":           {},
 	"websocket":            {},
 	"stomp":                {"core", "internal/inbound", "internal/outbound"},
+	"stomp/stomptest":      {"stomp", "core", "internal/inbound", "internal/outbound", "internal/stompclient"},
 	"mqtt":                 {"core", "internal/inbound", "internal/outbound"},
 	"amqp":                 {"core", "internal/inbound", "internal/outbound"},
 	"management":           {"core"},
@@ -46,8 +47,10 @@ var allowed = map[string][]string{
 
 // subtrees are trees one level down, with rows of their own: the
 // cluster's transport imports nothing of ours and its Raft log only
-// persistence, whatever the rest of cluster may.
-var subtrees = []string{"cluster/transport", "cluster/raftlog"}
+// persistence, whatever the rest of cluster may; a protocol's test
+// harness (stomp/stomptest) imports the protocol, and is a test helper,
+// which the protocol's production code may not import.
+var subtrees = []string{"cluster/transport", "cluster/raftlog", "stomp/stomptest"}
 
 // tree returns the top-level tree of one of our import paths
 // ("stomp/internal/wire" → "stomp"; a subtree for paths under one), or
@@ -77,13 +80,16 @@ func tree(path string) string {
 // may, tests of any tree may, and so may another helper (the cluster's
 // fault harness drives the fault proxy and the namespaces). What a
 // helper imports counts as imported by the test (a test importing
-// internal/authztest depends on core).
+// internal/authztest depends on core). A protocol's harness
+// (stomp/stomptest) is one: package stomp's tests and internal/e2e
+// share it.
 var testHelpers = map[string]bool{
 	"internal/authztest":   true,
 	"internal/clustertest": true,
 	"internal/faultproxy":  true,
 	"internal/netns":       true,
 	"internal/testserve":   true,
+	"stomp/stomptest":      true,
 }
 
 // testShared are trees production code imports by the table, and that
