@@ -28,6 +28,7 @@ var allowed = map[string][]string{
 	"stomp/stomptest":      {"stomp", "core", "internal/inbound", "internal/outbound", "internal/stompclient"},
 	"mqtt":                 {"core", "internal/inbound", "internal/outbound"},
 	"amqp":                 {"core", "internal/inbound", "internal/outbound"},
+	"amqp/amqptest":        {"amqp", "core", "internal/inbound", "internal/outbound"},
 	"management":           {"core"},
 	"security":             {"core"},
 	"internal/authztest":   {"core"},
@@ -50,7 +51,7 @@ var allowed = map[string][]string{
 // persistence, whatever the rest of cluster may; a protocol's test
 // harness (stomp/stomptest) imports the protocol, and is a test helper,
 // which the protocol's production code may not import.
-var subtrees = []string{"cluster/transport", "cluster/raftlog", "stomp/stomptest"}
+var subtrees = []string{"cluster/transport", "cluster/raftlog", "stomp/stomptest", "amqp/amqptest"}
 
 // tree returns the top-level tree of one of our import paths
 // ("stomp/internal/wire" → "stomp"; a subtree for paths under one), or
@@ -90,6 +91,7 @@ var testHelpers = map[string]bool{
 	"internal/netns":       true,
 	"internal/testserve":   true,
 	"stomp/stomptest":      true,
+	"amqp/amqptest":        true,
 }
 
 // testShared are trees production code imports by the table, and that
