@@ -27,6 +27,7 @@ var allowed = map[string][]string{
 	"stomp":                {"core", "internal/inbound", "internal/outbound"},
 	"stomp/stomptest":      {"stomp", "core", "internal/inbound", "internal/outbound", "internal/stompclient"},
 	"mqtt":                 {"core", "internal/inbound", "internal/outbound"},
+	"mqtt/mqtttest":        {"mqtt", "core", "internal/inbound", "internal/outbound"},
 	"amqp":                 {"core", "internal/inbound", "internal/outbound"},
 	"amqp/amqptest":        {"amqp", "core", "internal/inbound", "internal/outbound"},
 	"management":           {"core"},
@@ -51,7 +52,7 @@ var allowed = map[string][]string{
 // persistence, whatever the rest of cluster may; a protocol's test
 // harness (stomp/stomptest) imports the protocol, and is a test helper,
 // which the protocol's production code may not import.
-var subtrees = []string{"cluster/transport", "cluster/raftlog", "stomp/stomptest", "amqp/amqptest"}
+var subtrees = []string{"cluster/transport", "cluster/raftlog", "stomp/stomptest", "amqp/amqptest", "mqtt/mqtttest"}
 
 // tree returns the top-level tree of one of our import paths
 // ("stomp/internal/wire" → "stomp"; a subtree for paths under one), or
@@ -92,6 +93,7 @@ var testHelpers = map[string]bool{
 	"internal/testserve":   true,
 	"stomp/stomptest":      true,
 	"amqp/amqptest":        true,
+	"mqtt/mqtttest":        true,
 }
 
 // testShared are trees production code imports by the table, and that
