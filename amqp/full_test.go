@@ -2,7 +2,6 @@ package amqp_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync/atomic"
 	"testing"
@@ -22,39 +21,17 @@ func limited(addr string, max int64, policy string) core.AddressSettings {
 	return core.AddressSettings{Match: addr, MaxSizeBytes: &max, FullPolicy: &policy}
 }
 
-// connInfo returns the only AMQP connection's information.
-func connInfo(t *testing.T, b *core.Broker) core.ConnectionInfo {
-	t.Helper()
-	for _, c := range b.Connections() {
-		if c.Protocol == "amqp" {
-			return c
-		}
-	}
-	t.Fatal("no AMQP connection")
-	return core.ConnectionInfo{}
-}
-
-// wantResourceLimit checks that err is the rejection of a send with
-// amqp:resource-limit-exceeded.
-func wantResourceLimit(t *testing.T, err error) {
-	t.Helper()
-	var ae *goamqp.Error
-	if !errors.As(err, &ae) || ae.Condition != goamqp.ErrCondResourceLimitExceeded {
-		t.Fatalf("send: got %v, want a rejection with %s", err, goamqp.ErrCondResourceLimitExceeded)
-	}
-}
-
 // A send to a full FAIL address is rejected with
 // amqp:resource-limit-exceeded; the link stays usable.
 func TestFullFailRejects(t *testing.T) {
 	tb := amqptest.Start(t, amqp.Config{}, core.Config{AddressSettings: []core.AddressSettings{limited("fail", 10, "FAIL")}})
 	snd := amqptest.NewSender(t, tb.Session(t, nil), "fail", nil)
 	amqptest.Send(t, snd, amqptest.Text("12345678"))
-	wantResourceLimit(t, snd.Send(amqptest.Ctx(t), amqptest.Text("12345678"), nil))
+	amqptest.WantResourceLimit(t, snd.Send(amqptest.Ctx(t), amqptest.Text("12345678"), nil))
 	if got := tb.Core.DropStats()[core.RefusedFull]; got != 1 {
 		t.Fatalf("refused_full = %d, want 1", got)
 	}
-	if c := connInfo(t, tb.Core); c.Refused != 1 || c.Dropped != 0 {
+	if c := amqptest.ConnInfo(t, tb.Core); c.Refused != 1 || c.Dropped != 0 {
 		t.Fatalf("connection refused %d dropped %d, want 1 and 0", c.Refused, c.Dropped)
 	}
 	if d := amqptest.QueueDepth(tb, "fail"); d != 1 {
@@ -76,7 +53,7 @@ func TestFullDropCounts(t *testing.T) {
 	if got := tb.Core.DropStats()[core.DropFull]; got != 2 {
 		t.Fatalf("queue_full drops = %d, want 2", got)
 	}
-	if c := connInfo(t, tb.Core); c.Dropped != 2 || c.Refused != 0 {
+	if c := amqptest.ConnInfo(t, tb.Core); c.Dropped != 2 || c.Refused != 0 {
 		t.Fatalf("connection dropped %d refused %d, want 2 and 0", c.Dropped, c.Refused)
 	}
 	r := amqptest.NewReceiver(t, tb.Session(t, nil), "drop", nil)

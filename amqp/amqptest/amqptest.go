@@ -145,3 +145,25 @@ func QueueDepth(tb *Broker, name string) int64 {
 	}
 	return -1
 }
+
+// ConnInfo returns the only AMQP connection's information.
+func ConnInfo(t *testing.T, b *core.Broker) core.ConnectionInfo {
+	t.Helper()
+	for _, c := range b.Connections() {
+		if c.Protocol == "amqp" {
+			return c
+		}
+	}
+	t.Fatal("no AMQP connection")
+	return core.ConnectionInfo{}
+}
+
+// WantResourceLimit checks that err is the rejection of a send with
+// amqp:resource-limit-exceeded.
+func WantResourceLimit(t *testing.T, err error) {
+	t.Helper()
+	var ae *goamqp.Error
+	if !errors.As(err, &ae) || ae.Condition != goamqp.ErrCondResourceLimitExceeded {
+		t.Fatalf("send: got %v, want a rejection with %s", err, goamqp.ErrCondResourceLimitExceeded)
+	}
+}
