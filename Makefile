@@ -109,6 +109,7 @@ fuzz: ## run each fuzz target for FUZZTIME
 	$(GO) test -run='^$$' -fuzz='^FuzzDifferential$$' -fuzztime=$(FUZZTIME) -fuzzminimizetime=5s ./stomp/internal/wire/
 	$(GO) test -run='^$$' -fuzz='^FuzzRecordReader$$' -fuzztime=$(FUZZTIME) -fuzzminimizetime=5s ./persistence/journal/
 	$(GO) test -run='^$$' -fuzz='^FuzzDecodeMessage$$' -fuzztime=$(FUZZTIME) -fuzzminimizetime=5s ./core/
+	$(GO) test -run='^$$' -fuzz='^FuzzDecodeDivert$$' -fuzztime=$(FUZZTIME) -fuzzminimizetime=5s ./core/
 	$(GO) test -run='^$$' -fuzz='^FuzzParse$$' -fuzztime=$(FUZZTIME) -fuzzminimizetime=5s ./core/selector/
 	$(GO) test -run='^$$' -fuzz='^FuzzDecode$$' -fuzztime=$(FUZZTIME) -fuzzminimizetime=5s ./amqp/internal/encoding/
 	$(GO) test -run='^$$' -fuzz='^FuzzDecodeFrame$$' -fuzztime=$(FUZZTIME) -fuzzminimizetime=5s ./amqp/internal/frames/

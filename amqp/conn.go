@@ -408,7 +408,7 @@ func (c *conn) handshake(ctx context.Context) error {
 		NoWait: true,
 		// An administrator's close: the read loop fails and the
 		// connection is torn down as for a lost client.
-		Close: func() { c.nc.Close() }})
+		Close: func() { c.nc.Close() }, Abort: func() { outbound.Abort(c.nc) }})
 	if errors.Is(err, core.ErrClientIDInUse) {
 		return c.refuse(frames.ErrCondInvalidField, "container-id %q is already connected", open.ContainerID)
 	}

@@ -953,15 +953,32 @@ func (a *access) Retain(m *core.Message) error {
 	return err
 }
 
-// ask asks group's leader a catalog question.
+// ask asks group's leader a catalog question. Catalog questions only
+// read, so one that fails while the group changes leader (the link to
+// the old one reset: "the outcome is unknown") is asked again, for up
+// to LeaderWait: a client connecting during a failover then waits for
+// the answer instead of being told that what it had is unknown.
 func (a *access) ask(g uint64, what uint8, arg string) ([]byte, error) {
-	leader, err := a.n.waitLeader(context.Background(), g)
-	if err != nil {
-		return nil, err
+	deadline := time.Now().Add(a.n.cfg.LeaderWait)
+	for {
+		leader, err := a.n.waitLeader(context.Background(), g)
+		if err != nil {
+			return nil, err
+		}
+		_, p, err := a.request(context.Background(), nil, leader, &rpcMsg{kind: kCatalog, group: g, n: uint64(what), str: arg})
+		if err == nil || !errors.Is(err, core.ErrUnavailable) || time.Now().After(deadline) {
+			return p, err
+		}
+		select {
+		case <-time.After(askRetryPause):
+		case <-a.n.stop:
+			return nil, err
+		}
 	}
-	_, p, err := a.request(context.Background(), nil, leader, &rpcMsg{kind: kCatalog, group: g, n: uint64(what), str: arg})
-	return p, err
 }
+
+// askRetryPause spaces the retries of a catalog question.
+const askRetryPause = 50 * time.Millisecond
 
 // AddressRoutingTypes implements core.Catalog.
 func (a *access) AddressRoutingTypes(name string) (anycast, multicast, exists bool) {
@@ -973,14 +990,13 @@ func (a *access) AddressRoutingTypes(name string) (anycast, multicast, exists bo
 }
 
 // DurableSubscriptions implements core.Catalog, from every group.
-func (a *access) DurableSubscriptions(clientID string) []core.SubscriptionInfo {
+func (a *access) DurableSubscriptions(clientID string) ([]core.SubscriptionInfo, error) {
 	seen := map[string]bool{}
 	var out []core.SubscriptionInfo
 	for g := uint64(1); g <= uint64(a.n.cfg.Groups); g++ {
 		p, err := a.ask(g, catDurableSubs, clientID)
 		if err != nil {
-			a.n.log.Warn().Err(err).Uint64("group", g).Msg("durable subscriptions of a group unknown")
-			continue
+			return nil, fmt.Errorf("durable subscriptions of %q in group %d: %w", clientID, g, err)
 		}
 		d := reader{b: p}
 		n := d.uvarint()
@@ -992,7 +1008,7 @@ func (a *access) DurableSubscriptions(clientID string) []core.SubscriptionInfo {
 			}
 		}
 	}
-	return out
+	return out, nil
 }
 
 // DurableClientIDs implements core.Catalog.

@@ -696,7 +696,10 @@ func TestClusterClientRecordsAndMarksFollowTheClient(t *testing.T) {
 	c.crash(l)
 	c.waitLeaders()
 	s2 := session(t, c.access[surv[1]], "dev1")
-	recs := s2.ClientRecords()
+	recs, err := s2.ClientRecords()
+	if err != nil {
+		t.Fatal(err)
+	}
 	want := []core.ClientRecord{{Key: "qos2/7", Value: []byte("x")}, {Key: "sub/a", Value: []byte("1")}}
 	if fmt.Sprint(recs) != fmt.Sprint(want) {
 		t.Fatalf("records after the failover, from another node: %v, want %v", recs, want)

@@ -72,15 +72,22 @@ func (n *Node) heardRecently(id uint64) bool {
 // within the lease, is a majority of the members: as a leader, it
 // cannot have been replaced.
 func (n *Node) leaseHeld() bool {
-	limit := n.lease()
 	now := time.Now()
 	if n.stalled(now) {
 		return false
 	}
+	live, members := n.contact(now)
+	return 2*live > members
+}
+
+// contact counts the members this node heard from within the lease
+// before now, itself included, and the members.
+func (n *Node) contact(now time.Time) (live, members int) {
+	limit := n.lease()
 	// peersMu, then heardMu: noteHeard takes heardMu alone.
 	n.peersMu.Lock()
 	defer n.peersMu.Unlock()
-	members, live := 1+len(n.peers), 1
+	members, live = 1+len(n.peers), 1
 	n.heardMu.Lock()
 	for id := range n.peers {
 		if t, ok := n.heard[id]; ok && now.Sub(t) < limit {
@@ -88,7 +95,7 @@ func (n *Node) leaseHeld() bool {
 		}
 	}
 	n.heardMu.Unlock()
-	return 2*live > members
+	return live, members
 }
 
 // Doubtful implements core.DoubtingUpstream (see above).

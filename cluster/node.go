@@ -159,6 +159,8 @@ type Node struct {
 	heardMu sync.Mutex
 	heard   map[uint64]time.Time // guarded by heardMu: the last Raft message from each peer (lease.go)
 
+	fence fence // resets client connections that may hold stale deliveries (fence.go)
+
 	// The loop's inputs.
 	inMu     sync.Mutex
 	inbox    []inbound
@@ -252,6 +254,7 @@ func New(cfg Config) (*Node, error) {
 	go func() { defer n.wg.Done(); n.links.run(n.stop) }()
 	go func() { defer n.wg.Done(); n.done.run(n.stop) }()
 	n.goWork(n.access.expireCalls)
+	n.goWork(n.fenceLoop)
 	return n, nil
 }
 

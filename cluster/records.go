@@ -32,11 +32,11 @@ var (
 func (n *Node) recordsGroup(clientID string) uint64 { return n.groupOf("$records/" + clientID) }
 
 // ClientRecords implements core.RecordsCatalog.
-func (a *access) ClientRecords(clientID string) []core.ClientRecord {
-	p, err := a.ask(a.n.recordsGroup(clientID), catClientRecords, clientID)
+func (a *access) ClientRecords(clientID string) ([]core.ClientRecord, error) {
+	g := a.n.recordsGroup(clientID)
+	p, err := a.ask(g, catClientRecords, clientID)
 	if err != nil {
-		a.n.log.Warn().Err(err).Str("client", clientID).Msg("client records unknown")
-		return nil
+		return nil, fmt.Errorf("records of %q in group %d: %w", clientID, g, err)
 	}
 	d := reader{b: p}
 	n := d.uvarint()
@@ -47,7 +47,7 @@ func (a *access) ClientRecords(clientID string) []core.ClientRecord {
 			out = append(out, r)
 		}
 	}
-	return out
+	return out, nil
 }
 
 // ClientRecordHolders implements core.RecordsCatalog, from every group.

@@ -22,6 +22,10 @@ type Status struct {
 	// sent to other nodes, and those it served for them.
 	ForwardedOut uint64 `json:"forwarded_out"`
 	ForwardedIn  uint64 `json:"forwarded_in"`
+	// FencedConnections counts the client connections this node reset
+	// because it lost the majority's contact while they held
+	// deliveries (fence.go).
+	FencedConnections uint64 `json:"fenced_connections"`
 }
 
 // GroupStatus is one group as this node sees it.
@@ -47,7 +51,8 @@ type GroupStatus struct {
 // Status returns the node's view of every group.
 func (n *Node) Status() Status {
 	st := Status{NodeID: n.cfg.NodeID, Members: map[uint64]string{n.cfg.NodeID: n.cfg.Listen},
-		ForwardedOut: n.links.sent.Load(), ForwardedIn: n.links.received.Load()}
+		ForwardedOut: n.links.sent.Load(), ForwardedIn: n.links.received.Load(),
+		FencedConnections: n.fence.count.Load()}
 	n.peersMu.Lock()
 	for id, a := range n.peers {
 		st.Members[id] = a

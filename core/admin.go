@@ -119,6 +119,22 @@ func (b *Broker) CloseConnection(id uint64) error {
 	return nil
 }
 
+// AbortConnection is CloseConnection through SessionOptions.Abort: the
+// connection is reset, and what was queued for the client is dropped
+// (what the cluster's fence does, FenceDoubtful). It returns
+// ErrConnectionNotFound if no open connection has that id or it has no
+// Abort.
+func (b *Broker) AbortConnection(id uint64) error {
+	b.mu.RLock()
+	s := b.sessions[id]
+	b.mu.RUnlock()
+	if s == nil || s.opts.Abort == nil {
+		return fmt.Errorf("%w: %d", ErrConnectionNotFound, id)
+	}
+	s.opts.Abort()
+	return nil
+}
+
 // ProtocolStats is the traffic of one protocol's connections.
 type ProtocolStats struct {
 	Protocol    string

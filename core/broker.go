@@ -139,6 +139,7 @@ type Broker struct {
 	ev             atomic.Pointer[events]      // broker events (events.go); nil when off
 	diverts        atomic.Pointer[divertTable] // diverts and virtual topics (divert.go); nil when none
 	divMu          sync.Mutex                  // serializes changes of diverts
+	apiDiverts     []Divert                    // the API's diverts recovered from the bindings journal, until New installs them
 
 	msgID     atomic.Uint64
 	tmpID     atomic.Uint64
@@ -232,8 +233,8 @@ func New(cfg Config) (*Broker, error) {
 	}
 	b.recovered = rs
 	b.startEvents(cfg.Events)
-	if len(cfg.Diverts) > 0 || cfg.VirtualTopics {
-		if err := b.ReloadDiverts(slices.Clone(cfg.Diverts), cfg.VirtualTopics); err != nil {
+	if len(cfg.Diverts) > 0 || cfg.VirtualTopics || len(b.apiDiverts) > 0 {
+		if err := b.installDiverts(slices.Clone(cfg.Diverts), cfg.VirtualTopics); err != nil {
 			return nil, err
 		}
 	}
@@ -252,6 +253,9 @@ func New(cfg Config) (*Broker, error) {
 		}
 		b.wg.Add(1)
 		go b.expiryLoop(iv)
+	}
+	if fc, ok := cfg.Cluster.(FencingCluster); ok {
+		fc.FenceBroker(b)
 	}
 	return b, nil
 }

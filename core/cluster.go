@@ -61,8 +61,10 @@ type Cluster interface {
 type Catalog interface {
 	// AddressRoutingTypes is Broker.AddressRoutingTypes for the address's group.
 	AddressRoutingTypes(name string) (anycast, multicast, exists bool)
-	// DurableSubscriptions lists the durable subscriptions of a client id.
-	DurableSubscriptions(clientID string) []SubscriptionInfo
+	// DurableSubscriptions lists the durable subscriptions of a client
+	// id, or fails (ErrUnavailable) if a group that may hold some cannot
+	// be asked: a partial list would read as subscriptions gone.
+	DurableSubscriptions(clientID string) ([]SubscriptionInfo, error)
 	// DurableClientIDs lists the client ids holding durable subscriptions.
 	DurableClientIDs() []string
 	// Retained returns every retained message, ordered by address.
@@ -109,8 +111,9 @@ type RemoteSession interface {
 // RecordsCatalog is implemented by a Cluster that keeps client records
 // in its groups; its RemoteSessions then implement RecordsSession.
 type RecordsCatalog interface {
-	// ClientRecords is Broker.ClientRecordsOf in the group of clientID.
-	ClientRecords(clientID string) []ClientRecord
+	// ClientRecords is Broker.ClientRecordsOf in the group of clientID,
+	// or fails (ErrUnavailable) if that group cannot be asked.
+	ClientRecords(clientID string) ([]ClientRecord, error)
 	// ClientRecordHolders is Broker.ClientRecordHolders across the
 	// groups.
 	ClientRecordHolders() []string

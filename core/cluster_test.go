@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"reflect"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -22,6 +23,8 @@ type oneGroup struct {
 	ups              []*testUpstream
 	closedUpstreams  int
 	attachRefusedErr error
+	// doubtful is what every upstream's Doubtful answers (fence_test.go).
+	doubtful atomic.Bool
 }
 
 func newOneGroup(t *testing.T) *oneGroup {
@@ -77,12 +80,12 @@ func (c *oneGroup) PermissionsChanged()     { c.group().PermissionsChanged() }
 func (c *oneGroup) AddressRoutingTypes(n string) (bool, bool, bool) {
 	return c.group().AddressRoutingTypes(n)
 }
-func (c *oneGroup) DurableSubscriptions(id string) []SubscriptionInfo {
-	return c.group().DurableSubscriptionsOf(id)
+func (c *oneGroup) DurableSubscriptions(id string) ([]SubscriptionInfo, error) {
+	return c.group().DurableSubscriptionsOf(id), nil
 }
 func (c *oneGroup) DurableClientIDs() []string { return c.group().DurableClientIDs() }
-func (c *oneGroup) ClientRecords(id string) []ClientRecord {
-	return c.group().ClientRecordsOf(id)
+func (c *oneGroup) ClientRecords(id string) ([]ClientRecord, error) {
+	return c.group().ClientRecordsOf(id), nil
 }
 func (c *oneGroup) ClientRecordHolders() []string { return c.group().ClientRecordHolders() }
 func (c *oneGroup) Retained() []*Message          { return c.group().Retained() }
@@ -224,6 +227,10 @@ func (u *testUpstream) Settle(tag uint64, o Outcome) {
 		up.Settle(tag, o)
 	}
 }
+
+// Doubtful implements DoubtingUpstream: as the test set it.
+func (u *testUpstream) Doubtful(uint64) bool { return u.r.c.doubtful.Load() }
+
 func (u *testUpstream) Close() {
 	u.mu.Lock()
 	up := u.up
@@ -402,7 +409,7 @@ func TestAccessBrokerTopicsAndDurableSubscription(t *testing.T) {
 	if d := plain.next(t); string(d.Message.Body) != "goal" {
 		t.Fatalf("subscriber got %q", d.Message.Body)
 	}
-	if subs := sub.DurableSubscriptions(); len(subs) != 1 || subs[0].Name != "s" || subs[0].Address != "news.*" {
+	if subs, err := sub.DurableSubscriptions(); err != nil || len(subs) != 1 || subs[0].Name != "s" || subs[0].Address != "news.*" {
 		t.Fatalf("durable subscriptions %+v", subs)
 	}
 	cons.Close()
@@ -598,7 +605,7 @@ func TestAccessBrokerMarks(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	if subs := s.DurableSubscriptions(); len(subs) != 1 || !sameMarks(subs[0].Marks, 42) {
+	if subs, err := s.DurableSubscriptions(); err != nil || len(subs) != 1 || !sameMarks(subs[0].Marks, 42) {
 		t.Fatalf("subscriptions %+v", subs)
 	}
 	cons.Close()

@@ -296,6 +296,43 @@ func encodeQueue(q *Queue) []byte {
 	return b
 }
 
+// Record layout of a divert made through the API (bindings journal,
+// user type recDivert): u8 version, u8 flags (bit0 exclusive), str name,
+// str address, str forwarding address, str filter, str routing type.
+func encodeDivert(d *Divert) []byte {
+	b := []byte{codecVersion, 0}
+	if d.Exclusive {
+		b[1] |= 1
+	}
+	b = appendStr(b, d.Name)
+	b = appendStr(b, d.Address)
+	b = appendStr(b, d.ForwardingAddress)
+	b = appendStr(b, d.Filter)
+	return appendStr(b, d.RoutingType)
+}
+
+func decodeDivert(p []byte) (Divert, error) {
+	dec := &decoder{b: p}
+	var d Divert
+	if dec.byte() != codecVersion {
+		return d, fmt.Errorf("%w: divert record version", errCorruptRecord)
+	}
+	flags := dec.byte()
+	d.Exclusive = flags&1 != 0
+	d.Name = dec.str()
+	d.Address = dec.str()
+	d.ForwardingAddress = dec.str()
+	d.Filter = dec.str()
+	d.RoutingType = dec.str()
+	if dec.err != nil || len(dec.b) != 0 || flags&^1 != 0 {
+		return d, fmt.Errorf("%w: divert record", errCorruptRecord)
+	}
+	if err := d.Validate(); err != nil {
+		return d, fmt.Errorf("%w: divert record: %w", errCorruptRecord, err)
+	}
+	return d, nil
+}
+
 type queueRecord struct {
 	routing    RoutingType
 	name       string

@@ -65,6 +65,9 @@ type Divert struct {
 	// fromConfig marks a divert of the configuration file, which a
 	// reload replaces (the API's are kept).
 	fromConfig bool
+	// recID is the bindings-journal record of a divert made through the
+	// API (persistDivert); 0 when it has none.
+	recID uint64
 }
 
 // Validate checks a divert.
@@ -181,7 +184,7 @@ func (b *Broker) Diverts() []Divert {
 	out := make([]Divert, 0, len(t.list))
 	for _, c := range t.list {
 		d := c.d
-		d.fromConfig = false
+		d.fromConfig, d.recID = false, 0
 		out = append(out, d)
 	}
 	return out
@@ -193,23 +196,33 @@ func (b *Broker) VirtualTopics() bool {
 	return t != nil && t.vt
 }
 
-// CreateDivert adds a divert; it lasts until the broker stops (the
-// configuration file's diverts are the permanent ones).
+// CreateDivert adds a divert. With a bindings journal it is written
+// there first (synced), so it is in force again after a restart, as the
+// configuration file's are; without one it lasts until the broker stops.
 func (b *Broker) CreateDivert(d Divert) error {
 	if err := d.Validate(); err != nil {
 		return fmt.Errorf("%w: %v", ErrInvalidAddress, err)
 	}
-	d.fromConfig = false
+	d.fromConfig, d.recID = false, 0
 	b.divMu.Lock()
 	defer b.divMu.Unlock()
 	cur := b.divertsLocked()
 	if slices.ContainsFunc(cur, func(x Divert) bool { return x.Name == d.Name }) {
 		return fmt.Errorf("%w: %q", ErrDivertExists, d.Name)
 	}
-	return b.setDivertsLocked(append(cur, d), b.VirtualTopics())
+	if err := b.persistDivert(&d); err != nil {
+		return err
+	}
+	if err := b.setDivertsLocked(append(cur, d), b.VirtualTopics()); err != nil {
+		b.forgetDiverts([]Divert{d})
+		return err
+	}
+	return nil
 }
 
-// DeleteDivert removes a divert.
+// DeleteDivert removes a divert (and its record, for one made through
+// the API). A divert of the configuration file comes back with the next
+// reload or restart unless the file no longer names it.
 func (b *Broker) DeleteDivert(name string) error {
 	b.divMu.Lock()
 	defer b.divMu.Unlock()
@@ -218,29 +231,67 @@ func (b *Broker) DeleteDivert(name string) error {
 	if i < 0 {
 		return fmt.Errorf("%w: %q", ErrDivertNotFound, name)
 	}
+	if err := b.unpersistDivert(cur[i]); err != nil {
+		return err
+	}
 	return b.setDivertsLocked(slices.Delete(cur, i, i+1), b.VirtualTopics())
 }
 
 // ReloadDiverts replaces the configuration's diverts and the
 // virtual-topic setting, keeping those created through the API (a name
-// of the configuration's replaces an API divert of that name).
+// of the configuration's replaces an API divert of that name, and its
+// record).
 func (b *Broker) ReloadDiverts(list []Divert, vt bool) error {
 	for i := range list {
 		if err := list[i].Validate(); err != nil {
 			return err
 		}
-		list[i].fromConfig = true
+		list[i].fromConfig, list[i].recID = true, 0
 	}
 	b.divMu.Lock()
 	defer b.divMu.Unlock()
 	cur := b.divertsLocked()
 	next := slices.Clone(list)
+	var replaced []Divert
 	for _, d := range cur {
-		if !d.fromConfig && !slices.ContainsFunc(list, func(x Divert) bool { return x.Name == d.Name }) {
+		switch {
+		case d.fromConfig:
+		case slices.ContainsFunc(list, func(x Divert) bool { return x.Name == d.Name }):
+			replaced = append(replaced, d)
+		default:
 			next = append(next, d)
 		}
 	}
-	return b.setDivertsLocked(next, vt)
+	if err := b.setDivertsLocked(next, vt); err != nil {
+		return err
+	}
+	b.forgetDiverts(replaced)
+	return nil
+}
+
+// installDiverts puts in force, at start, the API's diverts recovered
+// from the bindings journal, then the configuration's.
+func (b *Broker) installDiverts(list []Divert, vt bool) error {
+	b.divMu.Lock()
+	api := b.apiDiverts
+	b.apiDiverts = nil
+	err := b.setDivertsLocked(api, false)
+	b.divMu.Unlock()
+	if err != nil {
+		return fmt.Errorf("core: recovering diverts: %w", err)
+	}
+	return b.ReloadDiverts(list, vt)
+}
+
+// forgetDiverts deletes the records of API diverts no longer in force;
+// a failure is logged (the journal has failed, and says so to every
+// producer).
+func (b *Broker) forgetDiverts(list []Divert) {
+	for _, d := range list {
+		if err := b.unpersistDivert(d); err != nil {
+			b.log.Error().Err(err).Str("divert", d.Name).Msg("deleting a divert's record failed: it may come back after a restart")
+		}
+	}
 }
 
 // divertsLocked returns the diverts with their origin (b.divMu held).

@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 )
@@ -167,4 +168,80 @@ func TestVirtualTopics(t *testing.T) {
 		got++
 	}
 	other.none(t, 50*time.Millisecond)
+}
+
+// TestAPIDivertsSurviveRestart: a divert made through the API is written
+// to the bindings journal and is in force again after a restart; one
+// deleted, or replaced by a configuration divert of its name, is not.
+func TestAPIDivertsSurviveRestart(t *testing.T) {
+	msgs, bindings := newMemJournal(), newMemJournal()
+	start := func(config ...Divert) *Broker {
+		t.Helper()
+		b, err := New(Config{Messages: msgs, Bindings: bindings, ExpiryScanInterval: -1, Diverts: config})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	b := start()
+	for _, d := range []Divert{
+		{Name: "keep", Address: "orders", ForwardingAddress: "queue://audit", Filter: "amount > 100", Exclusive: true, RoutingType: "ANYCAST"},
+		{Name: "gone", Address: "orders", ForwardingAddress: "queue://gone"},
+		{Name: "shadowed", Address: "orders", ForwardingAddress: "queue://api"},
+	} {
+		if err := b.CreateDivert(d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := b.DeleteDivert("gone"); err != nil {
+		t.Fatal(err)
+	}
+	b.Close()
+
+	// The configuration names "shadowed": its divert replaces the API's,
+	// whose record goes.
+	b = start(Divert{Name: "shadowed", Address: "orders", ForwardingAddress: "queue://config"})
+	names := func(b *Broker) []string {
+		var out []string
+		for _, d := range b.Diverts() {
+			out = append(out, d.Name+"->"+d.ForwardingAddress)
+		}
+		slices.Sort(out)
+		return out
+	}
+	if got, want := names(b), []string{"keep->queue://audit", "shadowed->queue://config"}; !slices.Equal(got, want) {
+		t.Fatalf("after restart: %v, want %v", got, want)
+	}
+	i := slices.IndexFunc(b.Diverts(), func(d Divert) bool { return d.Name == "keep" })
+	if d := b.Diverts()[i]; !d.Exclusive || d.Filter != "amount > 100" || d.RoutingType != "ANYCAST" || d.Address != "orders" {
+		t.Fatalf("recovered divert %+v", d)
+	}
+	s := newSession(t, b, "")
+	_, audit := subscribe(t, s, ConsumerOptions{Address: "audit", RoutingType: Anycast, Credit: 10})
+	_, orders := subscribe(t, s, ConsumerOptions{Address: "orders", RoutingType: Anycast, Credit: 10})
+	m := &Message{Address: "orders", RoutingType: Anycast, Body: []byte("big"), Properties: map[string]any{"amount": int64(500)}}
+	if err := s.Send(context.Background(), m); err != nil {
+		t.Fatal(err)
+	}
+	if body(audit.next(t)) != "big" {
+		t.Fatal("the recovered divert did not divert")
+	}
+	orders.none(t, 50*time.Millisecond) // exclusive: moved
+	b.Close()
+
+	// Without the configuration's divert, the API's "shadowed" does not
+	// come back: its record went when the configuration replaced it.
+	b = start()
+	if got, want := names(b), []string{"keep->queue://audit"}; !slices.Equal(got, want) {
+		t.Fatalf("after the second restart: %v, want %v", got, want)
+	}
+	if err := b.DeleteDivert("keep"); err != nil {
+		t.Fatal(err)
+	}
+	b.Close()
+	b = start()
+	defer b.Close()
+	if got := names(b); len(got) != 0 {
+		t.Fatalf("a deleted divert came back: %v", got)
+	}
 }

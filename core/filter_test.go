@@ -388,7 +388,7 @@ func TestDurableSubscriptionSelector(t *testing.T) {
 	sendProps(t, pub2, "orders", Multicast, "us-late", map[string]any{"region": "us"})
 	sendProps(t, pub2, "orders", Multicast, "eu-late", map[string]any{"region": "eu"})
 	s2 := newSession(t, b2, "app")
-	if subs := s2.DurableSubscriptions(); len(subs) != 1 || subs[0].Selector != sel || subs[0].Address != "orders" {
+	if subs, err := s2.DurableSubscriptions(); err != nil || len(subs) != 1 || subs[0].Selector != sel || subs[0].Address != "orders" {
 		t.Fatalf("durable subscriptions after restart: %+v", subs)
 	}
 	c, col := subscribe(t, s2, ConsumerOptions{Address: "orders", RoutingType: Multicast, SubscriptionName: "eu", Selector: sel, Credit: 10})
@@ -407,7 +407,7 @@ func TestDurableSubscriptionSelector(t *testing.T) {
 	if got := body(col2.next(t)); got != "us-2" {
 		t.Fatalf("got %s", got)
 	}
-	if subs := s2.DurableSubscriptions(); len(subs) != 1 || subs[0].Selector != "region = 'us'" {
+	if subs, err := s2.DurableSubscriptions(); err != nil || len(subs) != 1 || subs[0].Selector != "region = 'us'" {
 		t.Fatalf("after replacing: %+v", subs)
 	}
 }

@@ -70,6 +70,7 @@ const DefaultLargeMessageThreshold = 1 << 20
 // User record types. They are part of the on-disk format.
 const (
 	recQueue         uint16 = 1 // bindings journal: a durable queue
+	recDivert        uint16 = 2 // bindings journal: a divert made through the API
 	recMessage       uint16 = 1 // message journal: a durable message and its queues
 	recAckRef        uint16 = 2 // update: the message was acked on one queue (payload: queue id)
 	recDeliveryCount uint16 = 3 // update: failed deliveries on one queue (queue id, count)
@@ -231,8 +232,40 @@ func (b *Broker) unpersistQueue(q *Queue) {
 	}
 }
 
+// persistDivert writes a divert made through the API to the bindings
+// journal and waits for the sync, so that it is in force again after a
+// restart; d.recID names its record. Without a bindings journal it
+// lasts until the broker stops.
+func (b *Broker) persistDivert(d *Divert) error {
+	if b.bindings == nil {
+		return nil
+	}
+	id := b.queueID.Add(1) // one id space for the bindings journal's records
+	ch := make(chan error, 1)
+	b.bindings.Append(id, recDivert, encodeDivert(d), true, func(err error) { ch <- err })
+	if err := <-ch; err != nil {
+		return fmt.Errorf("%w: divert %q: %w", ErrPersistence, d.Name, err)
+	}
+	d.recID = id
+	return nil
+}
+
+// unpersistDivert deletes a divert's record and waits for the sync.
+func (b *Broker) unpersistDivert(d Divert) error {
+	if b.bindings == nil || d.recID == 0 {
+		return nil
+	}
+	ch := make(chan error, 1)
+	b.bindings.Delete(d.recID, true, func(err error) { ch <- err })
+	if err := <-ch; err != nil {
+		return fmt.Errorf("%w: divert %q: %w", ErrPersistence, d.Name, err)
+	}
+	return nil
+}
+
 // recover rebuilds durable queues from the bindings journal and their
-// messages from the message journal.
+// messages from the message journal, and keeps the diverts made through
+// the API in b.apiDiverts for New to install.
 func (b *Broker) recover() (RecoveryStats, error) {
 	start := time.Now()
 	var st RecoveryStats
@@ -240,6 +273,15 @@ func (b *Broker) recover() (RecoveryStats, error) {
 	if b.bindings != nil {
 		b.queueID.Store(b.bindings.MaxID())
 		err := b.bindings.Replay(func(id uint64, ut uint16, p []byte) error {
+			if ut == recDivert {
+				d, err := decodeDivert(p)
+				if err != nil {
+					return err
+				}
+				d.recID = id
+				b.apiDiverts = append(b.apiDiverts, d)
+				return nil
+			}
 			if ut != recQueue {
 				return fmt.Errorf("%w: bindings record type %d", errCorruptRecord, ut)
 			}

@@ -151,15 +151,17 @@ func (b *Broker) journalRecord(clientID, key string, value []byte, id, oldID uin
 }
 
 // ClientRecords returns the records of the session's client id (copies,
-// sorted by key); nil for a session without a client id or records.
-func (s *Session) ClientRecords() []ClientRecord {
+// sorted by key); nil for a session without a client id or records. On
+// a cluster node it fails (ErrUnavailable) when the records' group
+// cannot be asked: no records and unknown records are not the same.
+func (s *Session) ClientRecords() ([]ClientRecord, error) {
 	if s.opts.ClientID == "" {
-		return nil
+		return nil, nil
 	}
 	if s.recordsRemote() != nil {
 		return s.b.cluster.(RecordsCatalog).ClientRecords(s.opts.ClientID)
 	}
-	return s.b.clientRecords(s.opts.ClientID)
+	return s.b.clientRecords(s.opts.ClientID), nil
 }
 
 // ClientRecordsOf returns the records of a client id (copies, sorted by

@@ -11,7 +11,11 @@ import (
 
 func recordsOf(s *Session) map[string]string {
 	out := map[string]string{}
-	for _, r := range s.ClientRecords() {
+	recs, err := s.ClientRecords()
+	if err != nil {
+		panic(err) // no cluster here: it cannot fail
+	}
+	for _, r := range recs {
 		out[r.Key] = string(r.Value)
 	}
 	return out
@@ -201,7 +205,7 @@ func TestMarksFollowTheMessage(t *testing.T) {
 		t.Fatalf("mark of an unknown delivery: %v", err)
 	}
 	c.Ack(ds[2].ID)
-	if subs := s1.DurableSubscriptions(); len(subs) != 1 || !sameMarks(subs[0].Marks, 7, 8) {
+	if subs, err := s1.DurableSubscriptions(); err != nil || len(subs) != 1 || !sameMarks(subs[0].Marks, 7, 8) {
 		t.Fatalf("subscriptions %+v", subs)
 	}
 	c.Close()
@@ -218,7 +222,7 @@ func TestMarksFollowTheMessage(t *testing.T) {
 
 	b2 := durableBroker(t, msgs, bindings)
 	s2 := newSession(t, b2, "dev")
-	if subs := s2.DurableSubscriptions(); len(subs) != 1 || !sameMarks(subs[0].Marks, 7, 8) {
+	if subs, err := s2.DurableSubscriptions(); err != nil || len(subs) != 1 || !sameMarks(subs[0].Marks, 7, 8) {
 		t.Fatalf("after restart: subscriptions %+v", subs)
 	}
 	c, col = subscribe(t, s2, opts)
@@ -230,8 +234,8 @@ func TestMarksFollowTheMessage(t *testing.T) {
 	if d := col.next(t); body(d) != "1" || d.Mark != 8 {
 		t.Fatalf("after restart: %q mark %d", d.Message.Body, d.Mark)
 	}
-	if subs := s2.DurableSubscriptions(); !sameMarks(subs[0].Marks, 8) {
-		t.Fatalf("after an ack: marks %v", subs[0].Marks)
+	if subs, err := s2.DurableSubscriptions(); err != nil || len(subs) != 1 || !sameMarks(subs[0].Marks, 8) {
+		t.Fatalf("after an ack: %+v %v", subs, err)
 	}
 }
 

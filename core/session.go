@@ -40,6 +40,14 @@ type SessionOptions struct {
 	// held: the broker calls it holding none. The front-end closes the
 	// session as the connection ends, as usual.
 	Close func()
+	// Abort closes the client's connection abortively: what is still
+	// queued for the client, in the front-end and in the kernel's send
+	// queue, is dropped, never delivered (a TCP reset); for the
+	// cluster's fence ([Broker.FenceDoubtful]). nil if the front-end
+	// cannot. As for Close: it must not block for long, the broker calls
+	// it holding no core lock, and the front-end closes the session as
+	// the connection ends.
+	Abort func()
 	// NoWait: the front-end flow-controls its producers itself (AMQP
 	// withholds link credit while Broker.Blocked), so a send to a BLOCK
 	// address over its limit is taken rather than waited on: waiting
@@ -66,6 +74,8 @@ type Session struct {
 	msgsIn, bytesIn, msgsOut, bytesOut atomic.Uint64
 	// Messages of the session that a queue dropped, and sends refused.
 	dropped, refused atomic.Uint64
+	// fenced is set once FenceDoubtful has aborted the connection.
+	fenced atomic.Bool
 
 	mu        sync.Mutex
 	consumers map[*Consumer]struct{} // guarded by mu
@@ -1137,15 +1147,17 @@ type SubscriptionInfo struct {
 
 // DurableSubscriptions lists the durable subscriptions of the session's
 // client id, so that a front-end can resume them (MQTT persistent
-// sessions) or drop them (MQTT clean start).
-func (s *Session) DurableSubscriptions() []SubscriptionInfo {
+// sessions) or drop them (MQTT clean start). On a cluster node it fails
+// (ErrUnavailable) when a group cannot be asked: the front-end must not
+// take the subscriptions for gone.
+func (s *Session) DurableSubscriptions() ([]SubscriptionInfo, error) {
 	if s.opts.ClientID == "" {
-		return nil
+		return nil, nil
 	}
 	if s.b.cluster != nil {
 		return s.b.cluster.DurableSubscriptions(s.opts.ClientID)
 	}
-	return s.b.DurableSubscriptionsOf(s.opts.ClientID)
+	return s.b.DurableSubscriptionsOf(s.opts.ClientID), nil
 }
 
 // DurableSubscriptionsOf lists the durable subscriptions of a client id.

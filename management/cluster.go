@@ -24,6 +24,7 @@ type ClusterAdmin interface {
 // ClusterMetrics are a node's cluster counters.
 type ClusterMetrics struct {
 	ForwardedOut, ForwardedIn uint64
+	FencedConnections         uint64 // client connections reset by the fence
 	Groups                    []ClusterGroupMetrics
 }
 
@@ -102,7 +103,7 @@ func (s *Server) removeMember(w http.ResponseWriter, r *http.Request) {
 type clusterCollector struct {
 	c ClusterAdmin
 
-	leader, leaderChanges, term, commit, applyLag, messages, forwarded, commitLatency *prometheus.Desc
+	leader, leaderChanges, term, commit, applyLag, messages, forwarded, fenced, commitLatency *prometheus.Desc
 }
 
 func newClusterCollector(c ClusterAdmin) *clusterCollector {
@@ -117,12 +118,13 @@ func newClusterCollector(c ClusterAdmin) *clusterCollector {
 		applyLag:      d("apply_lag_entries", "Committed entries of the group not yet applied on this node.", "group"),
 		messages:      d("group_messages", "Live message records in the group's state on this node.", "group"),
 		forwarded:     d("forwarded_total", "Client operations forwarded between nodes: out (sent by this node's clients to other nodes' groups) and in (served here for other nodes).", "direction"),
+		fenced:        d("fenced_connections_total", "Client connections this node reset because it lost the majority's contact while they held deliveries another node may make again (the fence)."),
 		commitLatency: d("commit_latency_seconds", "Time from a group broker's write to its commit on a majority, for the groups this node led.", "group"),
 	}
 }
 
 func (c *clusterCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.leader, c.leaderChanges, c.term, c.commit, c.applyLag, c.messages, c.forwarded, c.commitLatency} {
+	for _, d := range []*prometheus.Desc{c.leader, c.leaderChanges, c.term, c.commit, c.applyLag, c.messages, c.forwarded, c.fenced, c.commitLatency} {
 		ch <- d
 	}
 }
@@ -134,6 +136,7 @@ func (c *clusterCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	v(c.forwarded, prometheus.CounterValue, float64(m.ForwardedOut), "out")
 	v(c.forwarded, prometheus.CounterValue, float64(m.ForwardedIn), "in")
+	v(c.fenced, prometheus.CounterValue, float64(m.FencedConnections))
 	for _, g := range m.Groups {
 		id := strconv.FormatUint(g.ID, 10)
 		lead := 0.0

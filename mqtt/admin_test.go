@@ -27,3 +27,26 @@ func TestConnectionListedAndClosable(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// TestConnectionAbortable: AbortConnection (the cluster's fence) ends
+// the connection as CloseConnection does (internal/outbound tests the
+// reset itself).
+func TestConnectionAbortable(t *testing.T) {
+	tb := mqtttest.Start(t)
+	c := tb.Client(t, "abort-me")
+	mqtttest.Wait(t, c.Publish("a/b", 1, false, "hello"))
+	conns := tb.Core.Connections()
+	if len(conns) != 1 {
+		t.Fatalf("connections %+v", conns)
+	}
+	if err := tb.Core.AbortConnection(conns[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for c.IsConnectionOpen() || len(tb.Core.Connections()) != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("client open %v, connections %+v", c.IsConnectionOpen(), tb.Core.Connections())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/junctionmq/junction/core"
 	"github.com/junctionmq/junction/core/guard"
+	"github.com/junctionmq/junction/internal/outbound"
 )
 
 // errRefused ends a connection whose CONNECT was answered with a refusal
@@ -156,7 +157,7 @@ func (c *conn) handshake() error {
 	}
 	present, state, err := c.startSession(pk.Connect.Clean, away)
 	if err != nil {
-		s.log.Warn().Err(err).Str("client", c.clientID).Msg("mqtt: session state not stored")
+		s.log.Warn().Err(err).Str("client", c.clientID).Msg("mqtt: session state not read or not stored")
 		return c.refuse(connack3Unavailable, packets.ErrServerUnavailable, level)
 	}
 
@@ -274,6 +275,9 @@ func (c *conn) openSession(deadline time.Time) (*core.Session, error) {
 		User: c.user, ClientID: clientIDPrefix + c.clientID,
 		Protocol: "mqtt", RemoteAddr: c.nc.RemoteAddr().String(),
 		Close: func() { c.stop(stopAdmin) },
+		// The cluster's fence: reset the connection (what is queued for
+		// the client is dropped), then stop as for an administrator.
+		Abort: func() { outbound.Abort(c.nc); c.stop(stopAdmin) },
 	}
 	for {
 		sess, err := c.s.b.NewSession(opts)

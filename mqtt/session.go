@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync"
@@ -213,12 +214,20 @@ func (d *recDecoder) str() string {
 }
 
 // sessionState is what a session left in core: its records by key.
+// errSessionUnknown: the session's state could not be read (a cluster
+// group without a leader); the client is refused with "server
+// unavailable" and tries again.
+var errSessionUnknown = errors.New("mqtt: session state unknown")
+
 type sessionState struct {
 	session sessionRecord
 	has     bool           // an "s" record
 	filters []filterRecord // "f/" records
 	qos2    []uint16       // "i/" records
 	will    *will          // "w"
+	// subs are the client id's durable subscriptions, read with the
+	// records when the session is resumed.
+	subs []core.SubscriptionInfo
 }
 
 type filterRecord struct {
@@ -252,13 +261,26 @@ func parseState(recs []core.ClientRecord) sessionState {
 // start (or it has expired), and stores what a restart must know (the
 // session record, the will) before CONNACK. It reports whether a session
 // was present [MQTT-3.2.2-2], and its state.
+//
+// A session whose state cannot be read (on a cluster node, a group
+// without a leader for the moment) is an error, so that the client is
+// refused and tries again: taking unknown state for none would discard
+// the session, its subscriptions and their messages.
 func (c *conn) startSession(clean bool, away *awaySession) (bool, sessionState, error) {
-	st := parseState(c.sess.ClientRecords())
+	recs, err := c.sess.ClientRecords()
+	if err != nil {
+		return false, sessionState{}, fmt.Errorf("%w: %w", errSessionUnknown, err)
+	}
+	st := parseState(recs)
 	now := time.Now()
 	// A session whose last connection is still recorded as holding it
 	// was taken over just now (a crash's are counted from the start, by
 	// their away session, which ends them in time).
 	present := st.has && (st.session.disconnected.IsZero() || now.Before(st.session.deadline(now)))
+	subs, err := c.sess.DurableSubscriptions()
+	if err != nil {
+		return false, sessionState{}, fmt.Errorf("%w: %w", errSessionUnknown, err)
+	}
 	if clean || !present {
 		// [MQTT-3.1.2-6] (3.1.1), [MQTT-3.1.2-4] (5): a clean start
 		// discards what was there. The previous session ends: a will it
@@ -266,13 +288,15 @@ func (c *conn) startSession(clean bool, away *awaySession) (bool, sessionState, 
 		if away != nil && away.will != nil {
 			c.s.publishWill(away.will)
 		}
-		for _, info := range c.sess.DurableSubscriptions() {
+		for _, info := range subs {
 			c.sess.Unsubscribe(info.Name)
 		}
 		if len(st.filters) > 0 || st.has || st.will != nil || len(st.qos2) > 0 {
 			c.sess.ClearClientRecords("", nil)
 		}
 		present, st = false, sessionState{}
+	} else {
+		st.subs = subs
 	}
 	// What a restart must find, on disk before CONNACK.
 	var wg sync.WaitGroup
@@ -329,7 +353,7 @@ func cmpOr(a, b error) error {
 // them before its message comes back. A durable subscription without a
 // record (its SUBSCRIBE was not answered) is dropped.
 func (c *conn) resume(st sessionState) {
-	infos := c.sess.DurableSubscriptions()
+	infos := st.subs
 	byName := make(map[string]bool, len(infos))
 	c.outMu.Lock()
 	for _, info := range infos {
@@ -381,7 +405,12 @@ func (c *conn) leave(cause stopCause, pending *will) *awaySession {
 		c.s.withClientID(c.clientID, func(sess *core.Session) {
 			// A resumed session that ends now leaves durable
 			// subscriptions and records.
-			for _, info := range sess.DurableSubscriptions() {
+			subs, err := sess.DurableSubscriptions()
+			if err != nil {
+				c.s.log.Warn().Err(err).Str("client", c.clientID).Msg("mqtt: the ended session's subscriptions are unknown: left for the session's expiry")
+				return
+			}
+			for _, info := range subs {
 				sess.Unsubscribe(info.Name)
 			}
 			if !keepWill {
@@ -389,7 +418,12 @@ func (c *conn) leave(cause stopCause, pending *will) *awaySession {
 				return
 			}
 			// A will kept for the next start (a shutdown), and nothing else.
-			for _, r := range sess.ClientRecords() {
+			recs, err := sess.ClientRecords()
+			if err != nil {
+				c.s.log.Warn().Err(err).Str("client", c.clientID).Msg("mqtt: the ended session's records are unknown: left in place")
+				return
+			}
+			for _, r := range recs {
 				if r.Key != recWill {
 					sess.SetClientRecord(r.Key, nil, nil)
 				}
@@ -561,7 +595,13 @@ func (s *Server) endSession(clientID string) {
 		return // connected again meanwhile
 	}
 	defer sess.Close()
-	for _, info := range sess.DurableSubscriptions() {
+	subs, err := sess.DurableSubscriptions()
+	if err != nil {
+		// Its records stay, so the next start (or connection) sees it.
+		s.log.Warn().Err(err).Str("client", clientID).Msg("mqtt: an expired session's subscriptions are unknown: not ended now")
+		return
+	}
+	for _, info := range subs {
 		sess.Unsubscribe(info.Name)
 	}
 	sess.ClearClientRecords("", nil)
@@ -585,6 +625,12 @@ func (s *Server) restore() error {
 		}
 		seen[holder] = true
 		st, err := s.stateOf(id)
+		if errors.Is(err, errSessionUnknown) {
+			// A cluster group without a leader now: the session is left
+			// as it is (its client finds it), not ended on a guess.
+			s.log.Warn().Err(err).Str("client", id).Msg("mqtt: session not restored")
+			continue
+		}
 		if err != nil {
 			return err
 		}
@@ -625,5 +671,9 @@ func (s *Server) stateOf(clientID string) (sessionState, error) {
 		return sessionState{}, err
 	}
 	defer sess.Close()
-	return parseState(sess.ClientRecords()), nil
+	recs, err := sess.ClientRecords()
+	if err != nil {
+		return sessionState{}, fmt.Errorf("%w: %w", errSessionUnknown, err)
+	}
+	return parseState(recs), nil
 }

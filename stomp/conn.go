@@ -352,6 +352,17 @@ func (c *conn) closeFromOutside() {
 	}
 }
 
+// abortFromOutside is closeFromOutside for the cluster's fence: the
+// connection is reset (outbound.Abort), so that what is queued for the
+// client is never delivered, and only then is the session closed (which
+// gives its deliveries back to be delivered again).
+func (c *conn) abortFromOutside() {
+	outbound.Abort(c.nc)
+	if s := c.live.Load(); s != nil {
+		s.Close()
+	}
+}
+
 // readLoop reads and handles frames until the connection ends or, on a
 // plain TCP connection, until everything that has arrived is handled
 // (errIdle): its read buffer is then given back, and the connection's
@@ -521,7 +532,7 @@ func (c *conn) onConnect(ctx context.Context, f *frame.Frame) error {
 		Protocol: "stomp", RemoteAddr: c.nc.RemoteAddr().String(),
 		// An administrator's close: the read loop fails and serve tears
 		// the connection down as for a lost client.
-		Close: c.closeFromOutside})
+		Close: c.closeFromOutside, Abort: c.abortFromOutside})
 	if err != nil {
 		return protoErr("connect refused", "%v", err)
 	}

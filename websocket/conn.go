@@ -267,6 +267,12 @@ func (c *conn) forceClose() {
 	c.ws.NetConn().Close()
 }
 
+// NetConn returns the connection the WebSocket runs on, as
+// *tls.Conn.NetConn does, so that a front-end can reset it (the
+// cluster's fence, outbound.Abort). A handler must not read from it or
+// write to it.
+func (c *conn) NetConn() net.Conn { return c.ws.NetConn() }
+
 func (c *conn) LocalAddr() net.Addr  { return c.ws.LocalAddr() }
 func (c *conn) RemoteAddr() net.Addr { return c.ws.RemoteAddr() }
 

@@ -406,3 +406,38 @@ func TestRemoteAddr(t *testing.T) {
 		t.Fatalf("handler saw remote %s local %s; want %s, %s", a[0], a[1], ws.LocalAddr(), s.addr)
 	}
 }
+
+// TestNetConn: the handler's conn leads to the TCP connection underneath
+// (for a front-end's abortive close, as the cluster's fence needs); a
+// reset of it ends the client's connection.
+func TestNetConn(t *testing.T) {
+	done := make(chan error, 1)
+	s := serve(t, Config{Handlers: map[string]func(context.Context, net.Conn){
+		MQTT: func(_ context.Context, nc net.Conn) {
+			w, ok := nc.(interface{ NetConn() net.Conn })
+			if !ok {
+				done <- errors.New("the handler's conn has no NetConn method")
+				return
+			}
+			tcp, ok := w.NetConn().(*net.TCPConn)
+			if !ok {
+				done <- errors.New("NetConn is not the TCP connection")
+				return
+			}
+			tcp.SetLinger(0)
+			done <- tcp.Close()
+		},
+	}})
+	ws, _, err := dialer("mqtt").Dial(s.url("/"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.Close()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	ws.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, _, err := ws.ReadMessage(); err == nil {
+		t.Fatal("read a message from a reset connection")
+	}
+}

@@ -172,6 +172,16 @@ func TestCompositeDivertsAndVirtualTopicsDurableAcrossRestart(t *testing.T) {
 	if !dl.VirtualTopics || len(dl.Diverts) != 3 {
 		t.Fatalf("GET /diverts: %+v", dl)
 	}
+	// A divert made through the API is kept across the restart.
+	body, _ = json.Marshal(map[string]any{"name": "api-audit", "address": "payments", "forwardingAddress": "queue://payments.audit"})
+	res, err = http.Post(console+"/api/v1/diverts", "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusCreated {
+		t.Fatalf("POST /diverts: %d", res.StatusCode)
+	}
 	for _, st := range lastInstance.broker.QueueStats() {
 		if strings.Contains(st.Name, ",") {
 			t.Fatalf("a queue named %q", st.Name)
@@ -196,6 +206,19 @@ func TestCompositeDivertsAndVirtualTopicsDurableAcrossRestart(t *testing.T) {
 	} {
 		if got := stompDrain(t, stompAddr, dest, len(want)); strings.Join(got, "|") != strings.Join(want, "|") {
 			t.Errorf("%s after the restart: %q, want %q", dest, got, want)
+		}
+	}
+	st, err = gostomp.Dial("tcp", stompAddr, gostomp.ConnOpt.HeartBeat(0, 0), quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Send("/queue/payments", "text/plain", []byte("paid"), gostomp.SendOpt.Receipt, durable); err != nil {
+		t.Fatal(err)
+	}
+	st.Disconnect()
+	for dest, want := range map[string]string{"/queue/payments": "paid", "/queue/payments.audit": "paid"} {
+		if got := stompDrain(t, stompAddr, dest, 1); len(got) != 1 || got[0] != want {
+			t.Errorf("%s: %q, want the API divert's copy %q after the restart", dest, got, want)
 		}
 	}
 }

@@ -31,20 +31,44 @@ func rounds(t *testing.T) int {
 	return n
 }
 
-// home is the node of the MQTT subscriber's persistent session, which
-// the scenarios never disturb (docs/cluster.md: a persistent session is
-// kept by the node the client connected to).
+// home is the first node of the MQTT subscriber, a persistent session
+// (replicated in the group its client id hashes to, docs/cluster.md).
+// Even rounds (round 0, which CI runs) aim the fault at home when it
+// leads a group, so that the subscriber fails over to another node and
+// must find its session there; odd rounds aim elsewhere.
 const home = 1
 
-// target picks the group the scenario aims at: one led by a node other
-// than home, and that leader (runScenario makes sure there is one).
-func target(leaders map[uint64]uint64) (g, leader uint64) {
-	for g := uint64(1); g <= Groups; g++ {
-		if leaders[g] != home {
-			return g, leaders[g]
+// aim is where a scenario's fault goes.
+type aim struct {
+	leaders map[uint64]uint64
+	home    bool // aim at home (even rounds)
+}
+
+// target picks the group the scenario aims at and its leader: one led
+// by home when aiming there and home leads one, else one led by another
+// node (runScenario makes sure there is one).
+func (a aim) target() (g, leader uint64) {
+	for _, want := range []bool{a.home, false} {
+		for g := uint64(1); g <= Groups; g++ {
+			if (a.leaders[g] == home) == want {
+				return g, a.leaders[g]
+			}
 		}
 	}
 	panic("every group is led by home")
+}
+
+// bystander returns a node other than l: home when aiming at it (and l
+// is not home), else the node that is neither home nor l (or, when l is
+// home, the lower of the two others).
+func (a aim) bystander(l uint64) uint64 {
+	if a.home && l != home {
+		return home
+	}
+	if l == home {
+		return third(home, home%3+1)
+	}
+	return third(home, l)
 }
 
 // spread waits until a node other than home leads a group (the cluster
@@ -76,7 +100,7 @@ func third(a, b uint64) uint64 {
 	return 0
 }
 
-type scenario func(t *testing.T, c *Cluster, r *Run, leaders map[uint64]uint64)
+type scenario func(t *testing.T, c *Cluster, r *Run, a aim)
 
 // runScenario runs body under load on a fresh cluster, once per round.
 func runScenario(t *testing.T, newNet func(testing.TB) Network, body scenario) {
@@ -87,7 +111,9 @@ func runScenario(t *testing.T, newNet func(testing.TB) Network, body scenario) {
 			r := StartLoad(c, round, home)
 			time.Sleep(time.Duration(300+rand.IntN(1200)) * time.Millisecond)
 			leaders := spread(t, c)
-			body(t, c, r, leaders)
+			a := aim{leaders: leaders, home: round%2 == 0}
+			c.Event("leaders %v; aiming at the MQTT subscriber's node %d: %v", leaders, home, a.home)
+			body(t, c, r, a)
 			counts := r.Finish()
 			c.Event("round %d: %v", round, counts)
 		})
@@ -185,8 +211,8 @@ func TestClusterSmoke(t *testing.T) {
 
 // (a) kill -9 the node leading a group; its clients fail over; it comes
 // back with its data.
-func kill9Leader(t *testing.T, c *Cluster, r *Run, leaders map[uint64]uint64) {
-	g, l := target(leaders)
+func kill9Leader(t *testing.T, c *Cluster, r *Run, a aim) {
+	g, l := a.target()
 	r.Mark(func(n uint64) bool { return n != l })
 	at := time.Now()
 	c.Nodes[l].Kill9()
@@ -201,8 +227,8 @@ func TestClusterKill9Leader(t *testing.T) { runScenario(t, proxyNet, kill9Leader
 
 // (b) cut the leader of a group off from the majority (both ways): the
 // majority elects another; the old one steps down (CheckQuorum).
-func partitionLeader(t *testing.T, c *Cluster, r *Run, leaders map[uint64]uint64) {
-	g, l := target(leaders)
+func partitionLeader(t *testing.T, c *Cluster, r *Run, a aim) {
+	g, l := a.target()
 	r.Mark(func(n uint64) bool { return n != l })
 	c.Event("isolating node %d, leader of group %d", l, g)
 	if err := c.Net.Isolate(l); err != nil {
@@ -227,11 +253,11 @@ func partitionLeader(t *testing.T, c *Cluster, r *Run, leaders map[uint64]uint64
 func TestClusterPartitionLeader(t *testing.T)      { runScenario(t, proxyNet, partitionLeader) }
 func TestClusterNetnsPartitionLeader(t *testing.T) { runScenario(t, netnsNet, partitionLeader) }
 
-// (c) cut off a minority: a follower of the target group (it leads
-// another group, but home's groups and the target go on).
-func partitionMinority(t *testing.T, c *Cluster, r *Run, leaders map[uint64]uint64) {
-	g, l := target(leaders)
-	f := third(home, l)
+// (c) cut off a minority: a follower of the target group (home, when
+// aiming at it).
+func partitionMinority(t *testing.T, c *Cluster, r *Run, a aim) {
+	g, l := a.target()
+	f := a.bystander(l)
 	r.Mark(func(n uint64) bool { return n != f })
 	at := time.Now()
 	c.Event("isolating node %d, a follower of group %d (led by %d)", f, g, l)
@@ -252,8 +278,8 @@ func TestClusterNetnsPartitionMinority(t *testing.T) { runScenario(t, netnsNet, 
 
 // One-way: the leader of a group can no longer reach the others on the
 // connections it dials; they still reach it.
-func oneWay(t *testing.T, c *Cluster, r *Run, leaders map[uint64]uint64) {
-	g, l := target(leaders)
+func oneWay(t *testing.T, c *Cluster, r *Run, a aim) {
+	g, l := a.target()
 	r.Mark(func(n uint64) bool { return n != l })
 	for id := range c.Nodes {
 		if id != l {
@@ -280,8 +306,8 @@ func TestClusterNetnsOneWay(t *testing.T) { runScenario(t, netnsNet, oneWay) }
 // (d) SIGSTOP the leader of a group for four election timeouts, then
 // SIGCONT: the others elect a new leader meanwhile; the old one must
 // not accept writes in the term it had.
-func sigstopLeader(t *testing.T, c *Cluster, r *Run, leaders map[uint64]uint64) {
-	g, l := target(leaders)
+func sigstopLeader(t *testing.T, c *Cluster, r *Run, a aim) {
+	g, l := a.target()
 	r.Mark(func(n uint64) bool { return n != l })
 	at := time.Now()
 	c.Nodes[l].Stop()
@@ -299,8 +325,8 @@ func TestClusterSigstopLeader(t *testing.T) { runScenario(t, proxyNet, sigstopLe
 // (e) kill -9 the leader of a group, wipe its data directory, restart it
 // with --cluster-join: it catches up; then kill another node, so that
 // the wiped one is half of the majority, and go on.
-func wipedRejoins(t *testing.T, c *Cluster, r *Run, leaders map[uint64]uint64) {
-	g, w := target(leaders)
+func wipedRejoins(t *testing.T, c *Cluster, r *Run, a aim) {
+	g, w := a.target()
 	r.Mark(func(n uint64) bool { return n != w })
 	at := time.Now()
 	c.Nodes[w].Kill9()
@@ -315,7 +341,7 @@ func wipedRejoins(t *testing.T, c *Cluster, r *Run, leaders map[uint64]uint64) {
 	progress(t, c, r, 10, "after the wiped node rejoined")
 	// The rejoined node must now hold what it missed: with another node
 	// gone, it is half of every group's majority.
-	x := third(home, w)
+	x := a.bystander(w)
 	r.Mark(func(n uint64) bool { return n != x })
 	at = time.Now()
 	c.Nodes[x].Kill9()

@@ -44,9 +44,8 @@ type Run struct {
 	C      *Cluster
 	Ledger *ledger.Ledger
 	Queues []string
-	// Home is the MQTT subscriber's first node (a scenario keeps it up:
-	// a persistent MQTT session lives on the node the client connected
-	// to, docs/cluster.md).
+	// Home is the MQTT subscriber's first node; its persistent session
+	// is replicated, so it fails over like the other clients.
 	Home uint64
 
 	stopProducers, stopConsumers, bounce chan struct{}

@@ -1,0 +1,87 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/junctionmq/junction/core"
+)
+
+// A node resets the connections holding deliveries of a source it is
+// no longer sure of once it has lost the majority's contact, and only
+// then: not in a healthy cluster, not when a group's leader alone is
+// gone while the node leads a group of its own (its followers answer).
+func TestClusterFence(t *testing.T) {
+	// A lease of 250ms: a loop a little late under the race detector on
+	// a busy machine does not flag the first deliveries.
+	c := startClusterWith(t, 3, 3, func(cfg *Config) { cfg.Tick = 50 * time.Millisecond })
+	// Each node leads a group once the leaders are spread.
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		lead := map[uint64]bool{}
+		for _, g := range c.nodes[0].groups {
+			lead[g.lead.Load()] = true
+		}
+		if len(lead) == 3 && !lead[0] {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the groups' leaders were not spread over the nodes within 15s: %v", lead)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	c.waitLeaders()
+	const addr = "fenced"
+	l := c.leaderOf(addr)
+	ci, x := (l+1)%3, (l+2)%3
+	prod := session(t, c.access[x], "")
+	for i := range 3 {
+		m := &core.Message{Address: addr, RoutingType: core.Anycast, Durable: true, Body: []byte(fmt.Sprint(i)), Priority: core.DefaultPriority}
+		if err := prod.Send(context.Background(), m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var aborts atomic.Int32
+	s, err := c.access[ci].NewSession(core.SessionOptions{Protocol: "test", Abort: func() { aborts.Add(1) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	_, col := subscribe(t, s, core.ConsumerOptions{Address: addr, RoutingType: core.Anycast, Credit: 3})
+	for range 3 {
+		if d := col.next(t); d.Redelivered() {
+			t.Fatalf("%q flagged in a healthy cluster", d.Message.Body)
+		}
+	}
+	n := c.nodes[ci]
+	lease := n.lease()
+	quiet := func(what string) {
+		t.Helper()
+		time.Sleep(5 * lease)
+		if a, f := aborts.Load(), n.Status().FencedConnections; a != 0 || f != 0 {
+			t.Fatalf("%s: %d aborts, %d fenced connections", what, a, f)
+		}
+	}
+	quiet("healthy cluster")
+	// The group's leader goes: the node still hears from a majority
+	// (itself and x), what it wrote reached its client.
+	c.crash(l)
+	quiet("the leader gone, the majority in touch")
+	// Now alone: its lease runs out, and the connection holding the three
+	// deliveries is reset.
+	c.crash(x)
+	deadline = time.Now().Add(lease + 2*time.Second)
+	for aborts.Load() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no abort within %v of losing the majority", lease+2*time.Second)
+		}
+		time.Sleep(lease / 10)
+	}
+	time.Sleep(lease)
+	if a, f := aborts.Load(), n.Status().FencedConnections; a != 1 || f != 1 {
+		t.Fatalf("after losing the majority: %d aborts, %d fenced connections; want 1 each", a, f)
+	}
+}
