@@ -7,6 +7,7 @@ import (
 	goamqp "github.com/Azure/go-amqp"
 
 	"github.com/junctionmq/junction/amqp"
+	"github.com/junctionmq/junction/amqp/amqptest"
 	"github.com/junctionmq/junction/core"
 	"github.com/junctionmq/junction/internal/authztest"
 )
@@ -20,14 +21,14 @@ var authzGrants = authztest.Grants{
 	"durable":  {core.PermConsume: {"news"}, core.PermCreateNonDurableQueue: {"news"}},
 }
 
-func startAuthzBroker(t *testing.T) *testBroker {
+func startAuthzBroker(t *testing.T) *amqptest.Broker {
 	t.Helper()
-	tb := startBroker(t, amqp.Config{}, core.Config{Authorizer: authzGrants})
+	tb := amqptest.Start(t, amqp.Config{}, core.Config{Authorizer: authzGrants})
 	for _, a := range []struct {
 		name string
 		rt   core.RoutingType
 	}{{"orders", core.Anycast}, {"sensors.kitchen", core.Multicast}, {"news", core.Multicast}} {
-		if err := tb.broker.CreateAddress(a.name, a.rt); err != nil {
+		if err := tb.Core.CreateAddress(a.name, a.rt); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -46,31 +47,31 @@ func wantUnauthorized(t *testing.T, what string, err error) {
 	}
 }
 
-func amqpDenials(tb *testBroker) uint64 {
-	_, by := tb.broker.AuthzDenials()
+func amqpDenials(tb *amqptest.Broker) uint64 {
+	_, by := tb.Core.AuthzDenials()
 	return by["amqp"]
 }
 
 func TestAuthorization(t *testing.T) {
 	tb := startAuthzBroker(t)
-	prod := tb.session(t, as("producer"))
-	cons := tb.session(t, as("consumer"))
+	prod := tb.Session(t, as("producer"))
+	cons := tb.Session(t, as("consumer"))
 
 	for _, dest := range []struct{ send, receive string }{
 		{"queue://orders", "queue://orders"},             // a queue
 		{"topic://sensors.kitchen", "topic://sensors.#"}, // a wildcard topic subscription
 	} {
-		r := newReceiver(t, cons, dest.receive, nil)
-		snd := newSender(t, prod, dest.send, nil)
-		send(t, snd, text("m"))
-		if m := receive(t, r); string(m.GetData()) != "m" {
+		r := amqptest.NewReceiver(t, cons, dest.receive, nil)
+		snd := amqptest.NewSender(t, prod, dest.send, nil)
+		amqptest.Send(t, snd, amqptest.Text("m"))
+		if m := amqptest.Receive(t, r); string(m.GetData()) != "m" {
 			t.Fatalf("%s: got %q", dest.receive, m.GetData())
 		}
 		// The reverse is refused at attach: the refusal pattern with
 		// amqp:unauthorized-access. The sessions go on.
-		_, err := prod.NewReceiver(ctxT(t), dest.receive, nil)
+		_, err := prod.NewReceiver(amqptest.Ctx(t), dest.receive, nil)
 		wantUnauthorized(t, "receiver of "+dest.receive, err)
-		_, err = cons.NewSender(ctxT(t), dest.send, nil)
+		_, err = cons.NewSender(amqptest.Ctx(t), dest.send, nil)
 		wantUnauthorized(t, "sender to "+dest.send, err)
 	}
 	if n := amqpDenials(tb); n != 4 {
@@ -79,18 +80,18 @@ func TestAuthorization(t *testing.T) {
 
 	// Through the anonymous relay a refused message is rejected with
 	// amqp:unauthorized-access; the link goes on.
-	relay := newSender(t, cons, "", nil)
-	m := text("relayed")
+	relay := amqptest.NewSender(t, cons, "", nil)
+	m := amqptest.Text("relayed")
 	to := "queue://orders"
 	m.Properties = &goamqp.MessageProperties{To: &to}
-	wantUnauthorized(t, "relayed send", relay.Send(ctxT(t), m, nil))
-	prodRelay := newSender(t, prod, "", nil)
-	send(t, prodRelay, m)
-	if d := queueDepth(tb, "orders"); d != 1 {
+	wantUnauthorized(t, "relayed send", relay.Send(amqptest.Ctx(t), m, nil))
+	prodRelay := amqptest.NewSender(t, prod, "", nil)
+	amqptest.Send(t, prodRelay, m)
+	if d := amqptest.QueueDepth(tb, "orders"); d != 1 {
 		t.Fatalf("queue depth %d, want 1", d)
 	}
 	// A new address needs createAddress.
-	_, err := prod.NewSender(ctxT(t), "topic://sensors.garage", nil)
+	_, err := prod.NewSender(amqptest.Ctx(t), "topic://sensors.garage", nil)
 	wantUnauthorized(t, "sender to a new address", err)
 	if n := amqpDenials(tb); n != 6 {
 		t.Fatalf("%d denials, want 6", n)
@@ -99,17 +100,17 @@ func TestAuthorization(t *testing.T) {
 
 func TestAuthorizationDurableSubscription(t *testing.T) {
 	tb := startAuthzBroker(t)
-	s := tb.session(t, as("durable"))
+	s := tb.Session(t, as("durable"))
 	// A non-durable subscription is allowed.
-	newReceiver(t, s, "topic://news", nil)
+	amqptest.NewReceiver(t, s, "topic://news", nil)
 	durable := &goamqp.ReceiverOptions{Name: "sub1", SourceDurability: goamqp.DurabilityUnsettledState, SourceExpiryPolicy: goamqp.ExpiryPolicyNever}
-	_, err := s.NewReceiver(ctxT(t), "topic://news", durable)
+	_, err := s.NewReceiver(amqptest.Ctx(t), "topic://news", durable)
 	wantUnauthorized(t, "durable subscription", err)
-	if tb.broker.Queue("c-durable.sub1") != nil {
+	if tb.Core.Queue("c-durable.sub1") != nil {
 		t.Fatal("the durable subscription was created")
 	}
 	// A dynamic (temporary) queue needs createNonDurableQueue on it.
-	_, err = s.NewReceiver(ctxT(t), "", &goamqp.ReceiverOptions{DynamicAddress: true})
+	_, err = s.NewReceiver(amqptest.Ctx(t), "", &goamqp.ReceiverOptions{DynamicAddress: true})
 	wantUnauthorized(t, "dynamic queue", err)
 	if n := amqpDenials(tb); n != 2 {
 		t.Fatalf("%d denials, want 2", n)

@@ -10,8 +10,10 @@ import (
 	goamqp "github.com/Azure/go-amqp"
 
 	"github.com/junctionmq/junction/amqp"
+	"github.com/junctionmq/junction/amqp/amqptest"
 	"github.com/junctionmq/junction/amqp/internal/frames"
 	"github.com/junctionmq/junction/core"
+	"github.com/junctionmq/junction/internal/testserve"
 )
 
 func amqpRefusals(b *core.Broker, reason string) uint64 {
@@ -46,9 +48,9 @@ func (c *rawClient) closedAfter() {
 // may be) is refused before its body is read: sasl-outcome sys-perm,
 // then close; others go on.
 func TestPreAuthSASLFrameTooLarge(t *testing.T) {
-	tb := startBroker(t, amqp.Config{}, core.Config{})
-	bs := tb.session(t, nil)
-	bsnd := newSender(t, bs, "bystander", nil)
+	tb := amqptest.Start(t, amqp.Config{}, core.Config{})
+	bs := tb.Session(t, nil)
+	bsnd := amqptest.NewSender(t, bs, "bystander", nil)
 	for _, size := range []uint32{513, 10 << 20} {
 		c := dialRaw(t, tb)
 		c.saslHeader()
@@ -61,12 +63,12 @@ func TestPreAuthSASLFrameTooLarge(t *testing.T) {
 			t.Fatalf("%d-byte SASL frame: outcome %d, want sys-perm (3)", size, o.Code)
 		}
 		c.closedAfter()
-		send(t, bsnd, text("after"))
+		amqptest.Send(t, bsnd, amqptest.Text("after"))
 	}
-	if got := amqpRefusals(tb.broker, core.PreAuthFrameTooLarge); got != 2 {
+	if got := amqpRefusals(tb.Core, core.PreAuthFrameTooLarge); got != 2 {
 		t.Fatalf("frame_too_large refusals %d, want 2", got)
 	}
-	if held := tb.broker.GuardStats().PreAuthHeld; held != 0 {
+	if held := tb.Core.GuardStats().PreAuthHeld; held != 0 {
 		t.Fatalf("the budget holds %d bytes with every client logged in or gone", held)
 	}
 }
@@ -75,7 +77,7 @@ func TestPreAuthSASLFrameTooLarge(t *testing.T) {
 // pre-authentication budget: one it has no room for gets sasl-outcome
 // sys-temp and is closed; once the bytes are given back, clients log in.
 func TestPreAuthBudget(t *testing.T) {
-	tb := startBroker(t, amqp.Config{}, core.Config{PreAuthBudget: 600})
+	tb := amqptest.Start(t, amqp.Config{}, core.Config{PreAuthBudget: 600})
 	hog := dialRaw(t, tb)
 	hog.saslHeader()
 	// 400 bytes of a sasl-init that never completes.
@@ -83,8 +85,8 @@ func TestPreAuthBudget(t *testing.T) {
 	binary.BigEndian.PutUint32(hb[:], 500)
 	hb[4], hb[5] = 2, frames.TypeSASL
 	hog.write(append(hb[:], make([]byte, 392)...))
-	eventually(t, "the first client's bytes to be charged", func() bool {
-		return tb.broker.GuardStats().PreAuthHeld >= 400
+	testserve.Eventually(t, "the first client's bytes to be charged", func() bool {
+		return tb.Core.GuardStats().PreAuthHeld >= 400
 	})
 	c := dialRaw(t, tb)
 	c.saslHeader()
@@ -93,12 +95,12 @@ func TestPreAuthBudget(t *testing.T) {
 		t.Fatalf("outcome %d, want sys-temp (4)", o.Code)
 	}
 	c.closedAfter()
-	if got := amqpRefusals(tb.broker, core.PreAuthBudget); got != 1 {
+	if got := amqpRefusals(tb.Core, core.PreAuthBudget); got != 1 {
 		t.Fatalf("budget refusals %d, want 1", got)
 	}
 	hog.nc.Close()
-	eventually(t, "the budget to be given back", func() bool { return tb.broker.GuardStats().PreAuthHeld == 0 })
-	tb.session(t, &goamqp.ConnOptions{SASLType: goamqp.SASLTypePlain("alice", "secret")})
+	testserve.Eventually(t, "the budget to be given back", func() bool { return tb.Core.GuardStats().PreAuthHeld == 0 })
+	tb.Session(t, &goamqp.ConnOptions{SASLType: goamqp.SASLTypePlain("alice", "secret")})
 }
 
 // After open, a frame trickled a byte at a time is cut once
@@ -107,7 +109,7 @@ func TestPreAuthBudget(t *testing.T) {
 // and is delivered.
 func TestFrameTimeout(t *testing.T) {
 	t.Run("trickle", func(t *testing.T) {
-		tb := startBroker(t, amqp.Config{FrameTimeout: 300 * time.Millisecond, FrameMinRate: 64 << 10, IdleTimeout: -1}, core.Config{})
+		tb := amqptest.Start(t, amqp.Config{FrameTimeout: 300 * time.Millisecond, FrameMinRate: 64 << 10, IdleTimeout: -1}, core.Config{})
 		c := dialRaw(t, tb)
 		c.open(0)
 		begin := frames.Append(nil, frames.TypeAMQP, 1, &frames.Begin{NextOutgoingID: 0, IncomingWindow: 1000, OutgoingWindow: 1000}, nil)
@@ -133,15 +135,15 @@ func TestFrameTimeout(t *testing.T) {
 		if d := time.Since(start); d < 300*time.Millisecond {
 			t.Fatalf("cut after %v, before the frame timeout", d)
 		}
-		if n := tb.broker.GuardStats().FrameTimeouts["amqp"]; n != 1 {
+		if n := tb.Core.GuardStats().FrameTimeouts["amqp"]; n != 1 {
 			t.Fatalf("frame timeouts %d, want 1", n)
 		}
 	})
 
 	t.Run("steady upload", func(t *testing.T) {
-		tb := startBroker(t, amqp.Config{FrameTimeout: time.Second, FrameMinRate: 32 << 10, IdleTimeout: -1}, core.Config{})
-		rs := tb.session(t, nil)
-		rcv := newReceiver(t, rs, "slow", nil)
+		tb := amqptest.Start(t, amqp.Config{FrameTimeout: time.Second, FrameMinRate: 32 << 10, IdleTimeout: -1}, core.Config{})
+		rs := tb.Session(t, nil)
+		rcv := amqptest.NewReceiver(t, rs, "slow", nil)
 		c := dialRaw(t, tb)
 		c.open(0)
 		c.send(0, &frames.Attach{Name: "snd", Handle: 0, Role: frames.RoleSender, InitialDeliveryCount: u32(0),
@@ -164,13 +166,13 @@ func TestFrameTimeout(t *testing.T) {
 		if d := time.Since(start); d < 2*time.Second {
 			t.Fatalf("the upload took only %v", d)
 		}
-		m, err := rcv.Receive(ctxT(t), nil)
+		m, err := rcv.Receive(amqptest.Ctx(t), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if !bytes.Equal(m.GetData(), body) {
 			t.Fatalf("delivered %d bytes", len(m.GetData()))
 		}
-		rcv.AcceptMessage(ctxT(t), m)
+		rcv.AcceptMessage(amqptest.Ctx(t), m)
 	})
 }

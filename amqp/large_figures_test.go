@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/junctionmq/junction/amqp"
+	"github.com/junctionmq/junction/amqp/amqptest"
 	"github.com/junctionmq/junction/amqp/internal/frames"
 	"github.com/junctionmq/junction/core"
 )
@@ -74,9 +75,9 @@ func TestLargeThroughputRaw(t *testing.T) {
 	// No journal (package amqp may not import persistence): the body is
 	// streamed to its file and synced as with one, only its small record
 	// is not written.
-	tb := startBroker(t, amqp.Config{MaxLargeMessageSize: size + 1<<20},
+	tb := amqptest.Start(t, amqp.Config{MaxLargeMessageSize: size + 1<<20},
 		core.Config{Large: fileStore{t.TempDir()}, LargeMessageThreshold: 1 << 20})
-	nc, err := net.Dial("tcp", strings.TrimPrefix(tb.addr, "amqp://"))
+	nc, err := net.Dial("tcp", strings.TrimPrefix(tb.Addr, "amqp://"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	goamqp "github.com/Azure/go-amqp"
 
 	"github.com/junctionmq/junction/amqp"
+	"github.com/junctionmq/junction/amqp/amqptest"
 	"github.com/junctionmq/junction/amqp/internal/frames"
 	"github.com/junctionmq/junction/core"
 )
@@ -16,9 +17,9 @@ import (
 // A client that does not finish the handshake (headers, SASL, open) in
 // HandshakeTimeout is closed; other clients are not affected.
 func TestHandshakeTimeout(t *testing.T) {
-	tb := startBroker(t, amqp.Config{HandshakeTimeout: 200 * time.Millisecond}, core.Config{})
-	bs := tb.session(t, nil)
-	bsnd := newSender(t, bs, "bystander", nil)
+	tb := amqptest.Start(t, amqp.Config{HandshakeTimeout: 200 * time.Millisecond}, core.Config{})
+	bs := tb.Session(t, nil)
+	bsnd := amqptest.NewSender(t, bs, "bystander", nil)
 	cases := map[string]func(c *rawClient){
 		"silent": func(*rawClient) {},
 		"header only": func(c *rawClient) {
@@ -48,7 +49,7 @@ func TestHandshakeTimeout(t *testing.T) {
 			if d := time.Since(start); d < 200*time.Millisecond {
 				t.Fatalf("closed after %v, before the timeout", d)
 			}
-			send(t, bsnd, text(name))
+			amqptest.Send(t, bsnd, amqptest.Text(name))
 		})
 	}
 }
@@ -87,23 +88,23 @@ func expectSASL[T frames.Body](c *rawClient) T {
 // Past MaxLinks on one connection, an attach is refused with
 // amqp:resource-limit-exceeded; the connection and its links go on.
 func TestMaxLinks(t *testing.T) {
-	tb := startBroker(t, amqp.Config{MaxLinks: 3}, core.Config{})
-	c := tb.dial(t, nil)
-	s1, err := c.NewSession(ctxT(t), nil)
+	tb := amqptest.Start(t, amqp.Config{MaxLinks: 3}, core.Config{})
+	c := tb.Dial(t, nil)
+	s1, err := c.NewSession(amqptest.Ctx(t), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s2, err := c.NewSession(ctxT(t), nil)
+	s2, err := c.NewSession(amqptest.Ctx(t), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	snd := newSender(t, s1, "links.q", nil)
-	newSender(t, s2, "links.q", nil)
-	rcv := newReceiver(t, s2, "links.q", nil) // the limit counts across sessions
+	snd := amqptest.NewSender(t, s1, "links.q", nil)
+	amqptest.NewSender(t, s2, "links.q", nil)
+	rcv := amqptest.NewReceiver(t, s2, "links.q", nil) // the limit counts across sessions
 
 	for _, attach := range []func() error{
-		func() error { _, err := s1.NewSender(ctxT(t), "links.q", nil); return err },
-		func() error { _, err := s1.NewReceiver(ctxT(t), "links.q", nil); return err },
+		func() error { _, err := s1.NewSender(amqptest.Ctx(t), "links.q", nil); return err },
+		func() error { _, err := s1.NewReceiver(amqptest.Ctx(t), "links.q", nil); return err },
 	} {
 		err := attach()
 		var ae *goamqp.Error
@@ -112,15 +113,15 @@ func TestMaxLinks(t *testing.T) {
 		}
 	}
 	// The links attached before still work.
-	send(t, snd, text("after refusal"))
-	if m := receive(t, rcv); string(m.GetData()) != "after refusal" {
+	amqptest.Send(t, snd, amqptest.Text("after refusal"))
+	if m := amqptest.Receive(t, rcv); string(m.GetData()) != "after refusal" {
 		t.Fatalf("got %q", m.GetData())
 	}
 	// Detaching frees a slot.
-	if err := snd.Close(ctxT(t)); err != nil {
+	if err := snd.Close(amqptest.Ctx(t)); err != nil {
 		t.Fatal(err)
 	}
-	newSender(t, s1, "links.q", nil)
+	amqptest.NewSender(t, s1, "links.q", nil)
 }
 
 // A message over MaxMessageSize, sent in frames within the frame size,
@@ -128,7 +129,7 @@ func TestMaxLinks(t *testing.T) {
 // (go-amqp never sends one: it honours the max-message-size of the
 // broker's attach); the connection goes on.
 func TestMessageSizeExceeded(t *testing.T) {
-	tb := startBroker(t, amqp.Config{MaxFrameSize: 4 << 10, MaxMessageSize: 64 << 10}, core.Config{})
+	tb := amqptest.Start(t, amqp.Config{MaxFrameSize: 4 << 10, MaxMessageSize: 64 << 10}, core.Config{})
 	c := dialRaw(t, tb)
 	c.open(0)
 	c.send(0, &frames.Attach{Name: "big", Handle: 0, Role: frames.RoleSender, InitialDeliveryCount: u32(0),

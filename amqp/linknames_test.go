@@ -8,6 +8,7 @@ import (
 	goamqp "github.com/Azure/go-amqp"
 
 	"github.com/junctionmq/junction/amqp"
+	"github.com/junctionmq/junction/amqp/amqptest"
 	"github.com/junctionmq/junction/amqp/internal/encoding"
 	"github.com/junctionmq/junction/amqp/internal/frames"
 	"github.com/junctionmq/junction/core"
@@ -20,7 +21,7 @@ import (
 // of that name on another session and a sender of that name (the other
 // direction). No attach closes anything over a name.
 func TestSameLinkNameAttachesEachLink(t *testing.T) {
-	tb := startBroker(t, amqp.Config{}, core.Config{})
+	tb := amqptest.Start(t, amqp.Config{}, core.Config{})
 	c := dialRaw(t, tb)
 	c.open(0)
 	c.send(1, &frames.Begin{NextOutgoingID: 0, IncomingWindow: 1000, OutgoingWindow: 1000}, nil)
@@ -108,24 +109,24 @@ func TestSameLinkNameAttachesEachLink(t *testing.T) {
 // two sessions of one connection can each have a receiver of the same
 // name on one queue: they compete for its messages.
 func TestSameLinkNameOnTwoSessions(t *testing.T) {
-	tb := startBroker(t, amqp.Config{}, core.Config{})
-	conn := tb.dial(t, nil)
+	tb := amqptest.Start(t, amqp.Config{}, core.Config{})
+	conn := tb.Dial(t, nil)
 	var rs []*goamqp.Receiver
 	for range 2 {
-		s, err := conn.NewSession(ctxT(t), nil)
+		s, err := conn.NewSession(amqptest.Ctx(t), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		r := newReceiver(t, s, "names.q2", &goamqp.ReceiverOptions{Name: "same-name", Credit: -1})
+		r := amqptest.NewReceiver(t, s, "names.q2", &goamqp.ReceiverOptions{Name: "same-name", Credit: -1})
 		// One message each, whatever the order of events.
 		if err := r.IssueCredit(1); err != nil {
 			t.Fatal(err)
 		}
 		rs = append(rs, r)
 	}
-	snd := newSender(t, tb.session(t, nil), "names.q2", nil)
+	snd := amqptest.NewSender(t, tb.Session(t, nil), "names.q2", nil)
 	for range 2 {
-		send(t, snd, text("m"))
+		amqptest.Send(t, snd, amqptest.Text("m"))
 	}
 	for i, r := range rs {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -134,7 +135,7 @@ func TestSameLinkNameOnTwoSessions(t *testing.T) {
 		if err != nil {
 			t.Fatalf("receiver %d: %v", i, err)
 		}
-		if err := r.AcceptMessage(ctxT(t), m); err != nil {
+		if err := r.AcceptMessage(amqptest.Ctx(t), m); err != nil {
 			t.Fatal(err)
 		}
 	}

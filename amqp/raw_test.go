@@ -12,9 +12,11 @@ import (
 	goamqp "github.com/Azure/go-amqp"
 
 	"github.com/junctionmq/junction/amqp"
+	"github.com/junctionmq/junction/amqp/amqptest"
 	"github.com/junctionmq/junction/amqp/internal/encoding"
 	"github.com/junctionmq/junction/amqp/internal/frames"
 	"github.com/junctionmq/junction/core"
+	"github.com/junctionmq/junction/internal/testserve"
 )
 
 // rawClient speaks AMQP frame by frame, for what go-amqp cannot send:
@@ -25,9 +27,9 @@ type rawClient struct {
 	br *bufio.Reader
 }
 
-func dialRaw(t *testing.T, tb *testBroker) *rawClient {
+func dialRaw(t *testing.T, tb *amqptest.Broker) *rawClient {
 	t.Helper()
-	nc, err := net.Dial("tcp", strings.TrimPrefix(tb.addr, "amqp://"))
+	nc, err := net.Dial("tcp", strings.TrimPrefix(tb.Addr, "amqp://"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,7 +147,7 @@ func addr(s string) *string { return &s }
 func encodeMessage(m *frames.Message) []byte { return frames.AppendMessage(nil, m) }
 
 func TestTransactions(t *testing.T) {
-	tb := startBroker(t, amqp.Config{}, core.Config{})
+	tb := amqptest.Start(t, amqp.Config{}, core.Config{})
 	c := dialRaw(t, tb)
 	c.open(0)
 	// Coordinator link on handle 0, a sender to tx.q on handle 1.
@@ -205,20 +207,20 @@ func TestTransactions(t *testing.T) {
 	if _, ok := discharge(txn, true).(*frames.Accepted); !ok {
 		t.Fatal("rollback not accepted")
 	}
-	if d := queueDepth(tb, "tx.q"); d > 0 {
+	if d := amqptest.QueueDepth(tb, "tx.q"); d > 0 {
 		t.Fatalf("depth %d after rollback", d)
 	}
 	// Committed: both arrive together.
 	txn = declare()
 	post(txn, "one")
 	post(txn, "two")
-	if d := queueDepth(tb, "tx.q"); d > 0 {
+	if d := amqptest.QueueDepth(tb, "tx.q"); d > 0 {
 		t.Fatalf("depth %d before commit", d)
 	}
 	if _, ok := discharge(txn, false).(*frames.Accepted); !ok {
 		t.Fatal("commit not accepted")
 	}
-	if d := queueDepth(tb, "tx.q"); d != 2 {
+	if d := amqptest.QueueDepth(tb, "tx.q"); d != 2 {
 		t.Fatalf("depth %d after commit", d)
 	}
 	// Unknown transaction.
@@ -240,7 +242,7 @@ func TestTransactions(t *testing.T) {
 	if _, ok := discharge(txn, false).(*frames.Accepted); !ok {
 		t.Fatal("commit of the ack not accepted")
 	}
-	eventually(t, "one left", func() bool { return queueDepth(tb, "tx.q") == 1 })
+	testserve.Eventually(t, "one left", func() bool { return amqptest.QueueDepth(tb, "tx.q") == 1 })
 
 	// A duplicate id (_AMQ_DUPL_ID) already sent to the address fails
 	// the discharge, rolled back with the id named; nothing of the
@@ -271,13 +273,13 @@ func TestTransactions(t *testing.T) {
 	if !ok || r.Error.Condition != frames.ErrCondTxRollback || !strings.Contains(r.Error.Description, `duplicate id already sent to this address: "d1"`) {
 		t.Fatalf("commit with a duplicate id: %+v", r)
 	}
-	if d := queueDepth(tb, "tx.dup"); d != 1 {
+	if d := amqptest.QueueDepth(tb, "tx.dup"); d != 1 {
 		t.Fatalf("tx.dup holds %d messages, want d1 alone", d)
 	}
 }
 
 func TestIdleTimeout(t *testing.T) {
-	tb := startBroker(t, amqp.Config{IdleTimeout: 300 * time.Millisecond}, core.Config{})
+	tb := amqptest.Start(t, amqp.Config{IdleTimeout: 300 * time.Millisecond}, core.Config{})
 	c := dialRaw(t, tb)
 	c.write(frames.ProtoAMQP[:])
 	c.header()
@@ -301,20 +303,20 @@ func TestIdleTimeout(t *testing.T) {
 	}
 
 	// A client that sends heartbeats stays.
-	gc := tb.dial(t, &goamqp.ConnOptions{IdleTimeout: 100 * time.Millisecond})
+	gc := tb.Dial(t, &goamqp.ConnOptions{IdleTimeout: 100 * time.Millisecond})
 	time.Sleep(700 * time.Millisecond)
-	s, err := gc.NewSession(ctxT(t), nil)
+	s, err := gc.NewSession(amqptest.Ctx(t), nil)
 	if err != nil {
 		t.Fatalf("session after idle period: %v", err)
 	}
-	s.Close(ctxT(t))
+	s.Close(amqptest.Ctx(t))
 }
 
 func TestBadInputClosesWithCondition(t *testing.T) {
-	tb := startBroker(t, amqp.Config{MaxFrameSize: 4096}, core.Config{})
+	tb := amqptest.Start(t, amqp.Config{MaxFrameSize: 4096}, core.Config{})
 	// A bystander keeps working throughout.
-	bs := tb.session(t, nil)
-	bsnd := newSender(t, bs, "bystander", nil)
+	bs := tb.Session(t, nil)
+	bsnd := amqptest.NewSender(t, bs, "bystander", nil)
 
 	cases := map[string]struct {
 		frame []byte
@@ -334,10 +336,10 @@ func TestBadInputClosesWithCondition(t *testing.T) {
 			if e := c.expectClosed(); e == nil || e.Condition != tc.cond {
 				t.Fatalf("close error %+v, want %s", e, tc.cond)
 			}
-			send(t, bsnd, text(name))
+			amqptest.Send(t, bsnd, amqptest.Text(name))
 		})
 	}
-	eventually(t, "bystander's messages", func() bool { return queueDepth(tb, "bystander") == int64(len(cases)) })
+	testserve.Eventually(t, "bystander's messages", func() bool { return amqptest.QueueDepth(tb, "bystander") == int64(len(cases)) })
 
 	// A protocol header the broker does not speak gets the one it does.
 	c := dialRaw(t, tb)
@@ -348,9 +350,9 @@ func TestBadInputClosesWithCondition(t *testing.T) {
 }
 
 func TestConnectionLimitRefusal(t *testing.T) {
-	tb := startBroker(t, amqp.Config{}, core.Config{})
+	tb := amqptest.Start(t, amqp.Config{}, core.Config{})
 	a, b := net.Pipe()
-	go func() { tb.srv.Reject(a); a.Close() }()
+	go func() { tb.Server.Reject(a); a.Close() }()
 	br := bufio.NewReader(b)
 	c := &rawClient{t: t, nc: b, br: br}
 	if h := c.header(); h != frames.ProtoAMQP {
@@ -373,10 +375,10 @@ func TestConnectionLimitRefusal(t *testing.T) {
 }
 
 func TestSessionWindowRespected(t *testing.T) {
-	tb := startBroker(t, amqp.Config{}, core.Config{})
-	snd := newSender(t, tb.session(t, nil), "win.q", nil)
+	tb := amqptest.Start(t, amqp.Config{}, core.Config{})
+	snd := amqptest.NewSender(t, tb.Session(t, nil), "win.q", nil)
 	for i := 0; i < 5; i++ {
-		send(t, snd, text("w"))
+		amqptest.Send(t, snd, amqptest.Text("w"))
 	}
 	c := dialRaw(t, tb)
 	c.write(frames.ProtoAMQP[:])
@@ -409,10 +411,10 @@ func TestSessionWindowRespected(t *testing.T) {
 // with drain set (Part 2 §2.6.7). go-amqp drains only after giving up
 // its credit itself, so this needs the raw client.
 func TestDrainGivesUpUnusedCredit(t *testing.T) {
-	tb := startBroker(t, amqp.Config{}, core.Config{})
-	snd := newSender(t, tb.session(t, nil), "drain.q", nil)
+	tb := amqptest.Start(t, amqp.Config{}, core.Config{})
+	snd := amqptest.NewSender(t, tb.Session(t, nil), "drain.q", nil)
 	for i := 0; i < 2; i++ {
-		send(t, snd, text("d"))
+		amqptest.Send(t, snd, amqptest.Text("d"))
 	}
 	c := dialRaw(t, tb)
 	c.open(0)
@@ -428,7 +430,7 @@ func TestDrainGivesUpUnusedCredit(t *testing.T) {
 		t.Fatalf("drain answer %+v", f)
 	}
 	// Nothing more flows until new credit.
-	send(t, snd, text("late"))
+	amqptest.Send(t, snd, amqptest.Text("late"))
 	c.nc.SetReadDeadline(time.Now().Add(150 * time.Millisecond))
 	if _, err := c.br.ReadByte(); err == nil {
 		t.Fatal("the broker sent after the drain")

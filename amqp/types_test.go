@@ -11,6 +11,7 @@ import (
 	goamqp "github.com/Azure/go-amqp"
 
 	"github.com/junctionmq/junction/amqp"
+	"github.com/junctionmq/junction/amqp/amqptest"
 	"github.com/junctionmq/junction/amqp/internal/encoding"
 	"github.com/junctionmq/junction/amqp/internal/frames"
 	"github.com/junctionmq/junction/core"
@@ -152,7 +153,7 @@ func checkTyped(t *testing.T, what string, sent *frames.Message, payload []byte)
 // rawLinks opens a raw connection with a sender (handle 0) to each of
 // targets and a receiver (handles 10...) on each of sources, with
 // credit.
-func rawLinks(t *testing.T, tb *testBroker, targets, sources []string) *rawClient {
+func rawLinks(t *testing.T, tb *amqptest.Broker, targets, sources []string) *rawClient {
 	c := dialRaw(t, tb)
 	c.open(0)
 	for i, a := range targets {
@@ -178,11 +179,11 @@ func rawLinks(t *testing.T, tb *testBroker, targets, sources []string) *rawClien
 // DecodeMessage); message and correlation ids keep their types; delivery
 // annotations are the sender's hop only.
 func TestEveryAMQPTypeRoundTrips(t *testing.T) {
-	tb := startBroker(t, amqp.Config{}, core.Config{})
+	tb := amqptest.Start(t, amqp.Config{}, core.Config{})
 	// The codec path: a core consumer takes each message from
 	// types.codec, encodes and decodes it as the journal and the cluster
 	// do, and sends the result to types.back, in order.
-	sess, err := tb.broker.NewSession(core.SessionOptions{})
+	sess, err := tb.Core.NewSession(core.SessionOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -261,21 +262,21 @@ func TestEveryAMQPTypeRoundTrips(t *testing.T) {
 // received counts for the properties core did not change.
 func TestTypedPropertiesSurviveDeadLettering(t *testing.T) {
 	dla := "typed.dlq"
-	tb := startBroker(t, amqp.Config{}, core.Config{AddressSettings: []core.AddressSettings{{Match: "typed.q", DeadLetterAddress: &dla}}})
-	s := tb.session(t, nil)
-	send(t, newSender(t, s, "typed.q", nil), &goamqp.Message{
+	tb := amqptest.Start(t, amqp.Config{}, core.Config{AddressSettings: []core.AddressSettings{{Match: "typed.q", DeadLetterAddress: &dla}}})
+	s := tb.Session(t, nil)
+	amqptest.Send(t, amqptest.NewSender(t, s, "typed.q", nil), &goamqp.Message{
 		ApplicationProperties: map[string]any{"i": int32(-7), "ts": time.UnixMilli(5).UTC(), "u": uint16(5), "l": []any{int64(1)}},
 		Data:                  [][]byte{[]byte("x")},
 	})
-	r := newReceiver(t, s, "typed.q", nil)
-	m, err := r.Receive(ctxT(t), nil)
+	r := amqptest.NewReceiver(t, s, "typed.q", nil)
+	m, err := r.Receive(amqptest.Ctx(t), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := r.RejectMessage(ctxT(t), m, nil); err != nil {
+	if err := r.RejectMessage(amqptest.Ctx(t), m, nil); err != nil {
 		t.Fatal(err)
 	}
-	got := receive(t, newReceiver(t, s, dla, nil))
+	got := amqptest.Receive(t, amqptest.NewReceiver(t, s, dla, nil))
 	ap := got.ApplicationProperties
 	ts, _ := ap["ts"].(time.Time)
 	if ap["i"] != int32(-7) || !ts.Equal(time.UnixMilli(5)) || ap["u"] != uint16(5) || !reflect.DeepEqual(ap["l"], []any{int64(1)}) {
@@ -289,7 +290,7 @@ func TestTypedPropertiesSurviveDeadLettering(t *testing.T) {
 // What core sees of AMQP values: core's simple types, for selectors and
 // the other protocols; values with no core counterpart are AMQP's only.
 func TestTypedPropertiesInCore(t *testing.T) {
-	tb := startBroker(t, amqp.Config{}, core.Config{})
+	tb := amqptest.Start(t, amqp.Config{}, core.Config{})
 	c := rawLinks(t, tb, []string{"types.core"}, nil)
 	settled := true
 	c.send(0, &frames.Transfer{Handle: 0, DeliveryID: u32(0), DeliveryTag: []byte{0}, Settled: &settled},
@@ -297,7 +298,7 @@ func TestTypedPropertiesInCore(t *testing.T) {
 			// An internal name is a front-end's own: a client's is dropped.
 			ApplicationProperties: append(everyType(), encoding.MapEntry{Key: "_JUNCTION_ORIGIN", Value: "mqtt"})}))
 	got := make(chan *core.Message, 1)
-	sess, _ := tb.broker.NewSession(core.SessionOptions{})
+	sess, _ := tb.Core.NewSession(core.SessionOptions{})
 	defer sess.Close()
 	cons, err := sess.Subscribe(core.ConsumerOptions{Address: "types.core", RoutingType: core.Anycast, Credit: 1, Handler: func(d core.Delivery) { got <- d.Message }})
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/junctionmq/junction/core"
 	"github.com/junctionmq/junction/management"
+	"github.com/junctionmq/junction/management/managementtest"
 )
 
 // haState is a settable HA status, as cmd/junction keeps it.
@@ -25,23 +26,19 @@ func (h *haState) get() management.HAStatus {
 	return h.s
 }
 
-func newBackupEnv(t *testing.T, h *haState, requireLogin bool) *env {
+func newBackupEnv(t *testing.T, h *haState, requireLogin bool) *managementtest.Env {
 	t.Helper()
 	auth, err := core.New(core.Config{Authenticator: twoUsers{}, Authorizer: twoUsers{}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &env{t: t, b: auth}
-	e.srv = httptest.NewServer(management.NewBackup(management.Config{
+	e := &managementtest.Env{T: t, Core: auth}
+	e.Serve(management.NewBackup(management.Config{
 		Version:      "1.2.3",
 		Listeners:    func() map[string]string { return map[string]string{"console": "127.0.0.1:8161"} },
 		HA:           h.get,
 		RequireLogin: requireLogin,
 	}, auth))
-	t.Cleanup(func() {
-		e.srv.Close()
-		auth.Close()
-	})
 	return e
 }
 
@@ -49,15 +46,15 @@ func TestBackupSaysItIsABackup(t *testing.T) {
 	since := time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
 	h := &haState{s: management.HAStatus{Role: management.RoleBackup, Holder: "hostA pid 12", HolderEpoch: 3, HolderSince: since}}
 	e := newBackupEnv(t, h, false)
-	status, raw, _ := e.raw("GET", "/healthz", nil)
+	status, raw, _ := e.Raw("GET", "/healthz", nil)
 	if status != 200 {
 		t.Fatalf("/healthz: %d", status)
 	}
-	status, raw, _ = e.raw("GET", "/readyz", nil)
+	status, raw, _ = e.Raw("GET", "/readyz", nil)
 	if status != http.StatusServiceUnavailable || !strings.Contains(string(raw), "backup, waiting for the store lock held since 2026-03-04T05:06:07Z by hostA") {
 		t.Fatalf("/readyz: %d %q", status, raw)
 	}
-	status, b := e.do("GET", "/api/v1/broker", nil)
+	status, b := e.Do("GET", "/api/v1/broker", nil)
 	if status != 200 {
 		t.Fatalf("/api/v1/broker: %d %v", status, b)
 	}
@@ -66,25 +63,25 @@ func TestBackupSaysItIsABackup(t *testing.T) {
 		ha["holderEpoch"] != 3.0 || b["version"] != "1.2.3" {
 		t.Fatalf("/api/v1/broker: %v", b)
 	}
-	status, q := e.do("GET", "/api/v1/queues", nil)
+	status, q := e.Do("GET", "/api/v1/queues", nil)
 	if status != http.StatusServiceUnavailable || !strings.Contains(q["error"].(string), "backup, waiting") {
 		t.Fatalf("/api/v1/queues on a backup: %d %v", status, q)
 	}
-	status, _, _ = e.raw("GET", "/", nil)
+	status, _, _ = e.Raw("GET", "/", nil)
 	if status != 200 {
 		t.Fatalf("console page: %d", status)
 	}
-	fams := e.metrics()
-	if v := metricValue(t, fams, "junction_ha_role", map[string]string{"role": "backup"}); v != 1 {
+	fams := e.Metrics()
+	if v := managementtest.MetricValue(t, fams, "junction_ha_role", map[string]string{"role": "backup"}); v != 1 {
 		t.Fatalf("junction_ha_role{role=backup} = %v", v)
 	}
-	if v := metricValue(t, fams, "junction_ha_role", map[string]string{"role": "live"}); v != 0 {
+	if v := managementtest.MetricValue(t, fams, "junction_ha_role", map[string]string{"role": "live"}); v != 0 {
 		t.Fatalf("junction_ha_role{role=live} = %v", v)
 	}
-	if v := metricValue(t, fams, "junction_ha_takeovers_total", nil); v != 0 {
+	if v := managementtest.MetricValue(t, fams, "junction_ha_takeovers_total", nil); v != 0 {
 		t.Fatalf("takeovers %v", v)
 	}
-	if v := metricValue(t, fams, "junction_build_info", map[string]string{"version": "1.2.3"}); v != 1 {
+	if v := managementtest.MetricValue(t, fams, "junction_build_info", map[string]string{"version": "1.2.3"}); v != 1 {
 		t.Fatalf("build info %v", v)
 	}
 }
@@ -93,17 +90,17 @@ func TestBackupConsoleNeedsLoginButProbesDoNot(t *testing.T) {
 	h := &haState{s: management.HAStatus{Role: management.RoleBackup}}
 	e := newBackupEnv(t, h, true)
 	for _, path := range []string{"/api/v1/broker", "/metrics", "/"} {
-		if res, _ := get(t, e.srv, path, "", ""); res.StatusCode != http.StatusUnauthorized {
+		if res, _ := get(t, e.Server, path, "", ""); res.StatusCode != http.StatusUnauthorized {
 			t.Errorf("%s without credentials: %d, want 401", path, res.StatusCode)
 		}
-		if res, _ := get(t, e.srv, path, "admin", "pw-admin"); res.StatusCode != http.StatusOK {
+		if res, _ := get(t, e.Server, path, "admin", "pw-admin"); res.StatusCode != http.StatusOK {
 			t.Errorf("%s as admin: %d", path, res.StatusCode)
 		}
 	}
-	if res, _ := get(t, e.srv, "/healthz", "", ""); res.StatusCode != http.StatusOK {
+	if res, _ := get(t, e.Server, "/healthz", "", ""); res.StatusCode != http.StatusOK {
 		t.Errorf("/healthz: %d", res.StatusCode)
 	}
-	if res, body := get(t, e.srv, "/readyz", "", ""); res.StatusCode != http.StatusServiceUnavailable ||
+	if res, body := get(t, e.Server, "/readyz", "", ""); res.StatusCode != http.StatusServiceUnavailable ||
 		!strings.Contains(body, "its state file names no holder") {
 		t.Errorf("/readyz: %d %q", res.StatusCode, body)
 	}
@@ -117,34 +114,34 @@ func TestLiveReportsItsRoleAndTakeovers(t *testing.T) {
 	defer b.Close()
 	took := time.Date(2026, 3, 4, 5, 6, 8, 500e6, time.UTC)
 	h := &haState{s: management.HAStatus{Role: management.RoleLive, Epoch: 4, Since: took, Takeovers: 1, LastTakeover: took}}
-	e := &env{t: t, b: b}
-	e.srv = httptest.NewServer(management.New(management.Config{HA: h.get}, b))
-	defer e.srv.Close()
-	_, out := e.do("GET", "/api/v1/broker", nil)
+	e := &managementtest.Env{T: t, Core: b}
+	e.Server = httptest.NewServer(management.New(management.Config{HA: h.get}, b))
+	defer e.Server.Close()
+	_, out := e.Do("GET", "/api/v1/broker", nil)
 	ha, _ := out["ha"].(map[string]any)
 	if ha["role"] != "live" || ha["status"] != "live, holding the store lock since 2026-03-04T05:06:08Z (epoch 4)" ||
 		ha["takeovers"] != 1.0 || ha["lastTakeover"] != "2026-03-04T05:06:08.5Z" {
 		t.Fatalf("/api/v1/broker ha: %v", ha)
 	}
-	fams := e.metrics()
-	if v := metricValue(t, fams, "junction_ha_role", map[string]string{"role": "live"}); v != 1 {
+	fams := e.Metrics()
+	if v := managementtest.MetricValue(t, fams, "junction_ha_role", map[string]string{"role": "live"}); v != 1 {
 		t.Fatalf("role live %v", v)
 	}
-	if v := metricValue(t, fams, "junction_ha_epoch", nil); v != 4 {
+	if v := managementtest.MetricValue(t, fams, "junction_ha_epoch", nil); v != 4 {
 		t.Fatalf("epoch %v", v)
 	}
-	if v := metricValue(t, fams, "junction_ha_takeovers_total", nil); v != 1 {
+	if v := managementtest.MetricValue(t, fams, "junction_ha_takeovers_total", nil); v != 1 {
 		t.Fatalf("takeovers %v", v)
 	}
-	if v := metricValue(t, fams, "junction_ha_last_takeover_timestamp_seconds", nil); v != float64(took.UnixNano())/1e9 {
+	if v := managementtest.MetricValue(t, fams, "junction_ha_last_takeover_timestamp_seconds", nil); v != float64(took.UnixNano())/1e9 {
 		t.Fatalf("last takeover %v", v)
 	}
 	// Without HA there is neither the section nor the metrics.
 	plain := newEnv(t)
-	if _, out := plain.do("GET", "/api/v1/broker", nil); out["ha"] != nil {
+	if _, out := plain.Do("GET", "/api/v1/broker", nil); out["ha"] != nil {
 		t.Fatalf("ha section without HA: %v", out["ha"])
 	}
-	if _, ok := plain.metrics()["junction_ha_role"]; ok {
+	if _, ok := plain.Metrics()["junction_ha_role"]; ok {
 		t.Fatal("junction_ha_role without HA")
 	}
 }
@@ -182,8 +179,8 @@ func TestBackupChecksTheHost(t *testing.T) {
 	if code := do("/readyz"); code != http.StatusServiceUnavailable {
 		t.Fatalf("/readyz for another Host: %d, want the probe's 503", code)
 	}
-	e := &env{t: t, srv: srv}
-	if v := metricValue(t, e.metrics(), "junction_http_requests_rejected_total", map[string]string{"listener": "console", "reason": "host"}); v != 1 {
+	e := &managementtest.Env{T: t, Server: srv}
+	if v := managementtest.MetricValue(t, e.Metrics(), "junction_http_requests_rejected_total", map[string]string{"listener": "console", "reason": "host"}); v != 1 {
 		t.Fatalf("refusals counted: %v, want 1", v)
 	}
 }

@@ -3,24 +3,26 @@ package mqtt_test
 import (
 	"testing"
 	"time"
+
+	"github.com/junctionmq/junction/mqtt/mqtttest"
 )
 
 func TestConnectionListedAndClosable(t *testing.T) {
-	tb := startBroker(t)
-	c := tb.client(t, "admin-me")
-	wait(t, c.Publish("a/b", 1, false, "hello"))
+	tb := mqtttest.Start(t)
+	c := tb.Client(t, "admin-me")
+	mqtttest.Wait(t, c.Publish("a/b", 1, false, "hello"))
 	// The bridge's own session is not a connection.
-	conns := tb.broker.Connections()
+	conns := tb.Core.Connections()
 	if len(conns) != 1 || conns[0].Protocol != "mqtt" || conns[0].RemoteAddr == "" || conns[0].MessagesIn != 1 {
 		t.Fatalf("connections %+v", conns)
 	}
-	if err := tb.broker.CloseConnection(conns[0].ID); err != nil {
+	if err := tb.Core.CloseConnection(conns[0].ID); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(5 * time.Second)
-	for c.IsConnectionOpen() || len(tb.broker.Connections()) != 0 {
+	for c.IsConnectionOpen() || len(tb.Core.Connections()) != 0 {
 		if time.Now().After(deadline) {
-			t.Fatalf("client open %v, connections %+v", c.IsConnectionOpen(), tb.broker.Connections())
+			t.Fatalf("client open %v, connections %+v", c.IsConnectionOpen(), tb.Core.Connections())
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -30,20 +32,20 @@ func TestConnectionListedAndClosable(t *testing.T) {
 // the connection as CloseConnection does (internal/outbound tests the
 // reset itself).
 func TestConnectionAbortable(t *testing.T) {
-	tb := startBroker(t)
-	c := tb.client(t, "abort-me")
-	wait(t, c.Publish("a/b", 1, false, "hello"))
-	conns := tb.broker.Connections()
+	tb := mqtttest.Start(t)
+	c := tb.Client(t, "abort-me")
+	mqtttest.Wait(t, c.Publish("a/b", 1, false, "hello"))
+	conns := tb.Core.Connections()
 	if len(conns) != 1 {
 		t.Fatalf("connections %+v", conns)
 	}
-	if err := tb.broker.AbortConnection(conns[0].ID); err != nil {
+	if err := tb.Core.AbortConnection(conns[0].ID); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(5 * time.Second)
-	for c.IsConnectionOpen() || len(tb.broker.Connections()) != 0 {
+	for c.IsConnectionOpen() || len(tb.Core.Connections()) != 0 {
 		if time.Now().After(deadline) {
-			t.Fatalf("client open %v, connections %+v", c.IsConnectionOpen(), tb.broker.Connections())
+			t.Fatalf("client open %v, connections %+v", c.IsConnectionOpen(), tb.Core.Connections())
 		}
 		time.Sleep(5 * time.Millisecond)
 	}

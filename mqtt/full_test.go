@@ -13,39 +13,8 @@ import (
 	"github.com/junctionmq/junction/core"
 	"github.com/junctionmq/junction/internal/testserve"
 	"github.com/junctionmq/junction/mqtt"
+	"github.com/junctionmq/junction/mqtt/mqtttest"
 )
-
-// startBrokerConfig is startBrokerWith for a whole broker configuration;
-// each address in anycast is created anycast, so that MQTT publishes to
-// it reach its queue.
-func startBrokerConfig(t *testing.T, bcfg core.Config, anycast ...string) *testBroker {
-	t.Helper()
-	return startBrokerFull(t, mqtt.Config{}, bcfg, anycast...)
-}
-
-func startBrokerFull(t *testing.T, cfg mqtt.Config, bcfg core.Config, anycast ...string) *testBroker {
-	t.Helper()
-	b, err := core.New(bcfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { b.Close() })
-	for _, a := range anycast {
-		if err := b.CreateAddress(a, core.Anycast); err != nil {
-			t.Fatal(err)
-		}
-	}
-	srv, err := mqtt.New(cfg, b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr, stop := testserve.Serve(t, srv.ServeConn)
-	t.Cleanup(func() {
-		srv.Close()
-		stop()
-	})
-	return &testBroker{addr: addr, broker: b, srv: srv}
-}
 
 // limited is address settings bounding addr's queues to max body bytes
 // with the given address-full-policy.
@@ -57,22 +26,11 @@ func limitedConfig(addr string, max int64, policy string) core.Config {
 	return core.Config{AddressSettings: []core.AddressSettings{limited(addr, max, policy)}}
 }
 
-func depth(tb *testBroker, queue string) int64 {
-	if q := tb.broker.Queue(queue); q != nil {
+func depth(tb *mqtttest.Broker, queue string) int64 {
+	if q := tb.Core.Queue(queue); q != nil {
 		return q.Stats().Depth
 	}
 	return -1
-}
-
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 // mqttConns sums the dropped and refused counts of the MQTT connections.
@@ -121,9 +79,9 @@ func drain(t *testing.T, b *core.Broker, addr string, n int) []string {
 // (quota exceeded), in the PUBACK of QoS 1 (pipelined or not) and the
 // PUBREC of QoS 2; a QoS 0 publish is dropped. The connection stays up.
 func TestFullFailQuotaExceededMQTT5(t *testing.T) {
-	tb := startBrokerConfig(t, limitedConfig("fail", 10, "FAIL"), "fail")
-	pub := tb.client5(t, "p", 0)
-	if r := pub.publish(t, &paho5.Publish{Topic: "fail", QoS: 1, Payload: []byte("12345678")}); r == nil || r.ReasonCode != 0 {
+	tb := mqtttest.StartFull(t, mqtt.Config{}, limitedConfig("fail", 10, "FAIL"), "fail")
+	pub := tb.Client5(t, "p", 0)
+	if r := pub.Publish(t, &paho5.Publish{Topic: "fail", QoS: 1, Payload: []byte("12345678")}); r == nil || r.ReasonCode != 0 {
 		t.Fatalf("first publish: %+v", r)
 	}
 	for _, p := range []*paho5.Publish{
@@ -131,19 +89,19 @@ func TestFullFailQuotaExceededMQTT5(t *testing.T) {
 		{Topic: "fail", QoS: 1, Retain: true, Payload: []byte("retained")},
 		{Topic: "fail", QoS: 2, Payload: []byte("exactly once")},
 	} {
-		if r := pub.publish(t, p); r == nil || r.ReasonCode != 0x97 {
+		if r := pub.Publish(t, p); r == nil || r.ReasonCode != 0x97 {
 			t.Fatalf("publish QoS %d retain %v to a full address: %+v, want reason 0x97", p.QoS, p.Retain, r)
 		}
 	}
-	pub.publish(t, &paho5.Publish{Topic: "fail", QoS: 0, Payload: []byte("at most once")})
+	pub.Publish(t, &paho5.Publish{Topic: "fail", QoS: 0, Payload: []byte("at most once")})
 	// Still connected: a publish elsewhere goes through.
-	if r := pub.publish(t, &paho5.Publish{Topic: "other", QoS: 1, Payload: []byte("x")}); r == nil || r.ReasonCode != 0 {
+	if r := pub.Publish(t, &paho5.Publish{Topic: "other", QoS: 1, Payload: []byte("x")}); r == nil || r.ReasonCode != 0 {
 		t.Fatalf("publish after the refusals: %+v", r)
 	}
-	if got := tb.broker.DropStats()[core.RefusedFull]; got != 4 {
+	if got := tb.Core.DropStats()[core.RefusedFull]; got != 4 {
 		t.Fatalf("refused_full = %d, want 4", got)
 	}
-	if _, refused := mqttConns(tb.broker); refused != 4 {
+	if _, refused := mqttConns(tb.Core); refused != 4 {
 		t.Fatalf("connection refused %d, want 4", refused)
 	}
 	if d := depth(tb, "fail"); d != 1 {
@@ -154,19 +112,19 @@ func TestFullFailQuotaExceededMQTT5(t *testing.T) {
 // MQTT 3.1.1 has no negative PUBACK: a QoS 1 publisher whose publish is
 // refused (FAIL) is disconnected rather than told it was stored.
 func TestFullFailDisconnectsMQTT311(t *testing.T) {
-	tb := startBrokerConfig(t, limitedConfig("fail", 10, "FAIL"), "fail")
+	tb := mqtttest.StartFull(t, mqtt.Config{}, limitedConfig("fail", 10, "FAIL"), "fail")
 	lost := make(chan error, 1)
-	c := tb.client(t, "p311", func(o *paho.ClientOptions) {
+	c := tb.Client(t, "p311", func(o *paho.ClientOptions) {
 		o.SetProtocolVersion(4).SetConnectionLostHandler(func(_ paho.Client, err error) { lost <- err })
 	})
-	wait(t, c.Publish("fail", 1, false, "12345678"))
+	mqtttest.Wait(t, c.Publish("fail", 1, false, "12345678"))
 	c.Publish("fail", 1, false, "12345678") // its token may never complete
 	select {
 	case <-lost:
 	case <-time.After(5 * time.Second):
 		t.Fatal("the MQTT 3.1.1 client was not disconnected")
 	}
-	if got := tb.broker.DropStats()[core.RefusedFull]; got != 1 {
+	if got := tb.Core.DropStats()[core.RefusedFull]; got != 1 {
 		t.Fatalf("refused_full = %d, want 1", got)
 	}
 }
@@ -174,23 +132,23 @@ func TestFullFailDisconnectsMQTT311(t *testing.T) {
 // With DROP, publishes to a full address are acknowledged and the
 // messages dropped, counted for the broker and the connection.
 func TestFullDropCounts(t *testing.T) {
-	tb := startBrokerConfig(t, limitedConfig("drop", 10, "DROP"), "drop")
-	pub := tb.client5(t, "p", 0)
+	tb := mqtttest.StartFull(t, mqtt.Config{}, limitedConfig("drop", 10, "DROP"), "drop")
+	pub := tb.Client5(t, "p", 0)
 	for i := range 3 {
-		if r := pub.publish(t, &paho5.Publish{Topic: "drop", QoS: 1, Payload: fmt.Appendf(nil, "message%d", i)}); r == nil || r.ReasonCode != 0 {
+		if r := pub.Publish(t, &paho5.Publish{Topic: "drop", QoS: 1, Payload: fmt.Appendf(nil, "message%d", i)}); r == nil || r.ReasonCode != 0 {
 			t.Fatalf("publish %d: %+v", i, r)
 		}
 	}
 	if d := depth(tb, "drop"); d != 1 {
 		t.Fatalf("depth %d, want 1", d)
 	}
-	if got := tb.broker.DropStats()[core.DropFull]; got != 2 {
+	if got := tb.Core.DropStats()[core.DropFull]; got != 2 {
 		t.Fatalf("queue_full drops = %d, want 2", got)
 	}
-	if dropped, refused := mqttConns(tb.broker); dropped != 2 || refused != 0 {
+	if dropped, refused := mqttConns(tb.Core); dropped != 2 || refused != 0 {
 		t.Fatalf("connection dropped %d refused %d, want 2 and 0", dropped, refused)
 	}
-	if got := drain(t, tb.broker, "drop", 1); got[0] != "message0" {
+	if got := drain(t, tb.Core, "drop", 1); got[0] != "message0" {
 		t.Fatalf("got %q, want message0", got[0])
 	}
 }
@@ -203,15 +161,15 @@ func TestFullBlockStallsPublisher(t *testing.T) {
 	for _, qos := range []byte{1, 2} {
 		t.Run(fmt.Sprintf("qos=%d", qos), func(t *testing.T) {
 			const n = 40
-			tb := startBrokerConfig(t, limitedConfig("block", 100, "BLOCK"), "block")
-			pub := tb.client5(t, "p", 0)
+			tb := mqtttest.StartFull(t, mqtt.Config{}, limitedConfig("block", 100, "BLOCK"), "block")
+			pub := tb.Client5(t, "p", 0)
 			var sent atomic.Int32
 			errc := make(chan error, 1)
 			go func() {
 				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 				defer cancel()
 				for i := range n {
-					r, err := pub.c.Publish(ctx, &paho5.Publish{Topic: "block", QoS: qos, Payload: fmt.Appendf(nil, "message%03d", i)})
+					r, err := pub.Client.Publish(ctx, &paho5.Publish{Topic: "block", QoS: qos, Payload: fmt.Appendf(nil, "message%03d", i)})
 					if err == nil && r != nil && r.ReasonCode >= 0x80 {
 						err = fmt.Errorf("reason %#x", r.ReasonCode)
 					}
@@ -224,7 +182,7 @@ func TestFullBlockStallsPublisher(t *testing.T) {
 				errc <- nil
 			}()
 			// Ten 10-byte messages fill the queue.
-			eventually(t, "the queue to fill", func() bool { return depth(tb, "block") >= 10 })
+			testserve.Eventually(t, "the queue to fill", func() bool { return depth(tb, "block") >= 10 })
 			select {
 			case err := <-errc:
 				t.Fatalf("the publisher finished (%v) while the address was full; %d sent", err, sent.Load())
@@ -233,7 +191,7 @@ func TestFullBlockStallsPublisher(t *testing.T) {
 			if d := depth(tb, "block"); d != 10 {
 				t.Fatalf("depth %d while blocked, want 10", d)
 			}
-			for i, got := range drain(t, tb.broker, "block", n) {
+			for i, got := range drain(t, tb.Core, "block", n) {
 				if want := fmt.Sprintf("message%03d", i); got != want {
 					t.Fatalf("message %d: got %q, want %q", i, got, want)
 				}
@@ -253,39 +211,39 @@ func TestFullBlockStallsPublisher(t *testing.T) {
 // A publisher waiting for room (BLOCK) can still be closed by an
 // administrator, and does not hold up the server's Close.
 func TestFullBlockedPublisherCanBeClosed(t *testing.T) {
-	blocked := func(t *testing.T, tb *testBroker) {
+	blocked := func(t *testing.T, tb *mqtttest.Broker) {
 		t.Helper()
-		pub := tb.client5(t, "p", 0)
-		if r := pub.publish(t, &paho5.Publish{Topic: "block", QoS: 1, Payload: []byte("12345678")}); r == nil || r.ReasonCode != 0 {
+		pub := tb.Client5(t, "p", 0)
+		if r := pub.Publish(t, &paho5.Publish{Topic: "block", QoS: 1, Payload: []byte("12345678")}); r == nil || r.ReasonCode != 0 {
 			t.Fatalf("first publish: %+v", r)
 		}
 		go func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			pub.c.Publish(ctx, &paho5.Publish{Topic: "block", QoS: 1, Payload: []byte("12345678")})
+			pub.Client.Publish(ctx, &paho5.Publish{Topic: "block", QoS: 1, Payload: []byte("12345678")})
 		}()
 		time.Sleep(100 * time.Millisecond) // let the publish reach core's wait
 	}
 	t.Run("admin", func(t *testing.T) {
-		tb := startBrokerConfig(t, limitedConfig("block", 10, "BLOCK"), "block")
+		tb := mqtttest.StartFull(t, mqtt.Config{}, limitedConfig("block", 10, "BLOCK"), "block")
 		blocked(t, tb)
 		var id uint64
-		for _, c := range tb.broker.Connections() {
+		for _, c := range tb.Core.Connections() {
 			id = c.ID
 		}
-		if err := tb.broker.CloseConnection(id); err != nil {
+		if err := tb.Core.CloseConnection(id); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, "the session to close", func() bool { return len(tb.broker.Connections()) == 0 })
+		testserve.Eventually(t, "the session to close", func() bool { return len(tb.Core.Connections()) == 0 })
 		if d := depth(tb, "block"); d != 1 {
 			t.Fatalf("depth %d, want 1: the blocked message must not be taken", d)
 		}
 	})
 	t.Run("server close", func(t *testing.T) {
-		tb := startBrokerConfig(t, limitedConfig("block", 10, "BLOCK"), "block")
+		tb := mqtttest.StartFull(t, mqtt.Config{}, limitedConfig("block", 10, "BLOCK"), "block")
 		blocked(t, tb)
 		done := make(chan struct{})
-		go func() { tb.srv.Close(); close(done) }()
+		go func() { tb.Server.Close(); close(done) }()
 		select {
 		case <-done:
 		case <-time.After(10 * time.Second):

@@ -9,36 +9,17 @@ import (
 	"github.com/junctionmq/junction/core"
 	"github.com/junctionmq/junction/internal/testserve"
 	"github.com/junctionmq/junction/mqtt"
+	"github.com/junctionmq/junction/mqtt/mqtttest"
 )
 
 // startGuarded starts a broker with bcfg and an MQTT server with cfg.
-func startGuarded(t *testing.T, bcfg core.Config, cfg mqtt.Config) *testBroker {
+func startGuarded(t *testing.T, bcfg core.Config, cfg mqtt.Config) *mqtttest.Broker {
 	t.Helper()
 	b, err := core.New(bcfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := mqtt.New(cfg, b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { b.Close() })
-	addr, stop := testserve.Serve(t, srv.ServeConn)
-	t.Cleanup(func() {
-		srv.Close()
-		stop()
-	})
-	return &testBroker{addr: addr, broker: b, srv: srv}
-}
-
-func (tb *testBroker) dialRaw(t *testing.T) net.Conn {
-	t.Helper()
-	nc, err := net.Dial("tcp", tb.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { nc.Close() })
-	return nc
+	return mqtttest.Serve(t, b, cfg)
 }
 
 // remainingLength encodes n as an MQTT Variable Byte Integer.
@@ -72,8 +53,8 @@ func mqttRefusals(b *core.Broker, reason string) uint64 {
 // still publish packets up to MaxPacketSize, and others go on.
 func TestPreAuthConnectTooLarge(t *testing.T) {
 	tb := startGuarded(t, core.Config{}, mqtt.Config{PreAuthMaxPacketSize: 4 << 10})
-	good := tb.client(t, "good")
-	ch := inbox(t, good, "ok/#", 1)
+	good := tb.Client(t, "good")
+	ch := mqtttest.Inbox(t, good, "ok/#", 1)
 	for _, tc := range []struct {
 		name string
 		head []byte
@@ -85,27 +66,27 @@ func TestPreAuthConnectTooLarge(t *testing.T) {
 		{"fixed header only", append([]byte{0x10}, remainingLength(10<<20)...), nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			before := mqttRefusals(tb.broker, core.PreAuthFrameTooLarge)
-			nc := tb.dialRaw(t)
+			before := mqttRefusals(tb.Core, core.PreAuthFrameTooLarge)
+			nc := tb.DialRaw(t)
 			nc.Write(tc.head)
 			if got := closedWithin(t, nc); !bytes.Equal(got, tc.want) {
 				t.Fatalf("broker sent %x before closing, want %x", got, tc.want)
 			}
-			if got := mqttRefusals(tb.broker, core.PreAuthFrameTooLarge); got != before+1 {
+			if got := mqttRefusals(tb.Core, core.PreAuthFrameTooLarge); got != before+1 {
 				t.Fatalf("frame_too_large refusals %d, want %d", got, before+1)
 			}
-			wait(t, good.Publish("ok/still", 1, false, tc.name))
-			if m := next(t, ch); string(m.Payload()) != tc.name {
+			mqtttest.Wait(t, good.Publish("ok/still", 1, false, tc.name))
+			if m := mqtttest.Next(t, ch); string(m.Payload()) != tc.name {
 				t.Fatalf("good client got %q", m.Payload())
 			}
 		})
 	}
 	big := bytes.Repeat([]byte{'b'}, 16<<10)
-	wait(t, good.Publish("ok/big", 1, false, big))
-	if m := next(t, ch); !bytes.Equal(m.Payload(), big) {
+	mqtttest.Wait(t, good.Publish("ok/big", 1, false, big))
+	if m := mqtttest.Next(t, ch); !bytes.Equal(m.Payload(), big) {
 		t.Fatalf("a logged-in client's %d-byte publish delivered %d bytes", len(big), len(m.Payload()))
 	}
-	if held := tb.broker.GuardStats().PreAuthHeld; held != 0 {
+	if held := tb.Core.GuardStats().PreAuthHeld; held != 0 {
 		t.Fatalf("the budget holds %d bytes with every client logged in or gone", held)
 	}
 }
@@ -116,12 +97,12 @@ func TestPreAuthConnectTooLarge(t *testing.T) {
 // back clients connect again.
 func TestPreAuthBudget(t *testing.T) {
 	tb := startGuarded(t, core.Config{PreAuthBudget: 10 << 10}, mqtt.Config{})
-	hog := tb.dialRaw(t)
+	hog := tb.DialRaw(t)
 	// 5000 of a declared 8000 bytes: the broker's buffer has grown to
 	// the whole packet, charged, while it waits for the rest.
 	hog.Write(append(connectHead(4, 8000), bytes.Repeat([]byte{0}, 5000)...))
-	eventually(t, "the first client's bytes to be charged", func() bool {
-		return tb.broker.GuardStats().PreAuthHeld >= 8000
+	testserve.Eventually(t, "the first client's bytes to be charged", func() bool {
+		return tb.Core.GuardStats().PreAuthHeld >= 8000
 	})
 	for _, tc := range []struct {
 		level byte
@@ -130,18 +111,18 @@ func TestPreAuthBudget(t *testing.T) {
 		{5, []byte{0x20, 0x03, 0x00, 0x89, 0x00}},
 		{4, []byte{0x20, 0x02, 0x00, 0x03}},
 	} {
-		nc := tb.dialRaw(t)
+		nc := tb.DialRaw(t)
 		nc.Write(append(connectHead(tc.level, 8000), bytes.Repeat([]byte{0}, 3000)...))
 		if got := closedWithin(t, nc); !bytes.Equal(got, tc.want) {
 			t.Fatalf("level %d: broker sent %x before closing, want %x", tc.level, got, tc.want)
 		}
 	}
-	if got := mqttRefusals(tb.broker, core.PreAuthBudget); got != 2 {
+	if got := mqttRefusals(tb.Core, core.PreAuthBudget); got != 2 {
 		t.Fatalf("budget refusals %d, want 2", got)
 	}
 	hog.Close()
-	eventually(t, "the budget to be given back", func() bool { return tb.broker.GuardStats().PreAuthHeld == 0 })
-	tb.client(t, "after")
+	testserve.Eventually(t, "the budget to be given back", func() bool { return tb.Core.GuardStats().PreAuthHeld == 0 })
+	tb.Client(t, "after")
 }
 
 // publishPacket is a QoS 0 PUBLISH of payload to topic.
@@ -169,8 +150,8 @@ func TestFrameTimeout(t *testing.T) {
 		{"5", "\x10\x0f\x00\x04MQTT\x05\x02\x00\x00\x00\x00\x02v5", true, []byte{0xe0, 0x02, 0x8d, 0x00}},
 	} {
 		t.Run("trickle "+tc.name, func(t *testing.T) {
-			before := tb.broker.GuardStats().FrameTimeouts["mqtt"]
-			nc := tb.dialRaw(t)
+			before := tb.Core.GuardStats().FrameTimeouts["mqtt"]
+			nc := tb.DialRaw(t)
 			nc.Write([]byte(tc.connect))
 			if ack := readPacket(t, nc); ack[0] != 0x20 || ack[3] != 0 {
 				t.Fatalf("CONNACK %x", ack)
@@ -185,16 +166,16 @@ func TestFrameTimeout(t *testing.T) {
 			if d := time.Since(start); d < 300*time.Millisecond {
 				t.Fatalf("cut after %v, before the frame timeout", d)
 			}
-			if n := tb.broker.GuardStats().FrameTimeouts["mqtt"]; n != before+1 {
+			if n := tb.Core.GuardStats().FrameTimeouts["mqtt"]; n != before+1 {
 				t.Fatalf("frame timeouts %d, want %d", n, before+1)
 			}
 		})
 	}
 	t.Run("steady upload", func(t *testing.T) {
 		tb := startGuarded(t, core.Config{}, mqtt.Config{FrameTimeout: time.Second, FrameMinRate: 64 << 10})
-		good := tb.client(t, "good")
-		ch := inbox(t, good, "slow/#", 0)
-		nc := tb.dialRaw(t)
+		good := tb.Client(t, "good")
+		ch := mqtttest.Inbox(t, good, "slow/#", 0)
+		nc := tb.DialRaw(t)
 		nc.Write([]byte("\x10\x0e\x00\x04MQTT\x04\x02\x00\x00\x00\x02up"))
 		if ack := readPacket(t, nc); ack[0] != 0x20 || ack[3] != 0 {
 			t.Fatalf("CONNACK %x", ack)
@@ -213,7 +194,7 @@ func TestFrameTimeout(t *testing.T) {
 		if d := time.Since(start); d < 2*time.Second {
 			t.Fatalf("the upload took only %v", d)
 		}
-		if m := next(t, ch); !bytes.Equal(m.Payload(), payload) {
+		if m := mqtttest.Next(t, ch); !bytes.Equal(m.Payload(), payload) {
 			t.Fatalf("delivered %d bytes", len(m.Payload()))
 		}
 	})

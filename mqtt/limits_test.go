@@ -14,6 +14,7 @@ import (
 	paho "github.com/eclipse/paho.mqtt.golang"
 
 	"github.com/junctionmq/junction/mqtt"
+	"github.com/junctionmq/junction/mqtt/mqtttest"
 )
 
 // closedWithin reads nc until the broker closes it and returns what it
@@ -33,9 +34,9 @@ func closedWithin(t *testing.T, nc net.Conn) []byte {
 // A client that has not sent all of its CONNECT within ConnectTimeout
 // is closed; mochi alone would wait forever.
 func TestConnectTimeout(t *testing.T) {
-	tb := startBrokerWith(t, mqtt.Config{ConnectTimeout: 200 * time.Millisecond})
-	good := tb.client(t, "good")
-	ch := inbox(t, good, "ok/#", 1)
+	tb := mqtttest.StartWith(t, mqtt.Config{ConnectTimeout: 200 * time.Millisecond})
+	good := tb.Client(t, "good")
+	ch := mqtttest.Inbox(t, good, "ok/#", 1)
 	connect := []byte("\x10\x0c\x00\x04MQTT\x04\x02\x00\x3c\x00\x00")
 	for name, prefix := range map[string][]byte{
 		"silent":       nil,
@@ -46,7 +47,7 @@ func TestConnectTimeout(t *testing.T) {
 			// Before dialing: the broker's clock starts at accept, which
 			// can come before the dial returns here.
 			start := time.Now()
-			nc, err := net.Dial("tcp", tb.addr)
+			nc, err := net.Dial("tcp", tb.Addr)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -58,44 +59,44 @@ func TestConnectTimeout(t *testing.T) {
 			if d := time.Since(start); d < 200*time.Millisecond {
 				t.Fatalf("closed after %v, before the timeout", d)
 			}
-			wait(t, good.Publish("ok/still", 1, false, name))
-			if m := next(t, ch); string(m.Payload()) != name {
+			mqtttest.Wait(t, good.Publish("ok/still", 1, false, name))
+			if m := mqtttest.Next(t, ch); string(m.Payload()) != name {
 				t.Fatalf("good client got %q", m.Payload())
 			}
 		})
 	}
 	// A client that connects in time is not cut off by the connect
 	// timeout: mochi's keep-alive deadline replaces it.
-	c := tb.client(t, "slow-starter", func(o *paho.ClientOptions) { o.SetKeepAlive(30 * time.Second) })
+	c := tb.Client(t, "slow-starter", func(o *paho.ClientOptions) { o.SetKeepAlive(30 * time.Second) })
 	time.Sleep(400 * time.Millisecond)
-	wait(t, c.Publish("ok/later", 1, false, "later"))
-	if m := next(t, ch); string(m.Payload()) != "later" {
+	mqtttest.Wait(t, c.Publish("ok/later", 1, false, "later"))
+	if m := mqtttest.Next(t, ch); string(m.Payload()) != "later" {
 		t.Fatalf("good client got %q", m.Payload())
 	}
 }
 
 func TestMaxSubscriptions(t *testing.T) {
-	tb := startBrokerWith(t, mqtt.Config{MaxSubscriptions: 2})
+	tb := mqtttest.StartWith(t, mqtt.Config{MaxSubscriptions: 2})
 
 	// MQTT 3.1.1: 0x80, the only failure code.
-	c := tb.client(t, "v3")
-	wait(t, c.Subscribe("a", 1, nil))
-	wait(t, c.Subscribe("b", 1, nil))
-	wait(t, c.Subscribe("a", 0, nil)) // replaces a subscription: not counted
+	c := tb.Client(t, "v3")
+	mqtttest.Wait(t, c.Subscribe("a", 1, nil))
+	mqtttest.Wait(t, c.Subscribe("b", 1, nil))
+	mqtttest.Wait(t, c.Subscribe("a", 0, nil)) // replaces a subscription: not counted
 	tok := c.Subscribe("c", 1, nil)
 	tok.WaitTimeout(5 * time.Second)
 	st := tok.(*paho.SubscribeToken)
 	if code := st.Result()["c"]; code != 0x80 {
 		t.Fatalf("SUBACK code %#x past the limit, want 0x80", code)
 	}
-	wait(t, c.Unsubscribe("a"))
-	wait(t, c.Subscribe("c", 1, nil))
+	mqtttest.Wait(t, c.Unsubscribe("a"))
+	mqtttest.Wait(t, c.Subscribe("c", 1, nil))
 
 	// MQTT 5: 0x97 quota exceeded, filter by filter.
-	c5 := tb.client5(t, "v5", 0)
+	c5 := tb.Client5(t, "v5", 0)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	sa, err := c5.c.Subscribe(ctx, &paho5.Subscribe{Subscriptions: []paho5.SubscribeOptions{
+	sa, err := c5.Client.Subscribe(ctx, &paho5.Subscribe{Subscriptions: []paho5.SubscribeOptions{
 		{Topic: "x", QoS: 1}, {Topic: "y", QoS: 1}, {Topic: "z", QoS: 1},
 	}})
 	if sa == nil {
@@ -105,10 +106,10 @@ func TestMaxSubscriptions(t *testing.T) {
 		t.Fatalf("SUBACK reasons %s, want 01 01 97", got)
 	}
 	// The refused filter subscribed nothing; the others work.
-	pub := tb.client(t, "pub")
-	wait(t, pub.Publish("z", 1, false, "not for v5"))
-	wait(t, pub.Publish("y", 1, false, "for v5"))
-	if p := c5.next(t); p.Topic != "y" || string(p.Payload) != "for v5" {
+	pub := tb.Client(t, "pub")
+	mqtttest.Wait(t, pub.Publish("z", 1, false, "not for v5"))
+	mqtttest.Wait(t, pub.Publish("y", 1, false, "for v5"))
+	if p := c5.Next(t); p.Topic != "y" || string(p.Payload) != "for v5" {
 		t.Fatalf("v5 client got %q on %s", p.Payload, p.Topic)
 	}
 }
@@ -145,9 +146,9 @@ func readPacket(t *testing.T, nc net.Conn) []byte {
 // 0x95 (packet too large) on MQTT 5, without a word on 3.1.1, as the
 // versions have it. Packets before it are served; other clients go on.
 func TestPacketTooLarge(t *testing.T) {
-	tb := startBrokerWith(t, mqtt.Config{MaxPacketSize: 1024})
-	good := tb.client(t, "good")
-	ch := inbox(t, good, "ok/#", 1)
+	tb := mqtttest.StartWith(t, mqtt.Config{MaxPacketSize: 1024})
+	good := tb.Client(t, "good")
+	ch := mqtttest.Inbox(t, good, "ok/#", 1)
 	// A PUBLISH with a remaining length of 2000 (varint d0 0f), of which
 	// a few bytes are sent.
 	tooLarge := []byte("\x30\xd0\x0f\x00\x09ok/bigxxxxxxxxx")
@@ -160,7 +161,7 @@ func TestPacketTooLarge(t *testing.T) {
 		{"5", "\x10\x0f\x00\x04MQTT\x05\x02\x00\x3c\x00\x00\x02v5", "\x30\x0e\x00\x09ok/before\x00hi", []byte{0xe0, 0x02, 0x95, 0x00}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			nc, err := net.Dial("tcp", tb.addr)
+			nc, err := net.Dial("tcp", tb.Addr)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -174,11 +175,11 @@ func TestPacketTooLarge(t *testing.T) {
 			if got := closedWithin(t, nc); !bytes.Equal(got, tc.want) {
 				t.Fatalf("broker sent %x before closing, want %x", got, tc.want)
 			}
-			if m := next(t, ch); m.Topic() != "ok/before" || string(m.Payload()) != "hi" {
+			if m := mqtttest.Next(t, ch); m.Topic() != "ok/before" || string(m.Payload()) != "hi" {
 				t.Fatalf("the packet before the large one: %q on %s", m.Payload(), m.Topic())
 			}
-			wait(t, good.Publish("ok/still", 1, false, tc.name))
-			if m := next(t, ch); string(m.Payload()) != tc.name {
+			mqtttest.Wait(t, good.Publish("ok/still", 1, false, tc.name))
+			if m := mqtttest.Next(t, ch); string(m.Payload()) != tc.name {
 				t.Fatalf("good client got %q", m.Payload())
 			}
 		})
@@ -190,9 +191,9 @@ func TestPacketTooLarge(t *testing.T) {
 // the connect timeout), and a connection arriving after Close is turned
 // away.
 func TestCloseDuringHandshake(t *testing.T) {
-	tb := startBrokerWith(t, mqtt.Config{ConnectTimeout: time.Minute})
-	tb.client(t, "good") // an established client too, which mochi disconnects
-	nc, err := net.Dial("tcp", tb.addr)
+	tb := mqtttest.StartWith(t, mqtt.Config{ConnectTimeout: time.Minute})
+	tb.Client(t, "good") // an established client too, which mochi disconnects
+	nc, err := net.Dial("tcp", tb.Addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -201,7 +202,7 @@ func TestCloseDuringHandshake(t *testing.T) {
 	time.Sleep(50 * time.Millisecond)      // let ServeConn take it (not asserted)
 	done := make(chan struct{})
 	go func() {
-		tb.srv.Close()
+		tb.Server.Close()
 		close(done)
 	}()
 	select {
@@ -210,7 +211,7 @@ func TestCloseDuringHandshake(t *testing.T) {
 		t.Fatal("Close waited for a connection in its handshake")
 	}
 	closedWithin(t, nc)
-	late, err := net.Dial("tcp", tb.addr)
+	late, err := net.Dial("tcp", tb.Addr)
 	if err != nil {
 		return // the listener may be gone already
 	}

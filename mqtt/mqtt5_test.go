@@ -11,88 +11,20 @@ import (
 	paho5 "github.com/eclipse/paho.golang/paho"
 
 	"github.com/junctionmq/junction/core"
-	"github.com/junctionmq/junction/internal/testserve"
 	"github.com/junctionmq/junction/mqtt"
+	"github.com/junctionmq/junction/mqtt/mqtttest"
 )
 
-// client5 is an MQTT 5 client (paho.golang) with an inbox.
-type client5 struct {
-	c     *paho5.Client
-	inbox chan *paho5.Publish
-}
-
-func (tb *testBroker) client5(t *testing.T, id string, expiry uint32) *client5 {
-	return tb.connect5(t, id, expiry, true)
-}
-
-func (tb *testBroker) connect5(t *testing.T, id string, expiry uint32, clean bool) *client5 {
-	t.Helper()
-	nc, err := net.Dial("tcp", tb.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cl := &client5{inbox: make(chan *paho5.Publish, 1000)}
-	cl.c = paho5.NewClient(paho5.ClientConfig{
-		Conn: nc,
-		OnPublishReceived: []func(paho5.PublishReceived) (bool, error){
-			func(r paho5.PublishReceived) (bool, error) { cl.inbox <- r.Packet; return true, nil },
-		},
-	})
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	cp := &paho5.Connect{ClientID: id, KeepAlive: 30, CleanStart: clean,
-		Properties: &paho5.ConnectProperties{SessionExpiryInterval: &expiry}}
-	ca, err := cl.c.Connect(ctx, cp)
-	if err != nil || ca.ReasonCode != 0 {
-		t.Fatalf("mqtt 5 connect %s: %v %+v", id, err, ca)
-	}
-	t.Cleanup(func() { cl.c.Disconnect(&paho5.Disconnect{}) })
-	return cl
-}
-
-func (cl *client5) subscribe(t *testing.T, filter string, qos byte) byte {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	sa, err := cl.c.Subscribe(ctx, &paho5.Subscribe{Subscriptions: []paho5.SubscribeOptions{{Topic: filter, QoS: qos}}})
-	if err != nil && sa == nil {
-		t.Fatal(err)
-	}
-	return sa.Reasons[0]
-}
-
-func (cl *client5) publish(t *testing.T, p *paho5.Publish) *paho5.PublishResponse {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	r, err := cl.c.Publish(ctx, p)
-	if err != nil && r == nil {
-		t.Fatal(err)
-	}
-	return r
-}
-
-func (cl *client5) next(t *testing.T) *paho5.Publish {
-	t.Helper()
-	select {
-	case p := <-cl.inbox:
-		return p
-	case <-time.After(5 * time.Second):
-		t.Fatal("no message within 5s")
-	}
-	return nil
-}
-
 func TestMQTT5PropertiesMapToCoreAndBack(t *testing.T) {
-	tb := startBroker(t)
-	s, _ := tb.broker.NewSession(core.SessionOptions{})
+	tb := mqtttest.Start(t)
+	s, _ := tb.Core.NewSession(core.SessionOptions{})
 	defer s.Close()
 	got := make(chan core.Delivery, 10)
 	s.Subscribe(core.ConsumerOptions{Address: "rpc.#", RoutingType: core.Multicast, Credit: 10,
 		Handler: func(d core.Delivery) { got <- d }})
-	pub := tb.client5(t, "pub5", 0)
+	pub := tb.Client5(t, "pub5", 0)
 	expiry := uint32(60)
-	pub.publish(t, &paho5.Publish{Topic: "rpc/req", QoS: 1, Payload: []byte("ping"), Properties: &paho5.PublishProperties{
+	pub.Publish(t, &paho5.Publish{Topic: "rpc/req", QoS: 1, Payload: []byte("ping"), Properties: &paho5.PublishProperties{
 		ContentType: "text/plain", CorrelationData: []byte("c-1"), ResponseTopic: "rpc/resp",
 		MessageExpiry: &expiry, User: paho5.UserProperties{{Key: "k", Value: "v"}}}})
 	var m *core.Message
@@ -108,15 +40,15 @@ func TestMQTT5PropertiesMapToCoreAndBack(t *testing.T) {
 	}
 
 	// And back: a core message with the same fields reaches an MQTT 5 subscriber.
-	sub := tb.client5(t, "sub5", 0)
-	sub.subscribe(t, "rpc/+", 1)
+	sub := tb.Client5(t, "sub5", 0)
+	sub.Subscribe(t, "rpc/+", 1)
 	err := s.Send(context.Background(), &core.Message{Address: "rpc.resp", RoutingType: core.Multicast, Durable: true,
 		Body: []byte("pong"), ContentType: "text/plain", CorrelationID: "c-1", ReplyTo: "rpc.req",
 		Properties: map[string]any{"k": "w"}, Expiration: time.Now().Add(time.Minute)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := sub.next(t)
+	p := sub.Next(t)
 	if string(p.Payload) != "pong" || p.QoS != 1 || p.Properties.ContentType != "text/plain" ||
 		string(p.Properties.CorrelationData) != "c-1" || p.Properties.ResponseTopic != "rpc/req" ||
 		p.Properties.User.Get("k") != "w" || p.Properties.MessageExpiry == nil || *p.Properties.MessageExpiry > 60 {
@@ -125,17 +57,17 @@ func TestMQTT5PropertiesMapToCoreAndBack(t *testing.T) {
 }
 
 func TestMQTT5SharedSubscriptionsCompete(t *testing.T) {
-	tb := startBroker(t)
-	a, b := tb.client5(t, "a", 0), tb.client5(t, "b", 0)
-	a.subscribe(t, "$share/workers/jobs/#", 1)
-	b.subscribe(t, "$share/workers/jobs/#", 1)
-	pub := tb.client5(t, "p", 0)
-	s, _ := tb.broker.NewSession(core.SessionOptions{})
+	tb := mqtttest.Start(t)
+	a, b := tb.Client5(t, "a", 0), tb.Client5(t, "b", 0)
+	a.Subscribe(t, "$share/workers/jobs/#", 1)
+	b.Subscribe(t, "$share/workers/jobs/#", 1)
+	pub := tb.Client5(t, "p", 0)
+	s, _ := tb.Core.NewSession(core.SessionOptions{})
 	defer s.Close()
 	const n = 20
 	for i := range n {
 		if i%2 == 0 {
-			pub.publish(t, &paho5.Publish{Topic: "jobs/x", QoS: 1, Payload: []byte{byte(i)}})
+			pub.Publish(t, &paho5.Publish{Topic: "jobs/x", QoS: 1, Payload: []byte{byte(i)}})
 		} else if err := s.Send(context.Background(), &core.Message{Address: "jobs.x", RoutingType: core.Multicast, Body: []byte{byte(i)}}); err != nil {
 			t.Fatal(err)
 		}
@@ -144,9 +76,9 @@ func TestMQTT5SharedSubscriptionsCompete(t *testing.T) {
 	deadline := time.After(5 * time.Second)
 	for len(seen) < n {
 		select {
-		case p := <-a.inbox:
+		case p := <-a.Inbox:
 			seen[p.Payload[0]]++
-		case p := <-b.inbox:
+		case p := <-b.Inbox:
 			seen[p.Payload[0]]++
 		case <-deadline:
 			t.Fatalf("got %d of %d messages", len(seen), n)
@@ -160,39 +92,39 @@ func TestMQTT5SharedSubscriptionsCompete(t *testing.T) {
 }
 
 func TestMQTT5MessageExpiry(t *testing.T) {
-	tb := startBroker(t)
-	dev := tb.client5(t, "dev", 3600) // persistent session
-	dev.subscribe(t, "alerts/#", 1)
-	dev.c.Disconnect(&paho5.Disconnect{})
-	pub := tb.client5(t, "p", 0)
+	tb := mqtttest.Start(t)
+	dev := tb.Client5(t, "dev", 3600) // persistent session
+	dev.Subscribe(t, "alerts/#", 1)
+	dev.Client.Disconnect(&paho5.Disconnect{})
+	pub := tb.Client5(t, "p", 0)
 	one := uint32(1)
-	pub.publish(t, &paho5.Publish{Topic: "alerts/a", QoS: 1, Payload: []byte("stale"), Properties: &paho5.PublishProperties{MessageExpiry: &one}})
-	pub.publish(t, &paho5.Publish{Topic: "alerts/a", QoS: 1, Payload: []byte("fresh")})
+	pub.Publish(t, &paho5.Publish{Topic: "alerts/a", QoS: 1, Payload: []byte("stale"), Properties: &paho5.PublishProperties{MessageExpiry: &one}})
+	pub.Publish(t, &paho5.Publish{Topic: "alerts/a", QoS: 1, Payload: []byte("fresh")})
 	time.Sleep(1100 * time.Millisecond)
-	dev2 := tb.connect5(t, "dev", 3600, false)
-	if p := dev2.next(t); string(p.Payload) != "fresh" {
+	dev2 := tb.Connect5(t, "dev", 3600, false)
+	if p := dev2.Next(t); string(p.Payload) != "fresh" {
 		t.Fatalf("got %q, want only the unexpired message", p.Payload)
 	}
 	select {
-	case p := <-dev2.inbox:
+	case p := <-dev2.Inbox:
 		t.Fatalf("expired message delivered: %q", p.Payload)
 	case <-time.After(100 * time.Millisecond):
 	}
 }
 
 func TestMQTT5TopicAliasAndReasonCodes(t *testing.T) {
-	tb := startBroker(t)
-	sub := tb.client5(t, "s", 0)
-	if rc := sub.subscribe(t, "a/#/b", 1); rc < 0x80 {
+	tb := mqtttest.Start(t)
+	sub := tb.Client5(t, "s", 0)
+	if rc := sub.Subscribe(t, "a/#/b", 1); rc < 0x80 {
 		t.Fatalf("invalid filter accepted with reason code %#x", rc)
 	}
-	sub.subscribe(t, "alias/+", 0)
-	pub := tb.client5(t, "p", 0)
+	sub.Subscribe(t, "alias/+", 0)
+	pub := tb.Client5(t, "p", 0)
 	alias := uint16(3)
-	pub.publish(t, &paho5.Publish{Topic: "alias/x", QoS: 0, Payload: []byte("1"), Properties: &paho5.PublishProperties{TopicAlias: &alias}})
-	pub.publish(t, &paho5.Publish{Topic: "", QoS: 0, Payload: []byte("2"), Properties: &paho5.PublishProperties{TopicAlias: &alias}})
+	pub.Publish(t, &paho5.Publish{Topic: "alias/x", QoS: 0, Payload: []byte("1"), Properties: &paho5.PublishProperties{TopicAlias: &alias}})
+	pub.Publish(t, &paho5.Publish{Topic: "", QoS: 0, Payload: []byte("2"), Properties: &paho5.PublishProperties{TopicAlias: &alias}})
 	for _, want := range []string{"1", "2"} {
-		if p := sub.next(t); string(p.Payload) != want || p.Topic != "alias/x" {
+		if p := sub.Next(t); string(p.Payload) != want || p.Topic != "alias/x" {
 			t.Fatalf("got %q on %q", p.Payload, p.Topic)
 		}
 	}
@@ -237,52 +169,42 @@ func TestQoS1PublishNotStoredIsNotAcknowledged(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := mqtt.New(mqtt.Config{}, b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { b.Close() })
-	addr, stop := testserve.Serve(t, srv.ServeConn)
-	t.Cleanup(func() {
-		srv.Close()
-		stop()
-	})
-	tb := &testBroker{addr: addr, broker: b, srv: srv}
+	tb := mqtttest.Serve(t, b, mqtt.Config{})
 	// A durable queue makes the publish durable-bound.
 	if err := b.CreateAddress("metrics.cpu", core.Anycast); err != nil {
 		t.Fatal(err)
 	}
-	pub := tb.client5(t, "p", 0)
-	r := pub.publish(t, &paho5.Publish{Topic: "metrics/cpu", QoS: 1, Payload: []byte("1")})
+	pub := tb.Client5(t, "p", 0)
+	r := pub.Publish(t, &paho5.Publish{Topic: "metrics/cpu", QoS: 1, Payload: []byte("1")})
 	if r == nil || r.ReasonCode < 0x80 {
 		t.Fatalf("PUBACK %+v for a message the journal refused; want a failure reason code", r)
 	}
 }
 
 func TestMQTT5NoLocal(t *testing.T) {
-	tb := startBroker(t)
-	c := tb.client5(t, "self", 0)
+	tb := mqtttest.Start(t)
+	c := tb.Client5(t, "self", 0)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if _, err := c.c.Subscribe(ctx, &paho5.Subscribe{Subscriptions: []paho5.SubscribeOptions{{Topic: "echo/#", QoS: 1, NoLocal: true}}}); err != nil {
+	if _, err := c.Client.Subscribe(ctx, &paho5.Subscribe{Subscriptions: []paho5.SubscribeOptions{{Topic: "echo/#", QoS: 1, NoLocal: true}}}); err != nil {
 		t.Fatal(err)
 	}
-	other := tb.client5(t, "other", 0)
-	c.publish(t, &paho5.Publish{Topic: "echo/a", QoS: 1, Payload: []byte("mine")})
-	other.publish(t, &paho5.Publish{Topic: "echo/a", QoS: 1, Payload: []byte("theirs")})
-	if p := c.next(t); string(p.Payload) != "theirs" {
+	other := tb.Client5(t, "other", 0)
+	c.Publish(t, &paho5.Publish{Topic: "echo/a", QoS: 1, Payload: []byte("mine")})
+	other.Publish(t, &paho5.Publish{Topic: "echo/a", QoS: 1, Payload: []byte("theirs")})
+	if p := c.Next(t); string(p.Payload) != "theirs" {
 		t.Fatalf("no-local subscriber got %q", p.Payload)
 	}
 	select {
-	case p := <-c.inbox:
+	case p := <-c.Inbox:
 		t.Fatalf("no-local subscriber got %q", p.Payload)
 	case <-time.After(100 * time.Millisecond):
 	}
 }
 
 func TestReceiveMaximumSpansSubscriptions(t *testing.T) {
-	tb := startBroker(t)
-	nc, err := net.Dial("tcp", tb.addr)
+	tb := mqtttest.Start(t)
+	nc, err := net.Dial("tcp", tb.Addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -310,9 +232,9 @@ func TestReceiveMaximumSpansSubscriptions(t *testing.T) {
 	if _, err := c.Subscribe(ctx, &paho5.Subscribe{Subscriptions: []paho5.SubscribeOptions{{Topic: "a", QoS: 1}, {Topic: "b", QoS: 1}}}); err != nil {
 		t.Fatal(err)
 	}
-	pub := tb.client5(t, "pub", 0)
+	pub := tb.Client5(t, "pub", 0)
 	for _, topic := range []string{"a", "b", "a", "b"} {
-		pub.publish(t, &paho5.Publish{Topic: topic, QoS: 1, Payload: []byte(topic)})
+		pub.Publish(t, &paho5.Publish{Topic: topic, QoS: 1, Payload: []byte(topic)})
 	}
 	deadline := time.Now().Add(5 * time.Second)
 	for {
@@ -357,8 +279,8 @@ func TestReceiveMaximumSpansSubscriptions(t *testing.T) {
 // subscription, which left without acknowledging it), goes out with DUP
 // set, under a new packet id.
 func TestMQTT5RedeliveryWithoutMarkSetsDup(t *testing.T) {
-	tb := startBroker(t)
-	nc, err := net.Dial("tcp", tb.addr)
+	tb := mqtttest.Start(t)
+	nc, err := net.Dial("tcp", tb.Addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -375,8 +297,8 @@ func TestMQTT5RedeliveryWithoutMarkSetsDup(t *testing.T) {
 	if _, err := a.Subscribe(ctx, &paho5.Subscribe{Subscriptions: []paho5.SubscribeOptions{{Topic: "$share/w/jobs", QoS: 1}}}); err != nil {
 		t.Fatal(err)
 	}
-	pub := tb.client5(t, "p", 0)
-	pub.publish(t, &paho5.Publish{Topic: "jobs", QoS: 1, Payload: []byte("j1")})
+	pub := tb.Client5(t, "p", 0)
+	pub.Publish(t, &paho5.Publish{Topic: "jobs", QoS: 1, Payload: []byte("j1")})
 	select {
 	case p := <-got:
 		if p.Duplicate() {
@@ -385,10 +307,10 @@ func TestMQTT5RedeliveryWithoutMarkSetsDup(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the first member got nothing")
 	}
-	b := tb.client5(t, "b", 0)
-	b.subscribe(t, "$share/w/jobs", 1)
+	b := tb.Client5(t, "b", 0)
+	b.Subscribe(t, "$share/w/jobs", 1)
 	a.Disconnect(&paho5.Disconnect{}) // without acknowledging j1
-	p := b.next(t)
+	p := b.Next(t)
 	if string(p.Payload) != "j1" || !p.Duplicate() {
 		t.Fatalf("second member got %q, DUP %v; want j1 flagged DUP", p.Payload, p.Duplicate())
 	}

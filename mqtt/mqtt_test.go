@@ -13,152 +13,62 @@ import (
 	"github.com/eclipse/paho.mqtt.golang/packets"
 
 	"github.com/junctionmq/junction/core"
-	"github.com/junctionmq/junction/internal/testserve"
 	"github.com/junctionmq/junction/mqtt"
+	"github.com/junctionmq/junction/mqtt/mqtttest"
 )
 
-type testBroker struct {
-	addr   string
-	broker *core.Broker
-	srv    *mqtt.Server
-}
-
-// denyBob is an authenticator that turns away the user bob.
-type denyBob struct{}
-
-func (denyBob) Authenticate(_ context.Context, login, _ string) (string, error) {
-	if login == "bob" {
-		return "", core.ErrAuthFailed
-	}
-	return login, nil
-}
-
-func startBroker(t *testing.T) *testBroker {
-	t.Helper()
-	return startBrokerWith(t, mqtt.Config{})
-}
-
-func startBrokerWith(t *testing.T, cfg mqtt.Config) *testBroker {
-	t.Helper()
-	b, err := core.New(core.Config{Authenticator: denyBob{}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := mqtt.New(cfg, b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { b.Close() })
-	addr, stop := testserve.Serve(t, srv.ServeConn)
-	t.Cleanup(func() {
-		srv.Close() // disconnects the clients, so the handlers return
-		stop()
-	})
-	return &testBroker{addr: addr, broker: b, srv: srv}
-}
-
-func (tb *testBroker) client(t *testing.T, id string, opts ...func(*paho.ClientOptions)) paho.Client {
-	t.Helper()
-	o := paho.NewClientOptions().AddBroker("tcp://" + tb.addr).SetClientID(id).
-		SetAutoReconnect(false).SetConnectRetry(false).SetConnectTimeout(5 * time.Second)
-	for _, f := range opts {
-		f(o)
-	}
-	c := paho.NewClient(o)
-	if tok := c.Connect(); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
-		t.Fatalf("connect %s: %v", id, tok.Error())
-	}
-	t.Cleanup(func() { c.Disconnect(100) })
-	return c
-}
-
-func wait(t *testing.T, tok paho.Token) {
-	t.Helper()
-	if !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
-		t.Fatalf("token: %v", tok.Error())
-	}
-}
-
-// inbox collects messages of a subscription.
-func inbox(t *testing.T, c paho.Client, filter string, qos byte) chan paho.Message {
-	t.Helper()
-	ch := make(chan paho.Message, 1000)
-	wait(t, c.Subscribe(filter, qos, func(_ paho.Client, m paho.Message) { ch <- m }))
-	return ch
-}
-
-func next(t *testing.T, ch chan paho.Message) paho.Message {
-	t.Helper()
-	select {
-	case m := <-ch:
-		return m
-	case <-time.After(5 * time.Second):
-		t.Fatal("no message within 5s")
-	}
-	return nil
-}
-
-func none(t *testing.T, ch chan paho.Message, d time.Duration) {
-	t.Helper()
-	select {
-	case m := <-ch:
-		t.Fatalf("unexpected message %q on %s", m.Payload(), m.Topic())
-	case <-time.After(d):
-	}
-}
-
 func TestMQTTRoundTripQoS0And1AndWildcards(t *testing.T) {
-	tb := startBroker(t)
+	tb := mqtttest.Start(t)
 	// One client per filter: a client whose filters overlap gets a copy
 	// per matching subscription (MQTT-3.3.5-1 allows it, as Mosquitto
 	// does), and paho hands every copy to every matching handler.
-	exact := inbox(t, tb.client(t, "sub-exact"), "sensors/kitchen/temp", 1)
-	plus := inbox(t, tb.client(t, "sub-plus"), "sensors/+/temp", 1)
-	hash := inbox(t, tb.client(t, "sub-hash"), "sensors/#", 0)
-	pub := tb.client(t, "pub")
-	wait(t, pub.Publish("sensors/kitchen/temp", 1, false, "21"))
-	wait(t, pub.Publish("sensors/kitchen/humidity", 0, false, "40"))
+	exact := mqtttest.Inbox(t, tb.Client(t, "sub-exact"), "sensors/kitchen/temp", 1)
+	plus := mqtttest.Inbox(t, tb.Client(t, "sub-plus"), "sensors/+/temp", 1)
+	hash := mqtttest.Inbox(t, tb.Client(t, "sub-hash"), "sensors/#", 0)
+	pub := tb.Client(t, "pub")
+	mqtttest.Wait(t, pub.Publish("sensors/kitchen/temp", 1, false, "21"))
+	mqtttest.Wait(t, pub.Publish("sensors/kitchen/humidity", 0, false, "40"))
 	for _, ch := range []chan paho.Message{exact, plus} {
-		m := next(t, ch)
+		m := mqtttest.Next(t, ch)
 		if string(m.Payload()) != "21" || m.Qos() != 1 || m.Topic() != "sensors/kitchen/temp" {
 			t.Fatalf("got %q qos %d on %s", m.Payload(), m.Qos(), m.Topic())
 		}
-		none(t, ch, 30*time.Millisecond) // exactly once
+		mqtttest.None(t, ch, 30*time.Millisecond) // exactly once
 	}
 	got := map[string]bool{}
-	got[string(next(t, hash).Payload())] = true
-	got[string(next(t, hash).Payload())] = true
+	got[string(mqtttest.Next(t, hash).Payload())] = true
+	got[string(mqtttest.Next(t, hash).Payload())] = true
 	if !got["21"] || !got["40"] {
 		t.Fatalf("# subscriber got %v", got)
 	}
-	none(t, hash, 30*time.Millisecond)
+	mqtttest.None(t, hash, 30*time.Millisecond)
 }
 
 // A client's overlapping subscriptions each deliver a copy, at the QoS
 // of each (MQTT-3.3.5-1: at least one at the highest matching QoS).
 func TestOverlappingSubscriptionsOneCopyEach(t *testing.T) {
-	tb := startBroker(t)
-	c := tb.client5(t, "overlap", 0)
-	c.subscribe(t, "o/+", 0)
-	c.subscribe(t, "o/#", 1)
-	pub := tb.client(t, "pub")
-	wait(t, pub.Publish("o/x", 1, false, "m"))
+	tb := mqtttest.Start(t)
+	c := tb.Client5(t, "overlap", 0)
+	c.Subscribe(t, "o/+", 0)
+	c.Subscribe(t, "o/#", 1)
+	pub := tb.Client(t, "pub")
+	mqtttest.Wait(t, pub.Publish("o/x", 1, false, "m"))
 	qos := map[byte]int{}
-	qos[c.next(t).QoS]++
-	qos[c.next(t).QoS]++
+	qos[c.Next(t).QoS]++
+	qos[c.Next(t).QoS]++
 	if qos[0] != 1 || qos[1] != 1 {
 		t.Fatalf("copies by QoS %v, want one at 0 and one at 1", qos)
 	}
 	select {
-	case p := <-c.inbox:
+	case p := <-c.Inbox:
 		t.Fatalf("a third copy: %q qos %d", p.Payload, p.QoS)
 	case <-time.After(50 * time.Millisecond):
 	}
 }
 
 func TestMQTTPublishReachesCoreConsumers(t *testing.T) {
-	tb := startBroker(t)
-	s, _ := tb.broker.NewSession(core.SessionOptions{})
+	tb := mqtttest.Start(t)
+	s, _ := tb.Core.NewSession(core.SessionOptions{})
 	defer s.Close()
 	got := make(chan core.Delivery, 10)
 	if _, err := s.Subscribe(core.ConsumerOptions{Address: "a.*", RoutingType: core.Multicast, Credit: 10,
@@ -166,12 +76,12 @@ func TestMQTTPublishReachesCoreConsumers(t *testing.T) {
 		t.Fatal(err)
 	}
 	// An anycast queue named like a topic takes that topic's publishes.
-	if err := tb.broker.CreateAddress("jobs.new", core.Anycast); err != nil {
+	if err := tb.Core.CreateAddress("jobs.new", core.Anycast); err != nil {
 		t.Fatal(err)
 	}
-	pub := tb.client(t, "pub")
-	wait(t, pub.Publish("a/b", 1, true, "hello"))
-	wait(t, pub.Publish("jobs/new", 1, false, "job-1"))
+	pub := tb.Client(t, "pub")
+	mqtttest.Wait(t, pub.Publish("a/b", 1, true, "hello"))
+	mqtttest.Wait(t, pub.Publish("jobs/new", 1, false, "job-1"))
 	select {
 	case d := <-got:
 		m := d.Message
@@ -182,7 +92,7 @@ func TestMQTTPublishReachesCoreConsumers(t *testing.T) {
 		t.Fatal("MQTT publish did not reach core")
 	}
 	deadline := time.Now().Add(5 * time.Second)
-	for tb.broker.Queue("jobs.new").Stats().Depth != 1 {
+	for tb.Core.Queue("jobs.new").Stats().Depth != 1 {
 		if time.Now().After(deadline) {
 			t.Fatal("MQTT publish did not reach the anycast queue")
 		}
@@ -191,12 +101,12 @@ func TestMQTTPublishReachesCoreConsumers(t *testing.T) {
 }
 
 func TestCoreMessagesReachMQTTSubscribers(t *testing.T) {
-	tb := startBroker(t)
+	tb := mqtttest.Start(t)
 	// Two clients: one client's overlapping subscriptions get one copy at
 	// the highest QoS, as MQTT allows.
-	q1 := inbox(t, tb.client(t, "sub1"), "news/+", 1)
-	q0 := inbox(t, tb.client(t, "sub0"), "news/#", 0)
-	s, _ := tb.broker.NewSession(core.SessionOptions{})
+	q1 := mqtttest.Inbox(t, tb.Client(t, "sub1"), "news/+", 1)
+	q0 := mqtttest.Inbox(t, tb.Client(t, "sub0"), "news/#", 0)
+	s, _ := tb.Core.NewSession(core.SessionOptions{})
 	defer s.Close()
 	send := func(durable bool, body string) {
 		err := s.Send(context.Background(), &core.Message{Address: "news.today", RoutingType: core.Multicast,
@@ -211,38 +121,38 @@ func TestCoreMessagesReachMQTTSubscribers(t *testing.T) {
 		body string
 		qos  byte
 	}{{"durable", 1}, {"volatile", 0}} {
-		m := next(t, q1)
+		m := mqtttest.Next(t, q1)
 		if string(m.Payload()) != want.body || m.Qos() != want.qos || m.Topic() != "news/today" {
 			t.Fatalf("QoS 1 subscriber got %q qos %d on %s, want %q qos %d", m.Payload(), m.Qos(), m.Topic(), want.body, want.qos)
 		}
-		if m := next(t, q0); m.Qos() != 0 {
+		if m := mqtttest.Next(t, q0); m.Qos() != 0 {
 			t.Fatalf("QoS 0 subscriber got qos %d", m.Qos())
 		}
 	}
-	none(t, q1, 30*time.Millisecond)
+	mqtttest.None(t, q1, 30*time.Millisecond)
 }
 
 func TestRetainedMessages(t *testing.T) {
-	tb := startBroker(t)
-	pub := tb.client(t, "pub")
-	wait(t, pub.Publish("state/door", 1, true, "open"))
-	wait(t, pub.Publish("state/door", 1, true, "closed")) // replaces
-	c := tb.client(t, "late")
-	ch := inbox(t, c, "state/#", 1)
-	if m := next(t, ch); string(m.Payload()) != "closed" || !m.Retained() {
+	tb := mqtttest.Start(t)
+	pub := tb.Client(t, "pub")
+	mqtttest.Wait(t, pub.Publish("state/door", 1, true, "open"))
+	mqtttest.Wait(t, pub.Publish("state/door", 1, true, "closed")) // replaces
+	c := tb.Client(t, "late")
+	ch := mqtttest.Inbox(t, c, "state/#", 1)
+	if m := mqtttest.Next(t, ch); string(m.Payload()) != "closed" || !m.Retained() {
 		t.Fatalf("retained: got %q retained=%v", m.Payload(), m.Retained())
 	}
-	wait(t, pub.Publish("state/door", 1, true, "")) // clears
-	c2 := tb.client(t, "later")
+	mqtttest.Wait(t, pub.Publish("state/door", 1, true, "")) // clears
+	c2 := tb.Client(t, "later")
 	// The clearing publish was routed and the value cleared before its
 	// PUBACK: a later subscription gets nothing.
-	ch2 := inbox(t, c2, "state/#", 1)
-	none(t, ch2, 50*time.Millisecond)
+	ch2 := mqtttest.Inbox(t, c2, "state/#", 1)
+	mqtttest.None(t, ch2, 50*time.Millisecond)
 }
 
 func TestAuthenticationThroughCore(t *testing.T) {
-	tb := startBroker(t)
-	o := paho.NewClientOptions().AddBroker("tcp://" + tb.addr).SetClientID("x").SetUsername("bob").SetPassword("pw").
+	tb := mqtttest.Start(t)
+	o := paho.NewClientOptions().AddBroker("tcp://" + tb.Addr).SetClientID("x").SetUsername("bob").SetPassword("pw").
 		SetAutoReconnect(false).SetConnectRetry(false)
 	c := paho.NewClient(o)
 	tok := c.Connect()
@@ -254,17 +164,17 @@ func TestAuthenticationThroughCore(t *testing.T) {
 	if err := tok.Error(); !errors.Is(err, packets.ErrorRefusedNotAuthorised) && !errors.Is(err, packets.ErrorRefusedBadUsernameOrPassword) {
 		t.Fatalf("bob connected: %v", err)
 	}
-	tb.client(t, "alice", func(o *paho.ClientOptions) { o.SetUsername("alice") })
+	tb.Client(t, "alice", func(o *paho.ClientOptions) { o.SetUsername("alice") })
 }
 
 func TestCloseIsIdempotentAndDisconnectsClients(t *testing.T) {
-	tb := startBroker(t)
+	tb := mqtttest.Start(t)
 	lost := make(chan error, 1)
-	tb.client(t, "c", func(o *paho.ClientOptions) {
+	tb.Client(t, "c", func(o *paho.ClientOptions) {
 		o.SetConnectionLostHandler(func(_ paho.Client, err error) { lost <- err })
 	})
-	tb.srv.Close()
-	tb.srv.Close()
+	tb.Server.Close()
+	tb.Server.Close()
 	select {
 	case <-lost:
 	case <-time.After(5 * time.Second):
@@ -288,16 +198,16 @@ func TestDetect(t *testing.T) {
 }
 
 func TestMalformedPacketClosesOnlyThatConnection(t *testing.T) {
-	tb := startBroker(t)
-	good := tb.client(t, "good")
-	ch := inbox(t, good, "ok/#", 1)
+	tb := mqtttest.Start(t)
+	good := tb.Client(t, "good")
+	ch := mqtttest.Inbox(t, good, "ok/#", 1)
 	for i, bad := range [][]byte{
 		{0x10, 0xff, 0xff, 0xff, 0xff, 0x7f},             // remaining length over 4 bytes
 		[]byte("\x10\x0c\x00\x04MQTT\x09\x02\x00\x3cxx"), // unknown protocol level 9
 		[]byte("GET / HTTP/1.1\r\n\r\n"),                 // not MQTT at all
 		[]byte("\x30\x05\x00\x01"),                       // PUBLISH before CONNECT
 	} {
-		nc, err := net.Dial("tcp", tb.addr)
+		nc, err := net.Dial("tcp", tb.Addr)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -315,28 +225,28 @@ func TestMalformedPacketClosesOnlyThatConnection(t *testing.T) {
 			}
 		}
 		nc.Close()
-		wait(t, good.Publish("ok/still", 1, false, "alive"))
-		if m := next(t, ch); string(m.Payload()) != "alive" {
+		mqtttest.Wait(t, good.Publish("ok/still", 1, false, "alive"))
+		if m := mqtttest.Next(t, ch); string(m.Payload()) != "alive" {
 			t.Fatalf("good client got %q", m.Payload())
 		}
 	}
 }
 
 func TestPersistentSessionQueuesWhileAway(t *testing.T) {
-	tb := startBroker(t)
+	tb := mqtttest.Start(t)
 	persistent := func(o *paho.ClientOptions) { o.SetCleanSession(false) }
-	dev := tb.client(t, "device-1", persistent)
-	wait(t, dev.Subscribe("cmd/#", 1, nil))
+	dev := tb.Client(t, "device-1", persistent)
+	mqtttest.Wait(t, dev.Subscribe("cmd/#", 1, nil))
 	dev.Disconnect(100)
 
-	pub := tb.client(t, "ctl")
+	pub := tb.Client(t, "ctl")
 	for i := range 5 {
-		wait(t, pub.Publish("cmd/reboot", 1, false, fmt.Sprint(i)))
+		mqtttest.Wait(t, pub.Publish("cmd/reboot", 1, false, fmt.Sprint(i)))
 	}
-	wait(t, pub.Publish("cmd/volatile", 0, false, "qos0")) // non-durable: QoS 0, still queued
+	mqtttest.Wait(t, pub.Publish("cmd/volatile", 0, false, "qos0")) // non-durable: QoS 0, still queued
 
 	got := make(chan paho.Message, 100)
-	tb.client(t, "device-1", persistent, func(o *paho.ClientOptions) {
+	tb.Client(t, "device-1", persistent, func(o *paho.ClientOptions) {
 		o.SetDefaultPublishHandler(func(_ paho.Client, m paho.Message) { got <- m })
 	})
 	// MQTT orders messages per topic and QoS (4.6): the QoS 1 messages
@@ -344,7 +254,7 @@ func TestPersistentSessionQueuesWhileAway(t *testing.T) {
 	// come anywhere among them, once.
 	reboot, volatile := 0, 0
 	for range 6 {
-		m := next(t, got)
+		m := mqtttest.Next(t, got)
 		switch {
 		case m.Topic() == "cmd/volatile" && string(m.Payload()) == "qos0" && m.Qos() == 0:
 			volatile++
@@ -357,11 +267,11 @@ func TestPersistentSessionQueuesWhileAway(t *testing.T) {
 	if reboot != 5 || volatile != 1 {
 		t.Fatalf("got %d of cmd/reboot and %d of cmd/volatile, want 5 and 1", reboot, volatile)
 	}
-	none(t, got, 50*time.Millisecond)
+	mqtttest.None(t, got, 50*time.Millisecond)
 	// Acked messages are gone from the session's queue.
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		q := tb.broker.Queue("mqtt/device-1.cmd/#")
+		q := tb.Core.Queue("mqtt/device-1.cmd/#")
 		if q != nil && q.Stats().Depth == 0 {
 			break
 		}
@@ -373,56 +283,56 @@ func TestPersistentSessionQueuesWhileAway(t *testing.T) {
 }
 
 func TestCleanStartDiscardsThePersistentSession(t *testing.T) {
-	tb := startBroker(t)
-	dev := tb.client(t, "d", func(o *paho.ClientOptions) { o.SetCleanSession(false) })
-	wait(t, dev.Subscribe("x", 1, nil))
+	tb := mqtttest.Start(t)
+	dev := tb.Client(t, "d", func(o *paho.ClientOptions) { o.SetCleanSession(false) })
+	mqtttest.Wait(t, dev.Subscribe("x", 1, nil))
 	dev.Disconnect(100)
-	if tb.broker.Queue("mqtt/d.x") == nil {
+	if tb.Core.Queue("mqtt/d.x") == nil {
 		t.Fatal("no durable subscription for the persistent session")
 	}
-	tb.client(t, "d") // clean session
+	tb.Client(t, "d") // clean session
 	// The old session is gone before CONNACK.
-	if tb.broker.Queue("mqtt/d.x") != nil {
+	if tb.Core.Queue("mqtt/d.x") != nil {
 		t.Fatal("clean start left the old session's subscription")
 	}
 }
 
 func TestPersistentSessionReceivesOtherProtocolsAndOnce(t *testing.T) {
-	tb := startBroker(t)
+	tb := mqtttest.Start(t)
 	got := make(chan paho.Message, 100)
-	dev := tb.client(t, "p", func(o *paho.ClientOptions) {
+	dev := tb.Client(t, "p", func(o *paho.ClientOptions) {
 		o.SetCleanSession(false)
 		o.SetDefaultPublishHandler(func(_ paho.Client, m paho.Message) { got <- m })
 	})
-	wait(t, dev.Subscribe("t/+", 1, nil))
-	s, _ := tb.broker.NewSession(core.SessionOptions{})
+	mqtttest.Wait(t, dev.Subscribe("t/+", 1, nil))
+	s, _ := tb.Core.NewSession(core.SessionOptions{})
 	defer s.Close()
 	if err := s.Send(context.Background(), &core.Message{Address: "t.a", RoutingType: core.Multicast, Durable: true, Body: []byte("core")}); err != nil {
 		t.Fatal(err)
 	}
-	pub := tb.client(t, "pub")
-	wait(t, pub.Publish("t/b", 1, false, "mqtt"))
+	pub := tb.Client(t, "pub")
+	mqtttest.Wait(t, pub.Publish("t/b", 1, false, "mqtt"))
 	seen := map[string]int{}
-	seen[string(next(t, got).Payload())]++
-	seen[string(next(t, got).Payload())]++
-	none(t, got, 50*time.Millisecond)
+	seen[string(mqtttest.Next(t, got).Payload())]++
+	seen[string(mqtttest.Next(t, got).Payload())]++
+	mqtttest.None(t, got, 50*time.Millisecond)
 	if seen["core"] != 1 || seen["mqtt"] != 1 {
 		t.Fatalf("deliveries %v, want each once", seen)
 	}
 }
 
 func TestWillOnUngracefulDisconnect(t *testing.T) {
-	tb := startBroker(t)
-	watcher := tb.client(t, "watcher")
-	wills := inbox(t, watcher, "status/+", 1)
+	tb := mqtttest.Start(t)
+	watcher := tb.Client(t, "watcher")
+	wills := mqtttest.Inbox(t, watcher, "status/+", 1)
 	// A STOMP-side consumer (core) sees the will too.
-	s, _ := tb.broker.NewSession(core.SessionOptions{})
+	s, _ := tb.Core.NewSession(core.SessionOptions{})
 	defer s.Close()
 	coreGot := make(chan core.Delivery, 1)
 	s.Subscribe(core.ConsumerOptions{Address: "status.*", RoutingType: core.Multicast, Credit: 10,
 		Handler: func(d core.Delivery) { coreGot <- d }})
 
-	nc, err := net.Dial("tcp", tb.addr)
+	nc, err := net.Dial("tcp", tb.Addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -440,7 +350,7 @@ func TestWillOnUngracefulDisconnect(t *testing.T) {
 		t.Fatalf("CONNACK %x %v", ack, err)
 	}
 	nc.Close() // ungraceful
-	if m := next(t, wills); string(m.Payload()) != "gone" || m.Topic() != "status/dev1" {
+	if m := mqtttest.Next(t, wills); string(m.Payload()) != "gone" || m.Topic() != "status/dev1" {
 		t.Fatalf("will: %q on %s", m.Payload(), m.Topic())
 	}
 	select {
@@ -451,12 +361,12 @@ func TestWillOnUngracefulDisconnect(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the will did not reach core's subscribers")
 	}
-	none(t, wills, 50*time.Millisecond) // and MQTT got it once
+	mqtttest.None(t, wills, 50*time.Millisecond) // and MQTT got it once
 }
 
 func TestKeepAliveTimeout(t *testing.T) {
-	tb := startBroker(t)
-	nc, err := net.Dial("tcp", tb.addr)
+	tb := mqtttest.Start(t)
+	nc, err := net.Dial("tcp", tb.Addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -482,14 +392,14 @@ func TestKeepAliveTimeout(t *testing.T) {
 }
 
 func TestSessionTakeover(t *testing.T) {
-	tb := startBroker(t)
+	tb := mqtttest.Start(t)
 	lost := make(chan struct{}, 1)
-	tb.client(t, "same", func(o *paho.ClientOptions) {
+	tb.Client(t, "same", func(o *paho.ClientOptions) {
 		o.SetCleanSession(false)
 		o.SetConnectionLostHandler(func(paho.Client, error) { lost <- struct{}{} })
 	})
 	got := make(chan paho.Message, 10)
-	second := tb.client(t, "same", func(o *paho.ClientOptions) {
+	second := tb.Client(t, "same", func(o *paho.ClientOptions) {
 		o.SetCleanSession(false)
 		o.SetDefaultPublishHandler(func(_ paho.Client, m paho.Message) { got <- m })
 	})
@@ -498,19 +408,19 @@ func TestSessionTakeover(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("first connection not taken over")
 	}
-	wait(t, second.Subscribe("take/over", 1, nil))
-	pub := tb.client(t, "pub")
-	wait(t, pub.Publish("take/over", 1, false, "x"))
-	if m := next(t, got); string(m.Payload()) != "x" {
+	mqtttest.Wait(t, second.Subscribe("take/over", 1, nil))
+	pub := tb.Client(t, "pub")
+	mqtttest.Wait(t, pub.Publish("take/over", 1, false, "x"))
+	if m := mqtttest.Next(t, got); string(m.Payload()) != "x" {
 		t.Fatalf("got %q", m.Payload())
 	}
 }
 
 // A subscriber that stops reading must not hold up anyone else [mochi#95].
 func TestSlowSubscriberDoesNotDelayOthers(t *testing.T) {
-	tb := startBroker(t)
+	tb := mqtttest.Start(t)
 	// The slow one: subscribes by hand, then never reads.
-	nc, err := net.Dial("tcp", tb.addr)
+	nc, err := net.Dial("tcp", tb.Addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -518,9 +428,9 @@ func TestSlowSubscriberDoesNotDelayOthers(t *testing.T) {
 	nc.Write([]byte{0x10, 0x10, 0x00, 0x04, 'M', 'Q', 'T', 'T', 0x04, 0x02, 0x00, 0x3c, 0x00, 0x04, 's', 'l', 'o', 'w'})
 	nc.Write([]byte{0x82, 0x08, 0x00, 0x01, 0x00, 0x03, 'b', '/', '#', 0x00})
 	time.Sleep(50 * time.Millisecond)
-	fast := tb.client(t, "fast")
-	ch := inbox(t, fast, "b/#", 0)
-	pub := tb.client(t, "pub")
+	fast := tb.Client(t, "fast")
+	ch := mqtttest.Inbox(t, fast, "b/#", 0)
+	pub := tb.Client(t, "pub")
 	payload := make([]byte, 16<<10)
 	start := time.Now()
 	const n = 2000 // 32 MiB: far more than the slow socket's buffers hold
@@ -543,18 +453,18 @@ func TestPersistentSessionByteBudget(t *testing.T) {
 	// when the broker persists, and makes the publisher wait without a
 	// page store.)
 	drop := "DROP"
-	tb := startBrokerFull(t, mqtt.Config{MaxSessionBytes: 1000},
-		core.Config{Authenticator: denyBob{}, AddressSettings: []core.AddressSettings{{Match: "feed", FullPolicy: &drop}}})
-	dev := tb.client(t, "dev", func(o *paho.ClientOptions) { o.SetCleanSession(false) })
-	wait(t, dev.Subscribe("feed", 1, nil))
+	tb := mqtttest.StartFull(t, mqtt.Config{MaxSessionBytes: 1000},
+		core.Config{Authenticator: mqtttest.DenyBob{}, AddressSettings: []core.AddressSettings{{Match: "feed", FullPolicy: &drop}}})
+	dev := tb.Client(t, "dev", func(o *paho.ClientOptions) { o.SetCleanSession(false) })
+	mqtttest.Wait(t, dev.Subscribe("feed", 1, nil))
 	dev.Disconnect(100)
-	pub := tb.client(t, "pub")
+	pub := tb.Client(t, "pub")
 	body := make([]byte, 200)
 	for range 10 {
 		// The publisher is not refused; the session keeps what fits.
-		wait(t, pub.Publish("feed", 1, false, body))
+		mqtttest.Wait(t, pub.Publish("feed", 1, false, body))
 	}
-	st := tb.broker.Queue("mqtt/dev.feed").Stats()
+	st := tb.Core.Queue("mqtt/dev.feed").Stats()
 	if st.Depth != 5 || st.Dropped != 5 || st.Bytes != 1000 {
 		t.Fatalf("session queue %+v, want 5 kept and 5 dropped (counted)", st)
 	}

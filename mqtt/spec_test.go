@@ -17,7 +17,9 @@ import (
 	pahopackets "github.com/eclipse/paho.mqtt.golang/packets"
 
 	"github.com/junctionmq/junction/core"
+	"github.com/junctionmq/junction/internal/testserve"
 	"github.com/junctionmq/junction/mqtt"
+	"github.com/junctionmq/junction/mqtt/mqtttest"
 )
 
 // strict accepts alice and carol (any password but "wrong"), refuses
@@ -51,7 +53,7 @@ func connect311(level, flags byte, id, user, pass string) []byte {
 // The CONNACK return codes of MQTT 3.1.1 (§3.2.2.3), each followed by
 // the close where the spec asks for one.
 func TestConnack311ReturnCodes(t *testing.T) {
-	tb := startBrokerFull(t, mqtt.Config{}, core.Config{Authenticator: strict{}})
+	tb := mqtttest.StartFull(t, mqtt.Config{}, core.Config{Authenticator: strict{}})
 	for _, tc := range []struct {
 		name    string
 		connect []byte
@@ -67,7 +69,7 @@ func TestConnack311ReturnCodes(t *testing.T) {
 		{"empty client id, clean session 1: assigned", connect311(4, 0xc2, "", "alice", "pw"), "20020000", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			nc, err := net.Dial("tcp", tb.addr)
+			nc, err := net.Dial("tcp", tb.Addr)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -87,7 +89,7 @@ func TestConnack311ReturnCodes(t *testing.T) {
 	}
 	// And as a 3.1.1 client library sees them.
 	for user, want := range map[string]error{"bob": pahopackets.ErrorRefusedBadUsernameOrPassword, "": pahopackets.ErrorRefusedNotAuthorised} {
-		o := paho.NewClientOptions().AddBroker("tcp://" + tb.addr).SetClientID("x").SetProtocolVersion(4).
+		o := paho.NewClientOptions().AddBroker("tcp://" + tb.Addr).SetClientID("x").SetProtocolVersion(4).
 			SetAutoReconnect(false).SetConnectRetry(false)
 		if user != "" {
 			o.SetUsername(user).SetPassword("pw")
@@ -101,7 +103,7 @@ func TestConnack311ReturnCodes(t *testing.T) {
 
 // MQTT 5 refusals: CONNACK reason codes, then the close.
 func TestConnack5ReasonCodes(t *testing.T) {
-	tb := startBrokerFull(t, mqtt.Config{}, core.Config{Authenticator: strict{}})
+	tb := mqtttest.StartFull(t, mqtt.Config{}, core.Config{Authenticator: strict{}})
 	for _, tc := range []struct {
 		name string
 		c    *packets.Connect
@@ -115,11 +117,11 @@ func TestConnack5ReasonCodes(t *testing.T) {
 			WillFlag: true, WillTopic: "a/#", WillMessage: []byte("x"), WillProperties: &packets.Properties{}}, 0x90},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := tb.raw(t)
-			if ack := r.connect(tc.c); ack.ReasonCode != tc.want || ack.SessionPresent {
+			r := tb.Raw(t)
+			if ack := r.Connect(tc.c); ack.ReasonCode != tc.want || ack.SessionPresent {
 				t.Fatalf("CONNACK %#x (session present %v), want %#x", ack.ReasonCode, ack.SessionPresent, tc.want)
 			}
-			if got := r.closed(); len(got) != 0 {
+			if got := r.Closed(); len(got) != 0 {
 				t.Fatalf("%d packets after the refusal", len(got))
 			}
 		})
@@ -129,26 +131,26 @@ func TestConnack5ReasonCodes(t *testing.T) {
 // An MQTT 5 connection the broker ends gets DISCONNECT with the reason,
 // then the close.
 func TestDisconnectReasons(t *testing.T) {
-	tb := startBrokerWith(t, mqtt.Config{TopicAliasMaximum: 2, ReceiveMaximum: 2, MaxQoS: 1})
+	tb := mqtttest.StartWith(t, mqtt.Config{TopicAliasMaximum: 2, ReceiveMaximum: 2, MaxQoS: 1})
 	for _, tc := range []struct {
 		name string
-		do   func(r *raw)
+		do   func(r *mqtttest.Raw)
 		want byte
 	}{
-		{"malformed packet", func(r *raw) { r.nc.Write([]byte{0x30, 0x03, 0x00, 0x09, 'a'}) }, 0x81},
-		{"protocol error: a second CONNECT", func(r *raw) {
+		{"malformed packet", func(r *mqtttest.Raw) { r.Conn.Write([]byte{0x30, 0x03, 0x00, 0x09, 'a'}) }, 0x81},
+		{"protocol error: a second CONNECT", func(r *mqtttest.Raw) {
 			cp := packets.NewControlPacket(packets.CONNECT)
 			cp.Content = &packets.Connect{ProtocolName: "MQTT", ProtocolVersion: 5, ClientID: "again"}
-			r.send(cp)
+			r.Send(cp)
 		}, 0x82},
-		{"topic alias invalid", func(r *raw) {
+		{"topic alias invalid", func(r *mqtttest.Raw) {
 			alias := uint16(3)
-			r.publish(&packets.Publish{Topic: "a", Payload: []byte("x"), Properties: &packets.Properties{TopicAlias: &alias}})
+			r.Publish(&packets.Publish{Topic: "a", Payload: []byte("x"), Properties: &packets.Properties{TopicAlias: &alias}})
 		}, 0x94},
-		{"QoS not supported", func(r *raw) {
-			r.publish(&packets.Publish{Topic: "a", QoS: 2, PacketID: 1, Payload: []byte("x")})
+		{"QoS not supported", func(r *mqtttest.Raw) {
+			r.Publish(&packets.Publish{Topic: "a", QoS: 2, PacketID: 1, Payload: []byte("x")})
 		}, 0x9b},
-		{"receive maximum exceeded", func(r *raw) {
+		{"receive maximum exceeded", func(r *mqtttest.Raw) {
 			// QoS 1 publishes nobody journals are answered at once; an
 			// unreleased QoS 2 one is not (MaxQoS 1 refuses QoS 2, so a
 			// broker with the default for this case).
@@ -158,57 +160,57 @@ func TestDisconnectReasons(t *testing.T) {
 			continue
 		}
 		t.Run(tc.name, func(t *testing.T) {
-			r := tb.raw(t)
-			r.session("c-"+strconv.Itoa(int(tc.want)), true, 0)
+			r := tb.Raw(t)
+			r.Session("c-"+strconv.Itoa(int(tc.want)), true, 0)
 			tc.do(r)
-			got := r.closed()
+			got := r.Closed()
 			if len(got) != 1 || got[0].FixedHeader.Type != packets.DISCONNECT || got[0].Content.(*packets.Disconnect).ReasonCode != tc.want {
 				t.Fatalf("got %v before the close, want DISCONNECT %#x", names(got), tc.want)
 			}
 		})
 	}
 	t.Run("receive maximum exceeded", func(t *testing.T) {
-		tb := startBrokerWith(t, mqtt.Config{ReceiveMaximum: 2})
-		r := tb.raw(t)
-		if ack := r.session("rm", true, 0); ack.Properties == nil || ack.Properties.ReceiveMaximum == nil || *ack.Properties.ReceiveMaximum != 2 {
+		tb := mqtttest.StartWith(t, mqtt.Config{ReceiveMaximum: 2})
+		r := tb.Raw(t)
+		if ack := r.Session("rm", true, 0); ack.Properties == nil || ack.Properties.ReceiveMaximum == nil || *ack.Properties.ReceiveMaximum != 2 {
 			t.Fatal("Receive Maximum 2 not advertised")
 		}
 		for id := uint16(1); id <= 2; id++ {
-			r.publish(&packets.Publish{Topic: "a", QoS: 2, PacketID: id, Payload: []byte("x")})
-			r.expect(packets.PUBREC) // not released: both still count
+			r.Publish(&packets.Publish{Topic: "a", QoS: 2, PacketID: id, Payload: []byte("x")})
+			r.Expect(packets.PUBREC) // not released: both still count
 		}
-		r.publish(&packets.Publish{Topic: "a", QoS: 2, PacketID: 3, Payload: []byte("x")})
-		got := r.closed()
+		r.Publish(&packets.Publish{Topic: "a", QoS: 2, PacketID: 3, Payload: []byte("x")})
+		got := r.Closed()
 		if len(got) != 1 || got[0].FixedHeader.Type != packets.DISCONNECT || got[0].Content.(*packets.Disconnect).ReasonCode != 0x93 {
 			t.Fatalf("got %v, want DISCONNECT 0x93", names(got))
 		}
 	})
 	t.Run("session taken over", func(t *testing.T) {
-		r := tb.raw(t)
-		r.session("same", true, 0)
-		tb.raw(t).session("same", true, 0)
-		if got := r.closed(); len(got) != 1 || got[0].Content.(*packets.Disconnect).ReasonCode != 0x8e {
+		r := tb.Raw(t)
+		r.Session("same", true, 0)
+		tb.Raw(t).Session("same", true, 0)
+		if got := r.Closed(); len(got) != 1 || got[0].Content.(*packets.Disconnect).ReasonCode != 0x8e {
 			t.Fatalf("got %v, want DISCONNECT 0x8E", names(got))
 		}
 	})
 	t.Run("administrative action", func(t *testing.T) {
-		r := tb.raw(t)
-		r.session("admin-closed", true, 0)
-		for _, c := range tb.broker.Connections() {
+		r := tb.Raw(t)
+		r.Session("admin-closed", true, 0)
+		for _, c := range tb.Core.Connections() {
 			if c.ClientID == "mqtt/admin-closed" {
-				tb.broker.CloseConnection(c.ID)
+				tb.Core.CloseConnection(c.ID)
 			}
 		}
-		if got := r.closed(); len(got) != 1 || got[0].Content.(*packets.Disconnect).ReasonCode != 0x98 {
+		if got := r.Closed(); len(got) != 1 || got[0].Content.(*packets.Disconnect).ReasonCode != 0x98 {
 			t.Fatalf("got %v, want DISCONNECT 0x98", names(got))
 		}
 	})
 	t.Run("server shutting down", func(t *testing.T) {
-		tb := startBroker(t)
-		r := tb.raw(t)
-		r.session("down", true, 0)
-		tb.srv.Close()
-		if got := r.closed(); len(got) != 1 || got[0].Content.(*packets.Disconnect).ReasonCode != 0x8b {
+		tb := mqtttest.Start(t)
+		r := tb.Raw(t)
+		r.Session("down", true, 0)
+		tb.Server.Close()
+		if got := r.Closed(); len(got) != 1 || got[0].Content.(*packets.Disconnect).ReasonCode != 0x8b {
 			t.Fatalf("got %v, want DISCONNECT 0x8B", names(got))
 		}
 	})
@@ -217,14 +219,14 @@ func TestDisconnectReasons(t *testing.T) {
 // The keep-alive: a Server Keep Alive imposed on a client that asked for
 // none, then DISCONNECT 0x8D when it stays silent past 1.5 times it.
 func TestServerKeepAlive(t *testing.T) {
-	tb := startBrokerWith(t, mqtt.Config{MaxKeepAlive: time.Second})
-	r := tb.raw(t)
+	tb := mqtttest.StartWith(t, mqtt.Config{MaxKeepAlive: time.Second})
+	r := tb.Raw(t)
 	start := time.Now()
-	ack := r.connect(&packets.Connect{ClientID: "ka", CleanStart: true, KeepAlive: 0})
+	ack := r.Connect(&packets.Connect{ClientID: "ka", CleanStart: true, KeepAlive: 0})
 	if ack.ReasonCode != 0 || ack.Properties.ServerKeepAlive == nil || *ack.Properties.ServerKeepAlive != 1 {
 		t.Fatalf("CONNACK %#x, Server Keep Alive %v, want 1", ack.ReasonCode, ack.Properties.ServerKeepAlive)
 	}
-	got := r.closed()
+	got := r.Closed()
 	if d := time.Since(start); d < 1500*time.Millisecond {
 		t.Fatalf("closed after %v, before 1.5 times the keep-alive", d)
 	}
@@ -247,11 +249,11 @@ func names(cps []*packets.ControlPacket) []string {
 
 // MQTT 5 CONNACK advertises what the broker enforces.
 func TestConnackProperties(t *testing.T) {
-	tb := startBrokerWith(t, mqtt.Config{MaxPacketSize: 4096, ReceiveMaximum: 100, TopicAliasMaximum: 10,
+	tb := mqtttest.StartWith(t, mqtt.Config{MaxPacketSize: 4096, ReceiveMaximum: 100, TopicAliasMaximum: 10,
 		MaxSessionExpiry: time.Hour, MaxKeepAlive: time.Minute, MaxQoS: 1})
-	r := tb.raw(t)
+	r := tb.Raw(t)
 	want := uint32(7200)
-	ack := r.connect(&packets.Connect{ClientID: "", CleanStart: true, KeepAlive: 120,
+	ack := r.Connect(&packets.Connect{ClientID: "", CleanStart: true, KeepAlive: 120,
 		Properties: &packets.Properties{SessionExpiryInterval: &want}})
 	p := ack.Properties
 	if ack.ReasonCode != 0 || p == nil {
@@ -283,13 +285,13 @@ func TestConnackProperties(t *testing.T) {
 		t.Fatalf("CONNACK properties\n got %s\nwant %s", got, want)
 	}
 	// And they hold: a subscription is granted QoS 1 at most.
-	if sa := r.subscribe(1, nil, packets.SubOptions{Topic: "q", QoS: 2}); len(sa.Reasons) != 1 || sa.Reasons[0] != 1 {
+	if sa := r.Subscribe(1, nil, packets.SubOptions{Topic: "q", QoS: 2}); len(sa.Reasons) != 1 || sa.Reasons[0] != 1 {
 		t.Fatalf("SUBACK %v, want granted QoS 1", sa.Reasons)
 	}
 	// A client that asks for nothing beyond the broker's gets no Server
 	// Keep Alive nor Session Expiry Interval back.
-	r2 := tb.raw(t)
-	ack = r2.session("plain", true, 60)
+	r2 := tb.Raw(t)
+	ack = r2.Session("plain", true, 60)
 	if ack.Properties.ServerKeepAlive != nil || ack.Properties.SessionExpiryInterval != nil || ack.Properties.AssignedClientID != "" {
 		t.Fatalf("CONNACK of a plain client: %+v", ack.Properties)
 	}
@@ -297,22 +299,22 @@ func TestConnackProperties(t *testing.T) {
 
 // Outbound QoS 2 through a client library: exactly once.
 func TestQoS2ToSubscribers(t *testing.T) {
-	tb := startBroker(t)
-	sub := tb.client5(t, "s2", 0)
-	if code := sub.subscribe(t, "e/+", 2); code != 2 {
+	tb := mqtttest.Start(t)
+	sub := tb.Client5(t, "s2", 0)
+	if code := sub.Subscribe(t, "e/+", 2); code != 2 {
 		t.Fatalf("SUBACK %#x", code)
 	}
-	pub := tb.client5(t, "p2", 0)
+	pub := tb.Client5(t, "p2", 0)
 	for i := range 10 {
-		pub.publish(t, &paho5.Publish{Topic: "e/x", QoS: 2, Payload: []byte{byte(i)}})
+		pub.Publish(t, &paho5.Publish{Topic: "e/x", QoS: 2, Payload: []byte{byte(i)}})
 	}
 	for i := range 10 {
-		if p := sub.next(t); p.QoS != 2 || p.Payload[0] != byte(i) {
+		if p := sub.Next(t); p.QoS != 2 || p.Payload[0] != byte(i) {
 			t.Fatalf("message %d: %v qos %d", i, p.Payload, p.QoS)
 		}
 	}
 	select {
-	case p := <-sub.inbox:
+	case p := <-sub.Inbox:
 		t.Fatalf("again: %v", p.Payload)
 	case <-time.After(100 * time.Millisecond):
 	}
@@ -321,20 +323,20 @@ func TestQoS2ToSubscribers(t *testing.T) {
 // Message expiry: a retained message past its expiry is never
 // delivered; one not yet expired carries the time it has left.
 func TestRetainedMessageExpiry(t *testing.T) {
-	tb := startBroker(t)
-	pub := tb.client5(t, "p", 0)
+	tb := mqtttest.Start(t)
+	pub := tb.Client5(t, "p", 0)
 	one, long := uint32(1), uint32(30)
-	pub.publish(t, &paho5.Publish{Topic: "exp/short", QoS: 1, Retain: true, Payload: []byte("short"), Properties: &paho5.PublishProperties{MessageExpiry: &one}})
-	pub.publish(t, &paho5.Publish{Topic: "exp/long", QoS: 1, Retain: true, Payload: []byte("long"), Properties: &paho5.PublishProperties{MessageExpiry: &long}})
+	pub.Publish(t, &paho5.Publish{Topic: "exp/short", QoS: 1, Retain: true, Payload: []byte("short"), Properties: &paho5.PublishProperties{MessageExpiry: &one}})
+	pub.Publish(t, &paho5.Publish{Topic: "exp/long", QoS: 1, Retain: true, Payload: []byte("long"), Properties: &paho5.PublishProperties{MessageExpiry: &long}})
 	time.Sleep(1100 * time.Millisecond)
-	sub := tb.client5(t, "s", 0)
-	sub.subscribe(t, "exp/#", 1)
-	p := sub.next(t)
+	sub := tb.Client5(t, "s", 0)
+	sub.Subscribe(t, "exp/#", 1)
+	p := sub.Next(t)
 	if string(p.Payload) != "long" || !p.Retain || p.Properties.MessageExpiry == nil || *p.Properties.MessageExpiry > 29 || *p.Properties.MessageExpiry < 20 {
 		t.Fatalf("got %q retain %v expiry %v, want long with at most 29s left", p.Payload, p.Retain, p.Properties.MessageExpiry)
 	}
 	select {
-	case p := <-sub.inbox:
+	case p := <-sub.Inbox:
 		t.Fatalf("expired retained message delivered: %q", p.Payload)
 	case <-time.After(100 * time.Millisecond):
 	}
@@ -343,35 +345,35 @@ func TestRetainedMessageExpiry(t *testing.T) {
 // Retain handling, retain-as-published, subscription identifiers, user
 // properties in order with repeats, the payload format indicator.
 func TestSubscriptionOptionsAndProperties(t *testing.T) {
-	tb := startBroker(t)
-	pub := tb.client5(t, "p", 0)
-	pub.publish(t, &paho5.Publish{Topic: "rh/a", QoS: 1, Retain: true, Payload: []byte("kept")})
-	r := tb.raw(t)
-	r.session("opts", true, 0)
+	tb := mqtttest.Start(t)
+	pub := tb.Client5(t, "p", 0)
+	pub.Publish(t, &paho5.Publish{Topic: "rh/a", QoS: 1, Retain: true, Payload: []byte("kept")})
+	r := tb.Raw(t)
+	r.Session("opts", true, 0)
 	id := 7
-	r.subscribe(1, &packets.Properties{SubscriptionIdentifier: &id}, packets.SubOptions{Topic: "rh/#", QoS: 1, RetainHandling: 0})
-	m := r.publishOf()
+	r.Subscribe(1, &packets.Properties{SubscriptionIdentifier: &id}, packets.SubOptions{Topic: "rh/#", QoS: 1, RetainHandling: 0})
+	m := r.PublishOf()
 	if string(m.Payload) != "kept" || !m.Retain || m.Properties.SubscriptionIdentifier == nil || *m.Properties.SubscriptionIdentifier != 7 {
 		t.Fatalf("retained at subscribe: %v", m)
 	}
-	r.ack(packets.PUBACK, m.PacketID)
+	r.Ack(packets.PUBACK, m.PacketID)
 	// Again, retain handling 1: the subscription exists, no retained
 	// message. And retain handling 2 on a new one: none either.
-	r.subscribe(2, nil, packets.SubOptions{Topic: "rh/#", QoS: 1, RetainHandling: 1, RetainAsPublished: true})
-	r.subscribe(3, nil, packets.SubOptions{Topic: "rh/+", QoS: 0, RetainHandling: 2})
-	r.silent(100 * time.Millisecond)
+	r.Subscribe(2, nil, packets.SubOptions{Topic: "rh/#", QoS: 1, RetainHandling: 1, RetainAsPublished: true})
+	r.Subscribe(3, nil, packets.SubOptions{Topic: "rh/+", QoS: 0, RetainHandling: 2})
+	r.Silent(100 * time.Millisecond)
 	// A live retained publish: rh/# (retain-as-published) keeps the flag,
 	// rh/+ does not; rh/# no longer has a subscription identifier.
 	format := byte(1)
-	pub.publish(t, &paho5.Publish{Topic: "rh/a", QoS: 1, Retain: true, Payload: []byte("live"),
+	pub.Publish(t, &paho5.Publish{Topic: "rh/a", QoS: 1, Retain: true, Payload: []byte("live"),
 		Properties: &paho5.PublishProperties{PayloadFormat: &format,
 			User: paho5.UserProperties{{Key: "a", Value: "1"}, {Key: "b", Value: "2"}, {Key: "a", Value: "3"}}}})
 	got := map[bool]*packets.Publish{}
 	for range 2 {
-		m := r.publishOf()
+		m := r.PublishOf()
 		got[m.QoS == 1] = m
 		if m.QoS == 1 {
-			r.ack(packets.PUBACK, m.PacketID)
+			r.Ack(packets.PUBACK, m.PacketID)
 		}
 	}
 	rap, plain := got[true], got[false]
@@ -395,13 +397,13 @@ func TestSubscriptionOptionsAndProperties(t *testing.T) {
 // Will delay [MQTT-3.1.3-9]: the will is published once the delay has
 // passed, not if the client is back before.
 func TestWillDelay(t *testing.T) {
-	tb := startBroker(t)
-	watcher := tb.client5(t, "watcher", 0)
-	watcher.subscribe(t, "will/#", 1)
-	connect := func(id string) *raw {
-		r := tb.raw(t)
+	tb := mqtttest.Start(t)
+	watcher := tb.Client5(t, "watcher", 0)
+	watcher.Subscribe(t, "will/#", 1)
+	connect := func(id string) *mqtttest.Raw {
+		r := tb.Raw(t)
 		expiry, delay := uint32(60), uint32(1)
-		ack := r.connect(&packets.Connect{ClientID: id, CleanStart: true,
+		ack := r.Connect(&packets.Connect{ClientID: id, CleanStart: true,
 			Properties: &packets.Properties{SessionExpiryInterval: &expiry},
 			WillFlag:   true, WillTopic: "will/" + id, WillMessage: []byte("gone " + id), WillQOS: 1,
 			WillProperties: &packets.Properties{WillDelayInterval: &delay}})
@@ -411,18 +413,18 @@ func TestWillDelay(t *testing.T) {
 		return r
 	}
 	start := time.Now()
-	connect("late").nc.Close()
+	connect("late").Conn.Close()
 	back := connect("back")
-	back.nc.Close()
-	r := tb.raw(t)
+	back.Conn.Close()
+	r := tb.Raw(t)
 	expiry := uint32(60)
-	r.connect(&packets.Connect{ClientID: "back", CleanStart: false, Properties: &packets.Properties{SessionExpiryInterval: &expiry}})
-	p := watcher.next(t)
+	r.Connect(&packets.Connect{ClientID: "back", CleanStart: false, Properties: &packets.Properties{SessionExpiryInterval: &expiry}})
+	p := watcher.Next(t)
 	if string(p.Payload) != "gone late" || time.Since(start) < 900*time.Millisecond {
 		t.Fatalf("will %q after %v", p.Payload, time.Since(start))
 	}
 	select {
-	case p := <-watcher.inbox:
+	case p := <-watcher.Inbox:
 		t.Fatalf("will of a client that came back: %q", p.Payload)
 	case <-time.After(1500 * time.Millisecond):
 	}
@@ -431,16 +433,16 @@ func TestWillDelay(t *testing.T) {
 // Session expiry: an MQTT 5 session ends once its interval has passed
 // without a connection; its subscription's messages go with it.
 func TestSessionExpiry(t *testing.T) {
-	tb := startBroker(t)
-	r := tb.raw(t)
-	r.session("short", true, 1)
-	r.subscribe(1, nil, packets.SubOptions{Topic: "x", QoS: 1})
-	r.disconnect()
-	if tb.broker.Queue("mqtt/short.x") == nil {
+	tb := mqtttest.Start(t)
+	r := tb.Raw(t)
+	r.Session("short", true, 1)
+	r.Subscribe(1, nil, packets.SubOptions{Topic: "x", QoS: 1})
+	r.Disconnect()
+	if tb.Core.Queue("mqtt/short.x") == nil {
 		t.Fatal("no durable subscription")
 	}
-	eventually(t, "the session to expire", func() bool { return tb.broker.Queue("mqtt/short.x") == nil })
-	if ack := tb.raw(t).session("short", false, 1); ack.SessionPresent {
+	testserve.Eventually(t, "the session to expire", func() bool { return tb.Core.Queue("mqtt/short.x") == nil })
+	if ack := tb.Raw(t).Session("short", false, 1); ack.SessionPresent {
 		t.Fatal("expired session present")
 	}
 }
@@ -448,8 +450,8 @@ func TestSessionExpiry(t *testing.T) {
 // The $SYS topics carry core's statistics, every protocol's; a filter
 // beginning with a wildcard does not receive them [MQTT-4.7.2-1].
 func TestSysTopics(t *testing.T) {
-	tb := startBrokerWith(t, mqtt.Config{SysInterval: 20 * time.Millisecond, Version: "9.9"})
-	stomp, err := tb.broker.NewSession(core.SessionOptions{Protocol: "stomp"})
+	tb := mqtttest.StartWith(t, mqtt.Config{SysInterval: 20 * time.Millisecond, Version: "9.9"})
+	stomp, err := tb.Core.NewSession(core.SessionOptions{Protocol: "stomp"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -457,10 +459,10 @@ func TestSysTopics(t *testing.T) {
 	if err := stomp.Send(context.Background(), &core.Message{Address: "s", RoutingType: core.Multicast, Body: []byte("x")}); err != nil {
 		t.Fatal(err)
 	}
-	all := tb.client5(t, "all", 0)
-	all.subscribe(t, "#", 0)
-	sys := tb.client5(t, "sys", 0)
-	sys.subscribe(t, "$SYS/broker/#", 0)
+	all := tb.Client5(t, "all", 0)
+	all.Subscribe(t, "#", 0)
+	sys := tb.Client5(t, "sys", 0)
+	sys.Subscribe(t, "$SYS/broker/#", 0)
 	want := map[string]string{
 		"$SYS/broker/version":                 "Junction 9.9",
 		"$SYS/broker/clients/mqtt/connected":  "2",
@@ -482,7 +484,7 @@ func TestSysTopics(t *testing.T) {
 	deadline := time.After(5 * time.Second)
 	for !matches() {
 		select {
-		case p := <-sys.inbox:
+		case p := <-sys.Inbox:
 			got[p.Topic] = string(p.Payload) // the latest value of each
 		case <-deadline:
 			t.Fatalf("$SYS values\n got %v\nwant %v", got, want)
@@ -492,7 +494,7 @@ func TestSysTopics(t *testing.T) {
 		t.Errorf("uptime %q", got["$SYS/broker/uptime"])
 	}
 	select {
-	case p := <-all.inbox:
+	case p := <-all.Inbox:
 		t.Fatalf("# received %s", p.Topic)
 	case <-time.After(100 * time.Millisecond):
 	}
@@ -501,15 +503,15 @@ func TestSysTopics(t *testing.T) {
 // A PUBLISH from a client to a $ topic is refused: those are the
 // broker's.
 func TestPublishToSysRefused(t *testing.T) {
-	tb := startBroker(t)
-	sys := tb.client5(t, "sys", 0)
-	sys.subscribe(t, "$SYS/own", 0)
-	r := tb.client5(t, "p", 0).publish(t, &paho5.Publish{Topic: "$SYS/own", QoS: 1, Payload: []byte("x")})
+	tb := mqtttest.Start(t)
+	sys := tb.Client5(t, "sys", 0)
+	sys.Subscribe(t, "$SYS/own", 0)
+	r := tb.Client5(t, "p", 0).Publish(t, &paho5.Publish{Topic: "$SYS/own", QoS: 1, Payload: []byte("x")})
 	if r == nil || r.ReasonCode != 0x87 {
 		t.Fatalf("PUBACK %+v, want 0x87", r)
 	}
 	select {
-	case p := <-sys.inbox:
+	case p := <-sys.Inbox:
 		t.Fatalf("delivered %q", p.Payload)
 	case <-time.After(50 * time.Millisecond):
 	}

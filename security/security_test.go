@@ -13,6 +13,7 @@ import (
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/junctionmq/junction/core"
+	"github.com/junctionmq/junction/internal/testserve"
 )
 
 func TestMain(m *testing.M) {
@@ -337,13 +338,7 @@ func TestReloader(t *testing.T) {
 
 	waitFor := func(what string, cond func() bool) {
 		t.Helper()
-		deadline := time.Now().Add(5 * time.Second)
-		for !cond() {
-			if time.Now().After(deadline) {
-				t.Fatalf("timed out waiting for %s", what)
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
+		testserve.Eventually(t, what, cond)
 	}
 	second := testUsers(t, map[string][]string{"alice": nil, "bob": {"admin"}})
 	if err := second.Save(path); err != nil {

@@ -10,8 +10,8 @@ import (
 
 	"github.com/junctionmq/junction/core"
 	"github.com/junctionmq/junction/internal/authztest"
-	"github.com/junctionmq/junction/internal/testserve"
 	"github.com/junctionmq/junction/stomp"
+	"github.com/junctionmq/junction/stomp/stomptest"
 )
 
 // authzGrants: producer may send to the queue orders and the topics
@@ -24,7 +24,7 @@ var authzGrants = authztest.Grants{
 	"durable": {core.PermSend: {"barrier"}, core.PermConsume: {"news"}, core.PermCreateNonDurableQueue: {"news"}},
 }
 
-func startAuthzBroker(t *testing.T) *testBroker {
+func startAuthzBroker(t *testing.T) *stomptest.Broker {
 	t.Helper()
 	b, err := core.New(core.Config{Authorizer: authzGrants, ExpiryScanInterval: -1})
 	if err != nil {
@@ -38,23 +38,7 @@ func startAuthzBroker(t *testing.T) *testBroker {
 			t.Fatal(err)
 		}
 	}
-	srv := stomp.New(stomp.Config{}, b)
-	t.Cleanup(func() { b.Close() })
-	addr, _ := testserve.Serve(t, srv.ServeConn)
-	return &testBroker{addr: addr, broker: b, srv: srv}
-}
-
-// dialAs connects as user; the connection may end with an ERROR, so the
-// cleanup does not wait for a DISCONNECT receipt.
-func (tb *testBroker) dialAs(t *testing.T, user string, opts ...func(*gostomp.Conn) error) *gostomp.Conn {
-	t.Helper()
-	opts = append([]func(*gostomp.Conn) error{gostomp.ConnOpt.HeartBeat(0, 0), quiet, gostomp.ConnOpt.Login(user, "")}, opts...)
-	c, err := gostomp.Dial("tcp", tb.addr, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.MustDisconnect() })
-	return c
+	return stomptest.Serve(t, b, stomp.Config{})
 }
 
 // wantNotAuthorized checks a STOMP ERROR "not authorized" whose body
@@ -96,55 +80,55 @@ func subscribeDenied(t *testing.T, c *gostomp.Conn, dest string, perm core.Permi
 	}
 }
 
-func denials(tb *testBroker) uint64 {
-	_, by := tb.broker.AuthzDenials()
+func denials(tb *stomptest.Broker) uint64 {
+	_, by := tb.Core.AuthzDenials()
 	return by["stomp"]
 }
 
 func TestAuthorizationQueue(t *testing.T) {
 	tb := startAuthzBroker(t)
-	cons := tb.dialAs(t, "consumer")
-	sub := subscribe(t, cons, "/queue/orders", gostomp.AckAuto)
-	prod := tb.dialAs(t, "producer")
-	send(t, prod, "/queue/orders", "o1", gostomp.SendOpt.Receipt)
-	if m := next(t, sub); string(m.Body) != "o1" {
+	cons := tb.DialAs(t, "consumer")
+	sub := stomptest.Subscribe(t, cons, "/queue/orders", gostomp.AckAuto)
+	prod := tb.DialAs(t, "producer")
+	stomptest.Send(t, prod, "/queue/orders", "o1", gostomp.SendOpt.Receipt)
+	if m := stomptest.Next(t, sub); string(m.Body) != "o1" {
 		t.Fatalf("got %q", m.Body)
 	}
 	// The producer may not consume, the consumer may not send.
-	subscribeDenied(t, tb.dialAs(t, "producer"), "/queue/orders", core.PermConsume, "orders")
-	err := tb.dialAs(t, "consumer").Send("/queue/orders", "text/plain", []byte("x"), gostomp.SendOpt.Receipt)
+	subscribeDenied(t, tb.DialAs(t, "producer"), "/queue/orders", core.PermConsume, "orders")
+	err := tb.DialAs(t, "consumer").Send("/queue/orders", "text/plain", []byte("x"), gostomp.SendOpt.Receipt)
 	wantNotAuthorized(t, err, core.PermSend, "orders")
 	// A persistent SEND (answered asynchronously) is refused the same way.
-	err = tb.dialAs(t, "consumer").Send("/queue/orders", "text/plain", []byte("x"), gostomp.SendOpt.Receipt,
+	err = tb.DialAs(t, "consumer").Send("/queue/orders", "text/plain", []byte("x"), gostomp.SendOpt.Receipt,
 		gostomp.SendOpt.Header("persistent", "true"))
 	wantNotAuthorized(t, err, core.PermSend, "orders")
 	// In a transaction too (the SEND is refused, not the COMMIT).
-	c := tb.dialAs(t, "consumer")
+	c := tb.DialAs(t, "consumer")
 	tx := c.Begin()
 	err = tx.Send("/queue/orders", "text/plain", []byte("x"), gostomp.SendOpt.Receipt)
 	wantNotAuthorized(t, err, core.PermSend, "orders")
 	if n := denials(tb); n != 4 {
 		t.Fatalf("%d denials counted, want 4", n)
 	}
-	if d := tb.broker.Queue("orders").Stats().Enqueued; d != 1 {
+	if d := tb.Core.Queue("orders").Stats().Enqueued; d != 1 {
 		t.Fatalf("%d messages enqueued, want 1", d)
 	}
 }
 
 func TestAuthorizationWildcardTopic(t *testing.T) {
 	tb := startAuthzBroker(t)
-	cons := tb.dialAs(t, "consumer")
-	sub := subscribe(t, cons, "/topic/sensors.#", gostomp.AckAuto)
-	prod := tb.dialAs(t, "producer")
-	send(t, prod, "/topic/sensors.kitchen", "t1", gostomp.SendOpt.Receipt)
-	if m := next(t, sub); string(m.Body) != "t1" {
+	cons := tb.DialAs(t, "consumer")
+	sub := stomptest.Subscribe(t, cons, "/topic/sensors.#", gostomp.AckAuto)
+	prod := tb.DialAs(t, "producer")
+	stomptest.Send(t, prod, "/topic/sensors.kitchen", "t1", gostomp.SendOpt.Receipt)
+	if m := stomptest.Next(t, sub); string(m.Body) != "t1" {
 		t.Fatalf("got %q", m.Body)
 	}
-	subscribeDenied(t, tb.dialAs(t, "producer"), "/topic/sensors.#", core.PermConsume, "sensors.#")
-	err := tb.dialAs(t, "consumer").Send("/topic/sensors.kitchen", "text/plain", []byte("x"), gostomp.SendOpt.Receipt)
+	subscribeDenied(t, tb.DialAs(t, "producer"), "/topic/sensors.#", core.PermConsume, "sensors.#")
+	err := tb.DialAs(t, "consumer").Send("/topic/sensors.kitchen", "text/plain", []byte("x"), gostomp.SendOpt.Receipt)
 	wantNotAuthorized(t, err, core.PermSend, "sensors.kitchen")
 	// Creating an address needs createAddress, which nobody has here.
-	err = tb.dialAs(t, "producer").Send("/topic/sensors.garage", "text/plain", []byte("x"), gostomp.SendOpt.Receipt)
+	err = tb.DialAs(t, "producer").Send("/topic/sensors.garage", "text/plain", []byte("x"), gostomp.SendOpt.Receipt)
 	wantNotAuthorized(t, err, core.PermCreateAddress, "sensors.garage")
 	if n := denials(tb); n != 3 {
 		t.Fatalf("%d denials counted, want 3", n)
@@ -154,9 +138,9 @@ func TestAuthorizationWildcardTopic(t *testing.T) {
 func TestAuthorizationDurableSubscription(t *testing.T) {
 	tb := startAuthzBroker(t)
 	// A non-durable subscription is allowed, a durable one is not.
-	c := tb.dialAs(t, "durable", gostomp.ConnOpt.Header("client-id", "app"))
-	subscribe(t, c, "/topic/news", gostomp.AckAuto)
-	d := tb.dialAs(t, "durable", gostomp.ConnOpt.Header("client-id", "app2"))
+	c := tb.DialAs(t, "durable", gostomp.ConnOpt.Header("client-id", "app"))
+	stomptest.Subscribe(t, c, "/topic/news", gostomp.AckAuto)
+	d := tb.DialAs(t, "durable", gostomp.ConnOpt.Header("client-id", "app2"))
 	s, err := d.Subscribe("/topic/news", gostomp.AckAuto, gostomp.SubscribeOpt.Header("activemq.subscriptionName", "s"))
 	if err != nil {
 		t.Fatal(err)
@@ -170,7 +154,7 @@ func TestAuthorizationDurableSubscription(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("no ERROR within 5s")
 	}
-	if tb.broker.Queue("app2.s") != nil {
+	if tb.Core.Queue("app2.s") != nil {
 		t.Fatal("the durable subscription was created")
 	}
 	if n := denials(tb); n != 1 {

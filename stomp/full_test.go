@@ -13,20 +13,8 @@ import (
 	"github.com/junctionmq/junction/core"
 	"github.com/junctionmq/junction/internal/testserve"
 	"github.com/junctionmq/junction/stomp"
+	"github.com/junctionmq/junction/stomp/stomptest"
 )
-
-// startBrokerConfig is startBroker with a whole broker configuration.
-func startBrokerConfig(t *testing.T, bcfg core.Config) *testBroker {
-	t.Helper()
-	b, err := core.New(bcfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := stomp.New(stomp.Config{}, b)
-	t.Cleanup(func() { b.Close() })
-	addr, _ := testserve.Serve(t, srv.ServeConn)
-	return &testBroker{addr: addr, broker: b, srv: srv}
-}
 
 // limited is address settings bounding addr's queues to max body bytes
 // with the given address-full-policy.
@@ -34,8 +22,8 @@ func limited(addr string, max int64, policy string) core.AddressSettings {
 	return core.AddressSettings{Match: addr, MaxSizeBytes: &max, FullPolicy: &policy}
 }
 
-func depth(tb *testBroker, queue string) int64 {
-	if q := tb.broker.Queue(queue); q != nil {
+func depth(tb *stomptest.Broker, queue string) int64 {
+	if q := tb.Core.Queue(queue); q != nil {
 		return q.Stats().Depth
 	}
 	return -1
@@ -52,43 +40,32 @@ func stompConns(b *core.Broker) (dropped, refused uint64) {
 	return dropped, refused
 }
 
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // A SEND to a full FAIL address gets an ERROR "address full" naming its
 // receipt, and the connection is closed, as for every ERROR.
 func TestFullFailSendsError(t *testing.T) {
 	for _, persistent := range []bool{false, true} {
 		t.Run(fmt.Sprintf("persistent=%v", persistent), func(t *testing.T) {
-			tb := startBroker(t, stomp.Config{}, limited("fail", 10, "FAIL"))
-			r := tb.raw(t)
-			r.connect("")
+			tb := stomptest.Start(t, stomp.Config{}, limited("fail", 10, "FAIL"))
+			r := tb.Raw(t)
+			r.Connect("")
 			hdr := ""
 			if persistent {
 				hdr = "persistent:true\n"
 			}
-			r.write("SEND\ndestination:/queue/fail\nreceipt:1\n" + hdr + "\n12345678\x00")
-			if f := r.frame(); !strings.HasPrefix(f, "RECEIPT\n") {
+			r.Write("SEND\ndestination:/queue/fail\nreceipt:1\n" + hdr + "\n12345678\x00")
+			if f := r.Frame(); !strings.HasPrefix(f, "RECEIPT\n") {
 				t.Fatalf("first send: got %q", f)
 			}
-			r.write("SEND\ndestination:/queue/fail\nreceipt:2\n" + hdr + "\n12345678\x00")
-			f := r.frame()
-			if !strings.HasPrefix(f, "ERROR\n") || header(f, "message") != "address full" || header(f, "receipt-id") != "2" {
+			r.Write("SEND\ndestination:/queue/fail\nreceipt:2\n" + hdr + "\n12345678\x00")
+			f := r.Frame()
+			if !strings.HasPrefix(f, "ERROR\n") || stomptest.Header(f, "message") != "address full" || stomptest.Header(f, "receipt-id") != "2" {
 				t.Fatalf("second send: got %q, want ERROR address full for receipt 2", f)
 			}
 			if _, body, _ := strings.Cut(f, "\n\n"); !strings.Contains(body, "fail") {
 				t.Fatalf("ERROR body %q does not name the queue", body)
 			}
-			r.closed()
-			if got := tb.broker.DropStats()[core.RefusedFull]; got != 1 {
+			r.Closed()
+			if got := tb.Core.DropStats()[core.RefusedFull]; got != 1 {
 				t.Fatalf("refused_full = %d, want 1", got)
 			}
 			if d := depth(tb, "fail"); d != 1 {
@@ -101,22 +78,22 @@ func TestFullFailSendsError(t *testing.T) {
 // With DROP, SENDs to a full address are confirmed and the messages
 // dropped, counted for the broker and the connection.
 func TestFullDropCounts(t *testing.T) {
-	tb := startBroker(t, stomp.Config{}, limited("drop", 10, "DROP"))
-	c := tb.dial(t)
+	tb := stomptest.Start(t, stomp.Config{}, limited("drop", 10, "DROP"))
+	c := tb.Dial(t)
 	for i := range 3 {
-		send(t, c, "/queue/drop", fmt.Sprintf("message%d", i), gostomp.SendOpt.Receipt)
+		stomptest.Send(t, c, "/queue/drop", fmt.Sprintf("message%d", i), gostomp.SendOpt.Receipt)
 	}
 	if d := depth(tb, "drop"); d != 1 {
 		t.Fatalf("depth %d, want 1", d)
 	}
-	if got := tb.broker.DropStats()[core.DropFull]; got != 2 {
+	if got := tb.Core.DropStats()[core.DropFull]; got != 2 {
 		t.Fatalf("queue_full drops = %d, want 2", got)
 	}
-	if dropped, refused := stompConns(tb.broker); dropped != 2 || refused != 0 {
+	if dropped, refused := stompConns(tb.Core); dropped != 2 || refused != 0 {
 		t.Fatalf("connection dropped %d refused %d, want 2 and 0", dropped, refused)
 	}
-	s := subscribe(t, tb.dial(t), "/queue/drop", gostomp.AckAuto)
-	if got := string(next(t, s).Body); got != "message0" {
+	s := stomptest.Subscribe(t, tb.Dial(t), "/queue/drop", gostomp.AckAuto)
+	if got := string(stomptest.Next(t, s).Body); got != "message0" {
 		t.Fatalf("got %q, want message0", got)
 	}
 }
@@ -128,8 +105,8 @@ func TestFullBlockStallsProducer(t *testing.T) {
 	for _, persistent := range []bool{false, true} {
 		t.Run(fmt.Sprintf("persistent=%v", persistent), func(t *testing.T) {
 			const n = 40
-			tb := startBroker(t, stomp.Config{}, limited("block", 100, "BLOCK"))
-			prod := tb.dial(t)
+			tb := stomptest.Start(t, stomp.Config{}, limited("block", 100, "BLOCK"))
+			prod := tb.Dial(t)
 			opts := []func(*frame.Frame) error{gostomp.SendOpt.Receipt}
 			if persistent {
 				opts = append(opts, gostomp.SendOpt.Header("persistent", "true"))
@@ -147,7 +124,7 @@ func TestFullBlockStallsProducer(t *testing.T) {
 				errc <- nil
 			}()
 			// Ten 10-byte messages fill the queue.
-			eventually(t, "the queue to fill", func() bool { return depth(tb, "block") >= 10 })
+			testserve.Eventually(t, "the queue to fill", func() bool { return depth(tb, "block") >= 10 })
 			select {
 			case err := <-errc:
 				t.Fatalf("the producer finished (%v) while the address was full; %d sent", err, sent.Load())
@@ -159,12 +136,12 @@ func TestFullBlockStallsProducer(t *testing.T) {
 
 			// Not subscribe: its barrier's RECEIPT would queue behind more
 			// messages than go-stomp buffers before they are read.
-			s, err := tb.dial(t).Subscribe("/queue/block", gostomp.AckAuto)
+			s, err := tb.Dial(t).Subscribe("/queue/block", gostomp.AckAuto)
 			if err != nil {
 				t.Fatal(err)
 			}
 			for i := range n {
-				if got, want := string(next(t, s).Body), fmt.Sprintf("message%03d", i); got != want {
+				if got, want := string(stomptest.Next(t, s).Body), fmt.Sprintf("message%03d", i); got != want {
 					t.Fatalf("message %d: got %q, want %q", i, got, want)
 				}
 			}
@@ -183,38 +160,38 @@ func TestFullBlockStallsProducer(t *testing.T) {
 // A producer waiting for room (BLOCK) can still be closed by an
 // administrator, and does not hold up the broker's shutdown.
 func TestFullBlockedProducerCanBeClosed(t *testing.T) {
-	blockedProducer := func(t *testing.T, tb *testBroker, persistent bool) *rawConn {
+	blockedProducer := func(t *testing.T, tb *stomptest.Broker, persistent bool) *stomptest.RawConn {
 		t.Helper()
-		r := tb.raw(t)
-		r.connect("")
+		r := tb.Raw(t)
+		r.Connect("")
 		hdr := ""
 		if persistent {
 			hdr = "persistent:true\n"
 		}
-		r.write("SEND\ndestination:/queue/block\nreceipt:1\n" + hdr + "\n12345678\x00")
-		if f := r.frame(); !strings.HasPrefix(f, "RECEIPT\n") {
+		r.Write("SEND\ndestination:/queue/block\nreceipt:1\n" + hdr + "\n12345678\x00")
+		if f := r.Frame(); !strings.HasPrefix(f, "RECEIPT\n") {
 			t.Fatalf("first send: got %q", f)
 		}
-		r.write("SEND\ndestination:/queue/block\nreceipt:2\n" + hdr + "\n12345678\x00")
+		r.Write("SEND\ndestination:/queue/block\nreceipt:2\n" + hdr + "\n12345678\x00")
 		return r
 	}
 	for _, persistent := range []bool{false, true} {
 		t.Run(fmt.Sprintf("admin/persistent=%v", persistent), func(t *testing.T) {
-			tb := startBroker(t, stomp.Config{}, limited("block", 10, "BLOCK"))
+			tb := stomptest.Start(t, stomp.Config{}, limited("block", 10, "BLOCK"))
 			r := blockedProducer(t, tb, persistent)
 			var id uint64
-			eventually(t, "the connection to be listed", func() bool {
-				for _, c := range tb.broker.Connections() {
+			testserve.Eventually(t, "the connection to be listed", func() bool {
+				for _, c := range tb.Core.Connections() {
 					id = c.ID
 				}
 				return id != 0
 			})
 			time.Sleep(50 * time.Millisecond) // let the SEND reach core's wait
-			if err := tb.broker.CloseConnection(id); err != nil {
+			if err := tb.Core.CloseConnection(id); err != nil {
 				t.Fatal(err)
 			}
-			r.closed()
-			eventually(t, "the session to close", func() bool { return len(tb.broker.Connections()) == 0 })
+			r.Closed()
+			testserve.Eventually(t, "the session to close", func() bool { return len(tb.Core.Connections()) == 0 })
 			if d := depth(tb, "block"); d != 1 {
 				t.Fatalf("depth %d, want 1: the blocked message must not be taken", d)
 			}
@@ -224,13 +201,11 @@ func TestFullBlockedProducerCanBeClosed(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			t.Cleanup(func() { b.Close() })
-			srv := stomp.New(stomp.Config{}, b)
-			addr, stop := testserve.Serve(t, srv.ServeConn)
-			blockedProducer(t, &testBroker{addr: addr, broker: b, srv: srv}, persistent)
+			tb := stomptest.Serve(t, b, stomp.Config{})
+			blockedProducer(t, tb, persistent)
 			time.Sleep(50 * time.Millisecond) // let the SEND reach core's wait
 			done := make(chan struct{})
-			go func() { stop(); close(done) }()
+			go func() { tb.Stop(); close(done) }()
 			select {
 			case <-done:
 			case <-time.After(10 * time.Second):

@@ -8,13 +8,14 @@ import (
 	gostomp "github.com/go-stomp/stomp/v3"
 
 	"github.com/junctionmq/junction/stomp"
+	"github.com/junctionmq/junction/stomp/stomptest"
 )
 
 // With the defaults, a client gets the heart-beats it asks for down to
 // 1s each way (as ActiveMQ and RabbitMQ honour), not a slower interval
 // of the broker's choosing.
 func TestHeartBeatsAsTheClientAsks(t *testing.T) {
-	tb := startBroker(t, stomp.Config{})
+	tb := stomptest.Start(t, stomp.Config{})
 	for _, tc := range []struct{ ask, want string }{
 		{"1000,1000", "1000,1000"},
 		{"2500,4000", "4000,2500"}, // the broker beats every 4s, the client every 2.5s
@@ -22,7 +23,7 @@ func TestHeartBeatsAsTheClientAsks(t *testing.T) {
 		{"0,1000", "1000,0"},
 		{"0,0", "0,0"},
 	} {
-		if hb := header(tb.raw(t).connect("heart-beat:"+tc.ask+"\n"), "heart-beat"); hb != tc.want {
+		if hb := stomptest.Header(tb.Raw(t).Connect("heart-beat:"+tc.ask+"\n"), "heart-beat"); hb != tc.want {
 			t.Errorf("client asks %s: CONNECTED heart-beat:%s, want %s", tc.ask, hb, tc.want)
 		}
 	}
@@ -33,17 +34,17 @@ func TestHeartBeatsAsTheClientAsks(t *testing.T) {
 // broker beats every second to a client that asked for it; go-stomp
 // beating every second stays connected.
 func TestHeartBeatTimeoutAndBeats(t *testing.T) {
-	tb := startBroker(t, stomp.Config{})
-	silent := tb.raw(t)
-	silent.connect("heart-beat:1000,0\n")
+	tb := stomptest.Start(t, stomp.Config{})
+	silent := tb.Raw(t)
+	silent.Connect("heart-beat:1000,0\n")
 	start := time.Now()
-	listener := tb.raw(t)
-	listener.connect("heart-beat:0,1000\n")
-	beating := tb.dial(t, gostomp.ConnOpt.HeartBeat(time.Second, time.Second))
+	listener := tb.Raw(t)
+	listener.Connect("heart-beat:0,1000\n")
+	beating := tb.Dial(t, gostomp.ConnOpt.HeartBeat(time.Second, time.Second))
 
-	f := silent.frame()
+	f := silent.Frame()
 	took := time.Since(start)
-	if !strings.HasPrefix(f, "ERROR\n") || header(f, "message") != "heart-beat timeout" ||
+	if !strings.HasPrefix(f, "ERROR\n") || stomptest.Header(f, "message") != "heart-beat timeout" ||
 		!strings.Contains(f, "No data from the client for 1.5s.") {
 		t.Fatalf("got %q", f)
 	}
@@ -52,19 +53,19 @@ func TestHeartBeatTimeoutAndBeats(t *testing.T) {
 	if took < 1400*time.Millisecond || took > 6*time.Second {
 		t.Fatalf("silent client disconnected after %v, want about 1.5s", took)
 	}
-	silent.closed()
+	silent.Closed()
 
 	// The broker beats to the listener every second: three beats come
 	// within 3s of its CONNECTED (and the 3s give go-stomp's beats below
 	// time to prove themselves).
-	listener.nc.SetReadDeadline(start.Add(4500 * time.Millisecond))
+	listener.Conn.SetReadDeadline(start.Add(4500 * time.Millisecond))
 	for beats := 0; beats < 3; beats++ {
-		b, err := listener.br.ReadByte()
+		b, err := listener.Reader.ReadByte()
 		if err != nil || b != '\n' {
 			t.Fatalf("after %d heart-beats in %v: %q %v", beats, time.Since(start), b, err)
 		}
 	}
 
 	// go-stomp beating every second was not disconnected.
-	send(t, beating, "/queue/alive", "x", gostomp.SendOpt.Receipt)
+	stomptest.Send(t, beating, "/queue/alive", "x", gostomp.SendOpt.Receipt)
 }

@@ -9,21 +9,22 @@ import (
 	gostomp "github.com/go-stomp/stomp/v3"
 
 	"github.com/junctionmq/junction/stomp"
+	"github.com/junctionmq/junction/stomp/stomptest"
 )
 
 // A client that never finishes its CONNECT frame, silent or sending a
 // byte at a time, gets an ERROR and is closed once ConnectTimeout has
 // passed; the deadline is absolute, so dribbling does not extend it.
 func TestConnectTimeout(t *testing.T) {
-	tb := startBroker(t, stomp.Config{ConnectTimeout: 200 * time.Millisecond})
-	good := tb.dial(t)
-	gs := subscribe(t, good, "/queue/good", gostomp.AckAuto)
+	tb := stomptest.Start(t, stomp.Config{ConnectTimeout: 200 * time.Millisecond})
+	good := tb.Dial(t)
+	gs := stomptest.Subscribe(t, good, "/queue/good", gostomp.AckAuto)
 	for _, name := range []string{"silent", "dribbling", "heart-beats only"} {
 		t.Run(name, func(t *testing.T) {
 			// Before dialing: the broker's clock starts at accept, which
 			// can come before the dial returns here.
 			start := time.Now()
-			r := tb.raw(t)
+			r := tb.Raw(t)
 			stop := make(chan struct{})
 			defer close(stop)
 			if name != "silent" {
@@ -42,22 +43,22 @@ func TestConnectTimeout(t *testing.T) {
 							}
 							b = partial[i : i+1]
 						}
-						if _, err := r.nc.Write([]byte(b)); err != nil {
+						if _, err := r.Conn.Write([]byte(b)); err != nil {
 							return
 						}
 					}
 				}()
 			}
-			f := r.frame()
-			if !strings.HasPrefix(f, "ERROR\n") || header(f, "message") != "connect timeout" {
+			f := r.Frame()
+			if !strings.HasPrefix(f, "ERROR\n") || stomptest.Header(f, "message") != "connect timeout" {
 				t.Fatalf("want ERROR connect timeout, got %q", f)
 			}
-			r.closed()
+			r.Closed()
 			if d := time.Since(start); d < 200*time.Millisecond {
 				t.Fatalf("closed after %v, before the timeout", d)
 			}
-			send(t, good, "/queue/good", name)
-			if m := next(t, gs); string(m.Body) != name {
+			stomptest.Send(t, good, "/queue/good", name)
+			if m := stomptest.Next(t, gs); string(m.Body) != name {
 				t.Fatalf("good client got %q", m.Body)
 			}
 		})
@@ -65,28 +66,28 @@ func TestConnectTimeout(t *testing.T) {
 }
 
 func TestMaxSubscriptions(t *testing.T) {
-	tb := startBroker(t, stomp.Config{MaxSubscriptions: 3})
-	r := tb.raw(t)
-	r.connect("")
+	tb := stomptest.Start(t, stomp.Config{MaxSubscriptions: 3})
+	r := tb.Raw(t)
+	r.Connect("")
 	for i := range 3 {
-		r.write(fmt.Sprintf("SUBSCRIBE\nid:%d\ndestination:/queue/s%d\n\n\x00", i, i))
+		r.Write(fmt.Sprintf("SUBSCRIBE\nid:%d\ndestination:/queue/s%d\n\n\x00", i, i))
 	}
 	// Unsubscribing frees a slot.
-	r.write("UNSUBSCRIBE\nid:0\n\n\x00")
-	r.write("SUBSCRIBE\nid:3\ndestination:/queue/s3\nreceipt:r3\n\n\x00")
-	if f := r.frame(); !strings.HasPrefix(f, "RECEIPT\n") || header(f, "receipt-id") != "r3" {
+	r.Write("UNSUBSCRIBE\nid:0\n\n\x00")
+	r.Write("SUBSCRIBE\nid:3\ndestination:/queue/s3\nreceipt:r3\n\n\x00")
+	if f := r.Frame(); !strings.HasPrefix(f, "RECEIPT\n") || stomptest.Header(f, "receipt-id") != "r3" {
 		t.Fatalf("want RECEIPT r3, got %q", f)
 	}
-	r.write("SUBSCRIBE\nid:4\ndestination:/queue/s4\nreceipt:r4\n\n\x00")
-	f := r.frame()
-	if !strings.HasPrefix(f, "ERROR\n") || header(f, "message") != "too many subscriptions" || header(f, "receipt-id") != "r4" {
+	r.Write("SUBSCRIBE\nid:4\ndestination:/queue/s4\nreceipt:r4\n\n\x00")
+	f := r.Frame()
+	if !strings.HasPrefix(f, "ERROR\n") || stomptest.Header(f, "message") != "too many subscriptions" || stomptest.Header(f, "receipt-id") != "r4" {
 		t.Fatalf("want ERROR too many subscriptions, got %q", f)
 	}
-	r.closed()
+	r.Closed()
 
 	// Another connection has its own count.
-	c := tb.dial(t)
+	c := tb.Dial(t)
 	for i := range 3 {
-		subscribe(t, c, fmt.Sprintf("/queue/o%d", i), gostomp.AckAuto)
+		stomptest.Subscribe(t, c, fmt.Sprintf("/queue/o%d", i), gostomp.AckAuto)
 	}
 }

@@ -11,8 +11,8 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/junctionmq/junction/core"
-	"github.com/junctionmq/junction/internal/testserve"
 	"github.com/junctionmq/junction/stomp"
+	"github.com/junctionmq/junction/stomp/stomptest"
 )
 
 // gatedJournal is a message journal whose appends complete only when the
@@ -102,15 +102,15 @@ func TestReceiptsBeforeError(t *testing.T) {
 	j := &gatedJournal{appends: make(chan struct{}, 64)}
 	errSent := make(chan struct{}, 1)
 	log := zerolog.New(signalWriter{what: "stomp error sent", ch: errSent}).Level(zerolog.DebugLevel)
-	tb := startWith(t, core.Config{Messages: j, Bindings: okJournal{}}, stomp.Config{Logger: log})
-	r := tb.raw(t)
-	r.connect("")
+	tb := stomptest.StartWith(t, core.Config{Messages: j, Bindings: okJournal{}}, stomp.Config{Logger: log})
+	r := tb.Raw(t)
+	r.Connect("")
 	var frames strings.Builder
 	for i := range 20 {
 		fmt.Fprintf(&frames, "SEND\ndestination:/queue/stored\npersistent:true\nreceipt:r%d\n\nm%d\x00", i, i)
 	}
 	frames.WriteString("SEND\nno colon here\n\n\x00")
-	r.write(frames.String())
+	r.Write(frames.String())
 	for i := range 20 {
 		select {
 		case <-j.appends:
@@ -127,29 +127,16 @@ func TestReceiptsBeforeError(t *testing.T) {
 	}
 	j.release()
 	for i := range 20 {
-		f := r.frame()
-		if !strings.HasPrefix(f, "RECEIPT\n") || header(f, "receipt-id") != fmt.Sprintf("r%d", i) {
+		f := r.Frame()
+		if !strings.HasPrefix(f, "RECEIPT\n") || stomptest.Header(f, "receipt-id") != fmt.Sprintf("r%d", i) {
 			t.Fatalf("frame %d: want RECEIPT r%d, got %q", i, i, f)
 		}
 	}
-	if f := r.frame(); !strings.HasPrefix(f, "ERROR\n") || header(f, "message") != "malformed frame" {
+	if f := r.Frame(); !strings.HasPrefix(f, "ERROR\n") || stomptest.Header(f, "message") != "malformed frame" {
 		t.Fatalf("after the receipts: want ERROR malformed frame, got %q", f)
 	}
-	r.closed()
+	r.Closed()
 	if d := depth(tb, "stored"); d != 20 {
 		t.Fatalf("queue depth %d, want 20", d)
 	}
-}
-
-// startWith starts a broker with bcfg and a STOMP server with cfg.
-func startWith(t *testing.T, bcfg core.Config, cfg stomp.Config) *testBroker {
-	t.Helper()
-	b, err := core.New(bcfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := stomp.New(cfg, b)
-	t.Cleanup(func() { b.Close() })
-	addr, _ := testserve.Serve(t, srv.ServeConn)
-	return &testBroker{addr: addr, broker: b, srv: srv}
 }

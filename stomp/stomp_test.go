@@ -12,18 +12,19 @@ import (
 
 	"github.com/junctionmq/junction/core"
 	"github.com/junctionmq/junction/stomp"
+	"github.com/junctionmq/junction/stomp/stomptest"
 )
 
 func TestQueueSendReceive(t *testing.T) {
-	tb := startBroker(t, stomp.Config{})
-	p := tb.dial(t)
-	c := tb.dial(t)
-	sub := subscribe(t, c, "/queue/orders", gostomp.AckAuto)
+	tb := stomptest.Start(t, stomp.Config{})
+	p := tb.Dial(t)
+	c := tb.Dial(t)
+	sub := stomptest.Subscribe(t, c, "/queue/orders", gostomp.AckAuto)
 	for i := range 10 {
-		send(t, p, "/queue/orders", fmt.Sprint(i))
+		stomptest.Send(t, p, "/queue/orders", fmt.Sprint(i))
 	}
 	for i := range 10 {
-		m := next(t, sub)
+		m := stomptest.Next(t, sub)
 		if string(m.Body) != fmt.Sprint(i) {
 			t.Fatalf("got %q want %d", m.Body, i)
 		}
@@ -33,36 +34,36 @@ func TestQueueSendReceive(t *testing.T) {
 	}
 	// Auto-acked messages leave the queue once written.
 	deadline := time.Now().Add(5 * time.Second)
-	for tb.broker.Queue("orders").Stats().Dequeued != 10 && time.Now().Before(deadline) {
+	for tb.Core.Queue("orders").Stats().Dequeued != 10 && time.Now().Before(deadline) {
 		time.Sleep(5 * time.Millisecond)
 	}
-	if st := tb.broker.Queue("orders").Stats(); st.Depth != 0 || st.Dequeued != 10 {
+	if st := tb.Core.Queue("orders").Stats(); st.Depth != 0 || st.Dequeued != 10 {
 		t.Fatalf("stats %+v", st)
 	}
 }
 
 func TestCompetingConsumersAndTopicFanout(t *testing.T) {
-	tb := startBroker(t, stomp.Config{})
-	p := tb.dial(t)
-	c1, c2 := tb.dial(t), tb.dial(t)
-	q1 := subscribe(t, c1, "/queue/work", gostomp.AckAuto)
-	q2 := subscribe(t, c2, "/queue/work", gostomp.AckAuto)
-	t1 := subscribe(t, c1, "/topic/news", gostomp.AckAuto)
-	t2 := subscribe(t, c2, "/topic/news", gostomp.AckAuto)
+	tb := stomptest.Start(t, stomp.Config{})
+	p := tb.Dial(t)
+	c1, c2 := tb.Dial(t), tb.Dial(t)
+	q1 := stomptest.Subscribe(t, c1, "/queue/work", gostomp.AckAuto)
+	q2 := stomptest.Subscribe(t, c2, "/queue/work", gostomp.AckAuto)
+	t1 := stomptest.Subscribe(t, c1, "/topic/news", gostomp.AckAuto)
+	t2 := stomptest.Subscribe(t, c2, "/topic/news", gostomp.AckAuto)
 	for i := range 4 {
-		send(t, p, "/queue/work", fmt.Sprint(i))
+		stomptest.Send(t, p, "/queue/work", fmt.Sprint(i))
 	}
-	send(t, p, "/topic/news", "hello")
+	stomptest.Send(t, p, "/topic/news", "hello")
 	got := map[string]bool{}
 	for range 2 {
-		got[string(next(t, q1).Body)] = true
-		got[string(next(t, q2).Body)] = true
+		got[string(stomptest.Next(t, q1).Body)] = true
+		got[string(stomptest.Next(t, q2).Body)] = true
 	}
 	if len(got) != 4 {
 		t.Fatalf("competing consumers got %v", got)
 	}
 	for _, s := range []*gostomp.Subscription{t1, t2} {
-		m := next(t, s)
+		m := stomptest.Next(t, s)
 		if string(m.Body) != "hello" || m.Destination != "/topic/news" {
 			t.Fatalf("topic got %q at %s", m.Body, m.Destination)
 		}
@@ -70,40 +71,40 @@ func TestCompetingConsumersAndTopicFanout(t *testing.T) {
 }
 
 func TestWildcardTopicSubscription(t *testing.T) {
-	tb := startBroker(t, stomp.Config{})
-	p := tb.dial(t)
-	c := tb.dial(t)
-	hash := subscribe(t, c, "/topic/sensors.#", gostomp.AckAuto)
-	star := subscribe(t, c, "/topic/sensors.*.temp", gostomp.AckAuto)
-	gt := subscribe(t, c, "/topic/sensors.>", gostomp.AckAuto)
-	send(t, p, "/topic/sensors.kitchen.temp", "21")
-	send(t, p, "/topic/sensors.kitchen.humidity", "40")
+	tb := stomptest.Start(t, stomp.Config{})
+	p := tb.Dial(t)
+	c := tb.Dial(t)
+	hash := stomptest.Subscribe(t, c, "/topic/sensors.#", gostomp.AckAuto)
+	star := stomptest.Subscribe(t, c, "/topic/sensors.*.temp", gostomp.AckAuto)
+	gt := stomptest.Subscribe(t, c, "/topic/sensors.>", gostomp.AckAuto)
+	stomptest.Send(t, p, "/topic/sensors.kitchen.temp", "21")
+	stomptest.Send(t, p, "/topic/sensors.kitchen.humidity", "40")
 	for _, s := range []*gostomp.Subscription{hash, gt} {
-		if m := next(t, s); string(m.Body) != "21" || m.Destination != "/topic/sensors.kitchen.temp" {
+		if m := stomptest.Next(t, s); string(m.Body) != "21" || m.Destination != "/topic/sensors.kitchen.temp" {
 			t.Fatalf("got %q at %s", m.Body, m.Destination)
 		}
-		if m := next(t, s); string(m.Body) != "40" {
+		if m := stomptest.Next(t, s); string(m.Body) != "40" {
 			t.Fatalf("got %q", m.Body)
 		}
 	}
-	if m := next(t, star); string(m.Body) != "21" {
+	if m := stomptest.Next(t, star); string(m.Body) != "21" {
 		t.Fatalf("got %q", m.Body)
 	}
-	none(t, star, 50*time.Millisecond)
+	stomptest.None(t, star, 50*time.Millisecond)
 }
 
 func TestClientIndividualAckAndRedeliveryOnDisconnect(t *testing.T) {
-	tb := startBroker(t, stomp.Config{})
-	p := tb.dial(t)
+	tb := stomptest.Start(t, stomp.Config{})
+	p := tb.Dial(t)
 	for i := range 3 {
-		send(t, p, "/queue/jobs", fmt.Sprint(i))
+		stomptest.Send(t, p, "/queue/jobs", fmt.Sprint(i))
 	}
-	c1, err := gostomp.Dial("tcp", tb.addr, gostomp.ConnOpt.HeartBeat(0, 0), quiet)
+	c1, err := gostomp.Dial("tcp", tb.Addr, gostomp.ConnOpt.HeartBeat(0, 0), stomptest.Quiet)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s1 := subscribe(t, c1, "/queue/jobs", gostomp.AckClientIndividual)
-	m0, m1, m2 := next(t, s1), next(t, s1), next(t, s1)
+	s1 := stomptest.Subscribe(t, c1, "/queue/jobs", gostomp.AckClientIndividual)
+	m0, m1, m2 := stomptest.Next(t, s1), stomptest.Next(t, s1), stomptest.Next(t, s1)
 	if m0.Header.Get("ack") == "" {
 		t.Fatal("STOMP 1.2 MESSAGE without ack header")
 	}
@@ -113,10 +114,10 @@ func TestClientIndividualAckAndRedeliveryOnDisconnect(t *testing.T) {
 	_ = m0
 	_ = m2
 	c1.Disconnect()
-	c2 := tb.dial(t)
-	s2 := subscribe(t, c2, "/queue/jobs", gostomp.AckClientIndividual)
+	c2 := tb.Dial(t)
+	s2 := stomptest.Subscribe(t, c2, "/queue/jobs", gostomp.AckClientIndividual)
 	for _, want := range []string{"0", "2"} {
-		m := next(t, s2)
+		m := stomptest.Next(t, s2)
 		if string(m.Body) != want || m.Header.Get("redelivered") != "true" {
 			t.Fatalf("got %q redelivered=%q, want %q redelivered", m.Body, m.Header.Get("redelivered"), want)
 		}
@@ -124,36 +125,36 @@ func TestClientIndividualAckAndRedeliveryOnDisconnect(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	none(t, s2, 50*time.Millisecond)
+	stomptest.None(t, s2, 50*time.Millisecond)
 }
 
 func TestClientAckIsCumulative(t *testing.T) {
-	tb := startBroker(t, stomp.Config{})
-	p := tb.dial(t)
+	tb := stomptest.Start(t, stomp.Config{})
+	p := tb.Dial(t)
 	for i := range 5 {
-		send(t, p, "/queue/cum", fmt.Sprint(i))
+		stomptest.Send(t, p, "/queue/cum", fmt.Sprint(i))
 	}
-	c1, err := gostomp.Dial("tcp", tb.addr, gostomp.ConnOpt.HeartBeat(0, 0), quiet)
+	c1, err := gostomp.Dial("tcp", tb.Addr, gostomp.ConnOpt.HeartBeat(0, 0), stomptest.Quiet)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s1 := subscribe(t, c1, "/queue/cum", gostomp.AckClient)
+	s1 := stomptest.Subscribe(t, c1, "/queue/cum", gostomp.AckClient)
 	var ms []*gostomp.Message
 	for range 5 {
-		ms = append(ms, next(t, s1))
+		ms = append(ms, stomptest.Next(t, s1))
 	}
 	// Acking the fourth acks the first four.
 	if err := c1.Ack(ms[3]); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, func() bool { return tb.broker.Queue("cum").Stats().Dequeued == 4 })
+	waitFor(t, func() bool { return tb.Core.Queue("cum").Stats().Dequeued == 4 })
 	c1.Disconnect()
-	c2 := tb.dial(t)
-	s2 := subscribe(t, c2, "/queue/cum", gostomp.AckClient)
-	if m := next(t, s2); string(m.Body) != "4" {
+	c2 := tb.Dial(t)
+	s2 := stomptest.Subscribe(t, c2, "/queue/cum", gostomp.AckClient)
+	if m := stomptest.Next(t, s2); string(m.Body) != "4" {
 		t.Fatalf("got %q", m.Body)
 	}
-	none(t, s2, 50*time.Millisecond)
+	stomptest.None(t, s2, 50*time.Millisecond)
 }
 
 func waitFor(t *testing.T, cond func() bool) {
@@ -168,57 +169,57 @@ func waitFor(t *testing.T, cond func() bool) {
 }
 
 func TestPrefetchWindow(t *testing.T) {
-	tb := startBroker(t, stomp.Config{})
-	p := tb.dial(t)
+	tb := stomptest.Start(t, stomp.Config{})
+	p := tb.Dial(t)
 	for i := range 3 {
-		send(t, p, "/queue/pf", fmt.Sprint(i))
+		stomptest.Send(t, p, "/queue/pf", fmt.Sprint(i))
 	}
-	c := tb.dial(t)
-	s := subscribe(t, c, "/queue/pf", gostomp.AckClientIndividual, gostomp.SubscribeOpt.Header("activemq.prefetchSize", "1"))
-	m := next(t, s)
-	none(t, s, 50*time.Millisecond)
-	if st := tb.broker.Queue("pf").Stats(); st.InFlight != 1 {
+	c := tb.Dial(t)
+	s := stomptest.Subscribe(t, c, "/queue/pf", gostomp.AckClientIndividual, gostomp.SubscribeOpt.Header("activemq.prefetchSize", "1"))
+	m := stomptest.Next(t, s)
+	stomptest.None(t, s, 50*time.Millisecond)
+	if st := tb.Core.Queue("pf").Stats(); st.InFlight != 1 {
 		t.Fatalf("in flight %d with prefetch 1", st.InFlight)
 	}
 	if err := c.Ack(m); err != nil {
 		t.Fatal(err)
 	}
-	if m := next(t, s); string(m.Body) != "1" {
+	if m := stomptest.Next(t, s); string(m.Body) != "1" {
 		t.Fatalf("got %q", m.Body)
 	}
 }
 
 func TestNackRedeliversThenDeadLetters(t *testing.T) {
 	two := 2
-	tb := startBroker(t, stomp.Config{}, core.AddressSettings{Match: "fragile", MaxDeliveryAttempts: &two})
-	p := tb.dial(t)
-	c := tb.dial(t)
-	dlq := subscribe(t, c, "/queue/DLQ", gostomp.AckAuto)
-	s := subscribe(t, c, "/queue/fragile", gostomp.AckClientIndividual)
-	send(t, p, "/queue/fragile", "poison")
-	m := next(t, s)
+	tb := stomptest.Start(t, stomp.Config{}, core.AddressSettings{Match: "fragile", MaxDeliveryAttempts: &two})
+	p := tb.Dial(t)
+	c := tb.Dial(t)
+	dlq := stomptest.Subscribe(t, c, "/queue/DLQ", gostomp.AckAuto)
+	s := stomptest.Subscribe(t, c, "/queue/fragile", gostomp.AckClientIndividual)
+	stomptest.Send(t, p, "/queue/fragile", "poison")
+	m := stomptest.Next(t, s)
 	if err := c.Nack(m); err != nil {
 		t.Fatal(err)
 	}
-	m = next(t, s)
+	m = stomptest.Next(t, s)
 	if m.Header.Get("redelivered") != "true" {
 		t.Fatal("redelivery not flagged")
 	}
 	if err := c.Nack(m); err != nil {
 		t.Fatal(err)
 	}
-	d := next(t, dlq)
+	d := stomptest.Next(t, dlq)
 	if string(d.Body) != "poison" || d.Header.Get("_AMQ_ORIG_ADDRESS") != "fragile" {
 		t.Fatalf("dead letter %q headers %v", d.Body, d.Header)
 	}
-	none(t, s, 50*time.Millisecond)
+	stomptest.None(t, s, 50*time.Millisecond)
 }
 
 func TestTransactions(t *testing.T) {
-	tb := startBroker(t, stomp.Config{})
-	p := tb.dial(t)
-	c := tb.dial(t)
-	s := subscribe(t, c, "/queue/tx", gostomp.AckClientIndividual)
+	tb := stomptest.Start(t, stomp.Config{})
+	p := tb.Dial(t)
+	c := tb.Dial(t)
+	s := stomptest.Subscribe(t, c, "/queue/tx", gostomp.AckClientIndividual)
 
 	tx := p.Begin()
 	if err := tx.Send("/queue/tx", "text/plain", []byte("a")); err != nil {
@@ -227,11 +228,11 @@ func TestTransactions(t *testing.T) {
 	if err := tx.Send("/queue/tx", "text/plain", []byte("b")); err != nil {
 		t.Fatal(err)
 	}
-	none(t, s, 50*time.Millisecond)
+	stomptest.None(t, s, 50*time.Millisecond)
 	if err := tx.Commit(); err != nil {
 		t.Fatal(err)
 	}
-	a, b := next(t, s), next(t, s)
+	a, b := stomptest.Next(t, s), stomptest.Next(t, s)
 	if string(a.Body) != "a" || string(b.Body) != "b" {
 		t.Fatalf("got %q %q", a.Body, b.Body)
 	}
@@ -252,10 +253,10 @@ func TestTransactions(t *testing.T) {
 	if err := ctx.Abort(); err != nil {
 		t.Fatal(err)
 	}
-	if m := next(t, s); string(m.Body) != "a" || m.Header.Get("redelivered") != "true" {
+	if m := stomptest.Next(t, s); string(m.Body) != "a" || m.Header.Get("redelivered") != "true" {
 		t.Fatalf("after abort got %q redelivered=%q", m.Body, m.Header.Get("redelivered"))
 	}
-	none(t, s, 50*time.Millisecond)
+	stomptest.None(t, s, 50*time.Millisecond)
 
 	// Committed acks are consumed.
 	ctx2 := c.Begin()
@@ -265,36 +266,36 @@ func TestTransactions(t *testing.T) {
 	if err := ctx2.Commit(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, func() bool { return tb.broker.Queue("tx").Stats().Dequeued == 1 })
+	waitFor(t, func() bool { return tb.Core.Queue("tx").Stats().Dequeued == 1 })
 }
 
 func TestReceiptsAndDisconnect(t *testing.T) {
-	tb := startBroker(t, stomp.Config{})
-	r := tb.raw(t)
-	r.connect("")
-	r.write("SEND\ndestination:/queue/r\nreceipt:s-1\n\nhi\x00")
-	if f := r.frame(); !strings.HasPrefix(f, "RECEIPT\n") || header(f, "receipt-id") != "s-1" {
+	tb := stomptest.Start(t, stomp.Config{})
+	r := tb.Raw(t)
+	r.Connect("")
+	r.Write("SEND\ndestination:/queue/r\nreceipt:s-1\n\nhi\x00")
+	if f := r.Frame(); !strings.HasPrefix(f, "RECEIPT\n") || stomptest.Header(f, "receipt-id") != "s-1" {
 		t.Fatalf("got %q", f)
 	}
-	r.write("SUBSCRIBE\ndestination:/queue/r\nid:0\nreceipt:sub-1\n\n\x00")
+	r.Write("SUBSCRIBE\ndestination:/queue/r\nid:0\nreceipt:sub-1\n\n\x00")
 	// The receipt and the message may come in either order.
-	f1, f2 := r.frame(), r.frame()
+	f1, f2 := r.Frame(), r.Frame()
 	if !(strings.HasPrefix(f1, "RECEIPT\n") && strings.HasPrefix(f2, "MESSAGE\n") ||
 		strings.HasPrefix(f2, "RECEIPT\n") && strings.HasPrefix(f1, "MESSAGE\n")) {
 		t.Fatalf("got %q and %q", f1, f2)
 	}
-	r.write("DISCONNECT\nreceipt:bye\n\n\x00")
-	if f := r.frame(); header(f, "receipt-id") != "bye" {
+	r.Write("DISCONNECT\nreceipt:bye\n\n\x00")
+	if f := r.Frame(); stomptest.Header(f, "receipt-id") != "bye" {
 		t.Fatalf("got %q", f)
 	}
-	r.closed()
+	r.Closed()
 }
 
 func TestLargeBodyWithNulBytes(t *testing.T) {
-	tb := startBroker(t, stomp.Config{})
-	p := tb.dial(t)
-	c := tb.dial(t)
-	s := subscribe(t, c, "/queue/big", gostomp.AckAuto)
+	tb := stomptest.Start(t, stomp.Config{})
+	p := tb.Dial(t)
+	c := tb.Dial(t)
+	s := stomptest.Subscribe(t, c, "/queue/big", gostomp.AckAuto)
 	body := make([]byte, 1<<20)
 	for i := range body {
 		body[i] = byte(i % 7) // every seventh byte is NUL
@@ -302,19 +303,19 @@ func TestLargeBodyWithNulBytes(t *testing.T) {
 	if err := p.Send("/queue/big", "application/octet-stream", body, gostomp.SendOpt.Receipt); err != nil {
 		t.Fatal(err)
 	}
-	m := next(t, s)
+	m := stomptest.Next(t, s)
 	if !bytes.Equal(m.Body, body) || m.ContentType != "application/octet-stream" {
 		t.Fatalf("body of %d bytes differs (content-type %q)", len(m.Body), m.ContentType)
 	}
 }
 
 func TestHeaderMapping(t *testing.T) {
-	tb := startBroker(t, stomp.Config{})
-	p := tb.dial(t)
-	c := tb.dial(t)
-	s := subscribe(t, c, "/queue/map", gostomp.AckAuto)
+	tb := stomptest.Start(t, stomp.Config{})
+	p := tb.Dial(t)
+	c := tb.Dial(t)
+	s := stomptest.Subscribe(t, c, "/queue/map", gostomp.AckAuto)
 	exp := time.Now().Add(time.Hour).UnixMilli()
-	send(t, p, "/queue/map", "x",
+	stomptest.Send(t, p, "/queue/map", "x",
 		gostomp.SendOpt.Header("correlation-id", "corr-1"),
 		gostomp.SendOpt.Header("reply-to", "/queue/replies"),
 		gostomp.SendOpt.Header("persistent", "true"),
@@ -323,7 +324,7 @@ func TestHeaderMapping(t *testing.T) {
 		gostomp.SendOpt.Header("JMSXGroupID", "g1"),
 		gostomp.SendOpt.Header("colour", "blue: really\nblue"),
 	)
-	m := next(t, s)
+	m := stomptest.Next(t, s)
 	want := map[string]string{
 		"correlation-id": "corr-1", "reply-to": "/queue/replies", "persistent": "true",
 		"priority": "7", "expires": strconv.FormatInt(exp, 10), "JMSXGroupID": "g1",
@@ -340,88 +341,88 @@ func TestHeaderMapping(t *testing.T) {
 }
 
 func TestPriorityOrder(t *testing.T) {
-	tb := startBroker(t, stomp.Config{})
-	p := tb.dial(t)
+	tb := stomptest.Start(t, stomp.Config{})
+	p := tb.Dial(t)
 	for i, pr := range []string{"1", "9", "5"} {
-		send(t, p, "/queue/prio", fmt.Sprint(i), gostomp.SendOpt.Header("priority", pr))
+		stomptest.Send(t, p, "/queue/prio", fmt.Sprint(i), gostomp.SendOpt.Header("priority", pr))
 	}
-	barrier(t, p) // all three are queued before the consumer comes
-	c := tb.dial(t)
-	s := subscribe(t, c, "/queue/prio", gostomp.AckAuto)
+	stomptest.Barrier(t, p) // all three are queued before the consumer comes
+	c := tb.Dial(t)
+	s := stomptest.Subscribe(t, c, "/queue/prio", gostomp.AckAuto)
 	for _, want := range []string{"1", "2", "0"} {
-		if m := next(t, s); string(m.Body) != want {
+		if m := stomptest.Next(t, s); string(m.Body) != want {
 			t.Fatalf("got %q want %q", m.Body, want)
 		}
 	}
 }
 
 func TestScheduledDelay(t *testing.T) {
-	tb := startBroker(t, stomp.Config{})
-	p := tb.dial(t)
-	c := tb.dial(t)
-	s := subscribe(t, c, "/queue/later", gostomp.AckAuto)
+	tb := stomptest.Start(t, stomp.Config{})
+	p := tb.Dial(t)
+	c := tb.Dial(t)
+	s := stomptest.Subscribe(t, c, "/queue/later", gostomp.AckAuto)
 	start := time.Now()
-	send(t, p, "/queue/later", "late", gostomp.SendOpt.Header("AMQ_SCHEDULED_DELAY", "200"))
-	send(t, p, "/queue/later", "now")
-	if m := next(t, s); string(m.Body) != "now" {
+	stomptest.Send(t, p, "/queue/later", "late", gostomp.SendOpt.Header("AMQ_SCHEDULED_DELAY", "200"))
+	stomptest.Send(t, p, "/queue/later", "now")
+	if m := stomptest.Next(t, s); string(m.Body) != "now" {
 		t.Fatalf("got %q", m.Body)
 	}
-	m := next(t, s)
+	m := stomptest.Next(t, s)
 	if string(m.Body) != "late" || time.Since(start) < 200*time.Millisecond {
 		t.Fatalf("got %q after %v", m.Body, time.Since(start))
 	}
 }
 
 func TestExpiredMessageIsNotDelivered(t *testing.T) {
-	tb := startBroker(t, stomp.Config{})
-	p := tb.dial(t)
-	c := tb.dial(t)
-	s := subscribe(t, c, "/queue/fresh", gostomp.AckAuto)
-	exq := subscribe(t, c, "/queue/ExpiryQueue", gostomp.AckAuto)
-	send(t, p, "/queue/fresh", "stale", gostomp.SendOpt.Header("expires", strconv.FormatInt(time.Now().Add(-time.Second).UnixMilli(), 10)))
-	send(t, p, "/queue/fresh", "ok")
-	if m := next(t, s); string(m.Body) != "ok" {
+	tb := stomptest.Start(t, stomp.Config{})
+	p := tb.Dial(t)
+	c := tb.Dial(t)
+	s := stomptest.Subscribe(t, c, "/queue/fresh", gostomp.AckAuto)
+	exq := stomptest.Subscribe(t, c, "/queue/ExpiryQueue", gostomp.AckAuto)
+	stomptest.Send(t, p, "/queue/fresh", "stale", gostomp.SendOpt.Header("expires", strconv.FormatInt(time.Now().Add(-time.Second).UnixMilli(), 10)))
+	stomptest.Send(t, p, "/queue/fresh", "ok")
+	if m := stomptest.Next(t, s); string(m.Body) != "ok" {
 		t.Fatalf("got %q", m.Body)
 	}
-	if m := next(t, exq); string(m.Body) != "stale" {
+	if m := stomptest.Next(t, exq); string(m.Body) != "stale" {
 		t.Fatalf("expiry queue got %q", m.Body)
 	}
 }
 
 func TestDurableSubscriptionOfflineDelivery(t *testing.T) {
-	tb := startBroker(t, stomp.Config{})
-	p := tb.dial(t)
+	tb := stomptest.Start(t, stomp.Config{})
+	p := tb.Dial(t)
 	// UNSUBSCRIBE is driven by hand: go-stomp's Subscription.Unsubscribe
 	// can miss the RECEIPT's wake-up (its waitWithTimeout starts the
 	// cond.Wait in a new goroutine, after the Broadcast may have happened)
 	// and then times out after 30s.
-	r := tb.raw(t)
-	r.connect("client-id:auditor\n")
-	r.write("SUBSCRIBE\ndestination:/topic/events\nid:1\nack:client-individual\nactivemq.subscriptionName:audit\nreceipt:s\n\n\x00")
-	if f := r.frame(); header(f, "receipt-id") != "s" {
+	r := tb.Raw(t)
+	r.Connect("client-id:auditor\n")
+	r.Write("SUBSCRIBE\ndestination:/topic/events\nid:1\nack:client-individual\nactivemq.subscriptionName:audit\nreceipt:s\n\n\x00")
+	if f := r.Frame(); stomptest.Header(f, "receipt-id") != "s" {
 		t.Fatalf("got %q", f)
 	}
-	send(t, p, "/topic/events", "1")
-	f := r.frame()
+	stomptest.Send(t, p, "/topic/events", "1")
+	f := r.Frame()
 	if !strings.HasSuffix(f, "\n\n1") {
 		t.Fatalf("got %q", f)
 	}
 	// A plain UNSUBSCRIBE detaches but keeps the subscription.
-	r.write("ACK\nid:" + header(f, "ack") + "\n\n\x00UNSUBSCRIBE\nid:1\nreceipt:u\n\n\x00")
-	if f := r.frame(); header(f, "receipt-id") != "u" {
+	r.Write("ACK\nid:" + stomptest.Header(f, "ack") + "\n\n\x00UNSUBSCRIBE\nid:1\nreceipt:u\n\n\x00")
+	if f := r.Frame(); stomptest.Header(f, "receipt-id") != "u" {
 		t.Fatalf("got %q", f)
 	}
-	send(t, p, "/topic/events", "2")
-	r.write("DISCONNECT\nreceipt:d\n\n\x00")
-	r.frame()
-	send(t, p, "/topic/events", "3", gostomp.SendOpt.Receipt)
-	if st := tb.broker.Queue("auditor.audit").Stats(); st.Depth != 2 {
+	stomptest.Send(t, p, "/topic/events", "2")
+	r.Write("DISCONNECT\nreceipt:d\n\n\x00")
+	r.Frame()
+	stomptest.Send(t, p, "/topic/events", "3", gostomp.SendOpt.Receipt)
+	if st := tb.Core.Queue("auditor.audit").Stats(); st.Depth != 2 {
 		t.Fatalf("durable subscription holds %d messages while away, want 2", st.Depth)
 	}
-	c2 := tb.dial(t, gostomp.ConnOpt.Header("client-id", "auditor"))
-	s2 := subscribe(t, c2, "/topic/events", gostomp.AckClientIndividual, gostomp.SubscribeOpt.Header("durable-subscription-name", "audit"))
+	c2 := tb.Dial(t, gostomp.ConnOpt.Header("client-id", "auditor"))
+	s2 := stomptest.Subscribe(t, c2, "/topic/events", gostomp.AckClientIndividual, gostomp.SubscribeOpt.Header("durable-subscription-name", "audit"))
 	for _, want := range []string{"2", "3"} {
-		m := next(t, s2)
+		m := stomptest.Next(t, s2)
 		if string(m.Body) != want {
 			t.Fatalf("got %q want %q", m.Body, want)
 		}
@@ -431,101 +432,101 @@ func TestDurableSubscriptionOfflineDelivery(t *testing.T) {
 	}
 	c2.Disconnect()
 	// UNSUBSCRIBE naming the subscription deletes it.
-	r2 := tb.raw(t)
-	r2.connect("client-id:auditor\n")
-	r2.write("UNSUBSCRIBE\nactivemq.subscriptionName:audit\nreceipt:del\n\n\x00")
-	if f := r2.frame(); header(f, "receipt-id") != "del" {
+	r2 := tb.Raw(t)
+	r2.Connect("client-id:auditor\n")
+	r2.Write("UNSUBSCRIBE\nactivemq.subscriptionName:audit\nreceipt:del\n\n\x00")
+	if f := r2.Frame(); stomptest.Header(f, "receipt-id") != "del" {
 		t.Fatalf("got %q", f)
 	}
-	if tb.broker.Queue("auditor.audit") != nil {
+	if tb.Core.Queue("auditor.audit") != nil {
 		t.Fatal("UNSUBSCRIBE with the subscription name left the durable subscription")
 	}
 }
 
 func TestVersions(t *testing.T) {
-	tb := startBroker(t, stomp.Config{})
+	tb := stomptest.Start(t, stomp.Config{})
 	for _, v := range []gostomp.Version{gostomp.V10, gostomp.V11, gostomp.V12} {
 		t.Run(string(v), func(t *testing.T) {
-			c := tb.dial(t, gostomp.ConnOpt.AcceptVersion(v))
+			c := tb.Dial(t, gostomp.ConnOpt.AcceptVersion(v))
 			if c.Version() != v {
 				t.Fatalf("negotiated %s", c.Version())
 			}
 			dest := "/queue/v" + strings.ReplaceAll(string(v), ".", "")
-			s := subscribe(t, c, dest, gostomp.AckClientIndividual, gostomp.SubscribeOpt.Id("s1"))
-			send(t, c, dest, "a")
-			send(t, c, dest, "b")
-			a := next(t, s)
+			s := stomptest.Subscribe(t, c, dest, gostomp.AckClientIndividual, gostomp.SubscribeOpt.Id("s1"))
+			stomptest.Send(t, c, dest, "a")
+			stomptest.Send(t, c, dest, "b")
+			a := stomptest.Next(t, s)
 			if err := c.Ack(a); err != nil {
 				t.Fatal(err)
 			}
-			b := next(t, s)
+			b := stomptest.Next(t, s)
 			if v != gostomp.V10 {
 				if err := c.Nack(b); err != nil {
 					t.Fatal(err)
 				}
-				b = next(t, s)
+				b = stomptest.Next(t, s)
 			}
 			if err := c.Ack(b); err != nil {
 				t.Fatal(err)
 			}
 			q := strings.TrimPrefix(dest, "/queue/")
-			waitFor(t, func() bool { return tb.broker.Queue(q).Stats().Dequeued == 2 })
+			waitFor(t, func() bool { return tb.Core.Queue(q).Stats().Dequeued == 2 })
 		})
 	}
-	r := tb.raw(t)
-	r.write("CONNECT\naccept-version:2.0\n\n\x00")
-	if f := r.frame(); !strings.HasPrefix(f, "ERROR\n") || header(f, "version") != "1.0,1.1,1.2" {
+	r := tb.Raw(t)
+	r.Write("CONNECT\naccept-version:2.0\n\n\x00")
+	if f := r.Frame(); !strings.HasPrefix(f, "ERROR\n") || stomptest.Header(f, "version") != "1.0,1.1,1.2" {
 		t.Fatalf("got %q", f)
 	}
-	r.closed()
+	r.Closed()
 }
 
 func TestHeartBeatNegotiationAndTimeout(t *testing.T) {
-	tb := startBroker(t, stomp.Config{HeartBeatSend: 50 * time.Millisecond, HeartBeatReceive: 100 * time.Millisecond, HeartBeatGrace: 2})
+	tb := stomptest.Start(t, stomp.Config{HeartBeatSend: 50 * time.Millisecond, HeartBeatReceive: 100 * time.Millisecond, HeartBeatGrace: 2})
 	// The server can send every 50ms and the client wants 200ms: 200.
 	// The client can send every 300ms and the server wants 100ms: 300.
-	r := tb.raw(t)
-	f := r.connect("heart-beat:300,200\n")
-	if hb := header(f, "heart-beat"); hb != "200,300" {
+	r := tb.Raw(t)
+	f := r.Connect("heart-beat:300,200\n")
+	if hb := stomptest.Header(f, "heart-beat"); hb != "200,300" {
 		t.Fatalf("negotiated heart-beat %q, want 200,300", hb)
 	}
 	// Either side 0 disables that direction.
-	r2 := tb.raw(t)
-	if hb := header(r2.connect("heart-beat:0,0\n"), "heart-beat"); hb != "0,0" {
+	r2 := tb.Raw(t)
+	if hb := stomptest.Header(r2.Connect("heart-beat:0,0\n"), "heart-beat"); hb != "0,0" {
 		t.Fatalf("heart-beat %q, want 0,0", hb)
 	}
 	// A client that promised 100ms beats and falls silent is cut off
 	// after the grace period, with an ERROR.
-	r3 := tb.raw(t)
-	r3.connect("heart-beat:100,0\n")
+	r3 := tb.Raw(t)
+	r3.Connect("heart-beat:100,0\n")
 	start := time.Now()
-	f = r3.frame()
-	if !strings.HasPrefix(f, "ERROR\n") || header(f, "message") != "heart-beat timeout" {
+	f = r3.Frame()
+	if !strings.HasPrefix(f, "ERROR\n") || stomptest.Header(f, "message") != "heart-beat timeout" {
 		t.Fatalf("got %q", f)
 	}
 	if el := time.Since(start); el < 150*time.Millisecond {
 		t.Fatalf("disconnected after %v, before the grace period", el)
 	}
-	r3.closed()
+	r3.Closed()
 	// The server beats to a client that asked for it.
-	r4 := tb.raw(t)
-	r4.connect("heart-beat:0,50\n")
-	r4.nc.SetReadDeadline(time.Now().Add(2 * time.Second))
-	b, err := r4.br.ReadByte()
+	r4 := tb.Raw(t)
+	r4.Connect("heart-beat:0,50\n")
+	r4.Conn.SetReadDeadline(time.Now().Add(2 * time.Second))
+	b, err := r4.Reader.ReadByte()
 	if err != nil || b != '\n' {
 		t.Fatalf("heart-beat: %q %v", b, err)
 	}
 	// A client that beats stays connected.
-	c := tb.dial(t, gostomp.ConnOpt.HeartBeat(50*time.Millisecond, 0))
+	c := tb.Dial(t, gostomp.ConnOpt.HeartBeat(50*time.Millisecond, 0))
 	time.Sleep(400 * time.Millisecond)
-	send(t, c, "/queue/alive", "x", gostomp.SendOpt.Receipt)
+	stomptest.Send(t, c, "/queue/alive", "x", gostomp.SendOpt.Receipt)
 }
 
 func TestMalformedFramesGetErrorThenClose(t *testing.T) {
-	tb := startBroker(t, stomp.Config{MaxFrameSize: 64 << 10, MaxHeaders: 10, MaxHeaderLength: 1024})
+	tb := stomptest.Start(t, stomp.Config{MaxFrameSize: 64 << 10, MaxHeaders: 10, MaxHeaderLength: 1024})
 	// A well-behaved client keeps working throughout.
-	good := tb.dial(t)
-	gs := subscribe(t, good, "/queue/good", gostomp.AckAuto)
+	good := tb.Dial(t)
+	gs := stomptest.Subscribe(t, good, "/queue/good", gostomp.AckAuto)
 	cases := []struct {
 		name, connect, frame, message string
 	}{
@@ -550,25 +551,25 @@ func TestMalformedFramesGetErrorThenClose(t *testing.T) {
 	}
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			r := tb.raw(t)
+			r := tb.Raw(t)
 			if tc.connect != "-" {
-				r.connect(tc.connect)
+				r.Connect(tc.connect)
 			}
-			r.write(tc.frame)
-			f := r.frame()
+			r.Write(tc.frame)
+			f := r.Frame()
 			if !strings.HasPrefix(f, "ERROR\n") {
 				t.Fatalf("want ERROR, got %q", f)
 			}
-			if msg := header(f, "message"); msg != tc.message {
+			if msg := stomptest.Header(f, "message"); msg != tc.message {
 				t.Fatalf("message %q, want %q (frame %q)", msg, tc.message, f)
 			}
 			if _, body, _ := strings.Cut(f, "\n\n"); body == "" {
 				t.Fatal("ERROR without a body explaining it")
 			}
-			r.closed()
+			r.Closed()
 			// The other client is unaffected.
-			send(t, good, "/queue/good", fmt.Sprint(i))
-			if m := next(t, gs); string(m.Body) != fmt.Sprint(i) {
+			stomptest.Send(t, good, "/queue/good", fmt.Sprint(i))
+			if m := stomptest.Next(t, gs); string(m.Body) != fmt.Sprint(i) {
 				t.Fatalf("good client got %q", m.Body)
 			}
 		})
@@ -576,45 +577,45 @@ func TestMalformedFramesGetErrorThenClose(t *testing.T) {
 }
 
 func TestErrorCarriesReceiptID(t *testing.T) {
-	tb := startBroker(t, stomp.Config{})
-	r := tb.raw(t)
-	r.connect("")
-	r.write("SEND\nreceipt:77\n\nx\x00")
-	f := r.frame()
-	if header(f, "receipt-id") != "77" || header(f, "message") != "missing destination" {
+	tb := stomptest.Start(t, stomp.Config{})
+	r := tb.Raw(t)
+	r.Connect("")
+	r.Write("SEND\nreceipt:77\n\nx\x00")
+	f := r.Frame()
+	if stomptest.Header(f, "receipt-id") != "77" || stomptest.Header(f, "message") != "missing destination" {
 		t.Fatalf("got %q", f)
 	}
 }
 
 func TestMessageGroupsAndExclusiveConsumer(t *testing.T) {
-	tb := startBroker(t, stomp.Config{})
-	p := tb.dial(t)
-	c1, c2 := tb.dial(t), tb.dial(t)
-	s1 := subscribe(t, c1, "/queue/grp", gostomp.AckAuto)
-	s2 := subscribe(t, c2, "/queue/grp", gostomp.AckAuto)
+	tb := stomptest.Start(t, stomp.Config{})
+	p := tb.Dial(t)
+	c1, c2 := tb.Dial(t), tb.Dial(t)
+	s1 := stomptest.Subscribe(t, c1, "/queue/grp", gostomp.AckAuto)
+	s2 := stomptest.Subscribe(t, c2, "/queue/grp", gostomp.AckAuto)
 	for i := range 6 {
-		send(t, p, "/queue/grp", fmt.Sprint(i), gostomp.SendOpt.Header("JMSXGroupID", "g"), gostomp.SendOpt.Receipt)
+		stomptest.Send(t, p, "/queue/grp", fmt.Sprint(i), gostomp.SendOpt.Header("JMSXGroupID", "g"), gostomp.SendOpt.Receipt)
 	}
 	// The first consumer takes the group; every message of it follows.
 	for i := range 6 {
-		if m := next(t, s1); string(m.Body) != fmt.Sprint(i) {
+		if m := stomptest.Next(t, s1); string(m.Body) != fmt.Sprint(i) {
 			t.Fatalf("group message %d went elsewhere (got %q)", i, m.Body)
 		}
 	}
-	none(t, s2, 30*time.Millisecond)
+	stomptest.None(t, s2, 30*time.Millisecond)
 
-	ex := tb.dial(t)
-	se := subscribe(t, ex, "/queue/excl", gostomp.AckAuto, gostomp.SubscribeOpt.Header("activemq.exclusive", "true"))
-	other := subscribe(t, c1, "/queue/excl", gostomp.AckAuto)
+	ex := tb.Dial(t)
+	se := stomptest.Subscribe(t, ex, "/queue/excl", gostomp.AckAuto, gostomp.SubscribeOpt.Header("activemq.exclusive", "true"))
+	other := stomptest.Subscribe(t, c1, "/queue/excl", gostomp.AckAuto)
 	for i := range 4 {
-		send(t, p, "/queue/excl", fmt.Sprint(i))
+		stomptest.Send(t, p, "/queue/excl", fmt.Sprint(i))
 	}
 	for i := range 4 {
-		if m := next(t, se); string(m.Body) != fmt.Sprint(i) {
+		if m := stomptest.Next(t, se); string(m.Body) != fmt.Sprint(i) {
 			t.Fatalf("exclusive got %q", m.Body)
 		}
 	}
-	none(t, other, 30*time.Millisecond)
+	stomptest.None(t, other, 30*time.Millisecond)
 }
 
 func TestDetect(t *testing.T) {
@@ -637,13 +638,13 @@ func TestDetect(t *testing.T) {
 // consumer; the writer must still ack them (auto mode) through the
 // delivery's own consumer. (Found by the crash test: a nil consumer.)
 func TestAutoAckOfDeliveriesDuringSubscribe(t *testing.T) {
-	tb := startBroker(t, stomp.Config{})
-	p := tb.dial(t)
+	tb := stomptest.Start(t, stomp.Config{})
+	p := tb.Dial(t)
 	for i := range 500 {
-		send(t, p, "/queue/backlog", fmt.Sprint(i))
+		stomptest.Send(t, p, "/queue/backlog", fmt.Sprint(i))
 	}
-	barrier(t, p)
-	c := tb.dial(t)
+	stomptest.Barrier(t, p)
+	c := tb.Dial(t)
 	// No barrier here: go-stomp cannot take a RECEIPT while its
 	// subscription channel is full of the backlog we have not read yet.
 	s, err := c.Subscribe("/queue/backlog", gostomp.AckAuto)
@@ -651,9 +652,9 @@ func TestAutoAckOfDeliveriesDuringSubscribe(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 500 {
-		if m := next(t, s); string(m.Body) != fmt.Sprint(i) {
+		if m := stomptest.Next(t, s); string(m.Body) != fmt.Sprint(i) {
 			t.Fatalf("got %q want %d", m.Body, i)
 		}
 	}
-	waitFor(t, func() bool { return tb.broker.Queue("backlog").Stats().Dequeued == 500 })
+	waitFor(t, func() bool { return tb.Core.Queue("backlog").Stats().Dequeued == 500 })
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	gws "github.com/gorilla/websocket"
+	"github.com/junctionmq/junction/internal/testserve"
 	"github.com/rs/zerolog"
 )
 
@@ -373,7 +374,7 @@ func TestLogging(t *testing.T) {
 	ws := dial(t, s.url("/mqtt"))
 	expectClose(t, ws, 1000)
 	httpGet(t, "http://"+s.addr+"/")
-	waitFor(t, "the log lines", func() bool {
+	testserve.Eventually(t, "the log lines", func() bool {
 		l := out.String()
 		return strings.Contains(l, "websocket session open") && strings.Contains(l, "websocket session closed") &&
 			strings.Contains(l, `"status":426`)

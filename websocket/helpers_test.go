@@ -105,18 +105,6 @@ func echo(ctx context.Context, nc net.Conn) {
 	io.Copy(nc, nc)
 }
 
-// waitFor polls cond for up to 5 seconds.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // checkGoroutines fails if, within a few seconds, the goroutines do not
 // come back to at most base (those of other tests are not running:
 // callers are not parallel).

@@ -6,6 +6,8 @@ import (
 	"net"
 	"testing"
 	"time"
+
+	"github.com/junctionmq/junction/internal/testserve"
 )
 
 // The tests of STOMP, MQTT and AMQP over WebSockets need the three
@@ -22,7 +24,7 @@ func TestShutdownForces(t *testing.T) {
 		},
 	}})
 	ws := dial(t, s.url("/"), "mqtt")
-	waitFor(t, "the session", func() bool { return s.h.Connections() == 1 })
+	testserve.Eventually(t, "the session", func() bool { return s.h.Connections() == 1 })
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
 	if err := s.h.Shutdown(ctx); !errors.Is(err, context.DeadlineExceeded) {

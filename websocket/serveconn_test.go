@@ -12,6 +12,7 @@ import (
 	"time"
 
 	gws "github.com/gorilla/websocket"
+	"github.com/junctionmq/junction/internal/testserve"
 )
 
 // serveOne runs h.ServeConn on nc and reports its return on the channel.
@@ -147,7 +148,7 @@ func TestServeConnCancel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the session", func() bool { return h.Connections() == 1 })
+	testserve.Eventually(t, "the session", func() bool { return h.Connections() == 1 })
 	cancel()
 	if _, p := readMessage(t, ws); string(p) != "goodbye" {
 		t.Fatalf("got %q", p)
@@ -189,7 +190,7 @@ func TestServeConnShutdown(t *testing.T) {
 	srvEnd, cliEnd := net.Pipe()
 	idle := serveOne(context.Background(), h, srvEnd)
 	go cliEnd.Write([]byte("GET / HTTP/1.1\r\n")) // a request that never ends
-	waitFor(t, "the session", func() bool { return h.Connections() == 1 })
+	testserve.Eventually(t, "the session", func() bool { return h.Connections() == 1 })
 
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

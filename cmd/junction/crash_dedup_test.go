@@ -89,49 +89,7 @@ func crashRoundDedup(t *testing.T, bin, data, conf string, round int, ev *journa
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		conn, err := gostomp.Dial("tcp", p.addr, gostomp.ConnOpt.HeartBeat(0, 0), quiet)
-		if err != nil {
-			return
-		}
-		defer conn.MustDisconnect()
-		sub, err := conn.Subscribe(dest, gostomp.AckClientIndividual, gostomp.SubscribeOpt.Header("activemq.prefetchSize", "300"))
-		if err != nil {
-			return
-		}
-		toAck := make(chan *gostomp.Message, 1000)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for m := range toAck {
-				key, _, _, _ := ledger.PayloadKey(m.Body)
-				if conn.Ack(m) != nil {
-					for range toAck {
-					}
-					return
-				}
-				mu.Lock()
-				acked[key] = true
-				mu.Unlock()
-			}
-		}()
-		defer close(toAck)
-		for {
-			select {
-			case <-stop:
-				return
-			case m, ok := <-sub.C:
-				if !ok || m.Err != nil {
-					return
-				}
-				key, _, seq, _ := ledger.PayloadKey(m.Body)
-				mu.Lock()
-				seen[key]++
-				mu.Unlock()
-				if seq%50 != 49 {
-					toAck <- m
-				}
-			}
-		}
+		consumeUntilKill(&wg, p.addr, dest, "300", 50, stop, &mu, seen, acked)
 	}()
 	time.Sleep(time.Duration(300+rng.IntN(1500)) * time.Millisecond)
 	p.kill(t)

@@ -381,55 +381,7 @@ func crashRound(t *testing.T, bin, data, conf string, round int, ev *journalEven
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		conn, err := gostomp.Dial("tcp", p.addr, gostomp.ConnOpt.HeartBeat(0, 0), quiet)
-		if err != nil {
-			return
-		}
-		defer conn.MustDisconnect()
-		// One message in fifty stays unacked (it must come back after the
-		// restart); the window of 300 leaves room for the rest.
-		sub, err := conn.Subscribe(dest, gostomp.AckClientIndividual, gostomp.SubscribeOpt.Header("activemq.prefetchSize", o.prefetch))
-		if err != nil {
-			return
-		}
-		// go-stomp deadlocks if Ack is called from the goroutine reading
-		// sub.C while deliveries are fast (its writer queue and the
-		// subscription channel wait on each other), so a second goroutine
-		// acks.
-		toAck := make(chan *gostomp.Message, 1000)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for m := range toAck {
-				key, _, _, _ := ledger.PayloadKey(m.Body)
-				if conn.Ack(m) != nil {
-					for range toAck {
-					}
-					return
-				}
-				mu.Lock()
-				acked[key] = true
-				mu.Unlock()
-			}
-		}()
-		defer close(toAck)
-		for {
-			select {
-			case <-stop:
-				return
-			case m, ok := <-sub.C:
-				if !ok || m.Err != nil {
-					return
-				}
-				key, _, seq, _ := ledger.PayloadKey(m.Body)
-				mu.Lock()
-				seen[key]++
-				mu.Unlock()
-				if seq%o.unackedEvery != o.unackedEvery-1 {
-					toAck <- m
-				}
-			}
-		}
+		consumeUntilKill(&wg, p.addr, dest, o.prefetch, o.unackedEvery, stop, &mu, seen, acked)
 	}()
 	time.Sleep(time.Duration(o.minRun+rng.IntN(o.randRun)) * time.Millisecond)
 	p.kill(t)
@@ -505,4 +457,60 @@ drain:
 		t.Fatalf("round %d: nothing was confirmed before the kill; the test proved nothing\n%s", round, p.log())
 	}
 	return roundCounts{len(confirmed), len(acked), len(drained)}
+}
+
+// consumeUntilKill consumes dest on addr with client-individual acks and
+// a window of prefetch until stop is closed or the broker goes away,
+// counting each delivery in seen and each ack sent in acked (under mu).
+// One message in unackedEvery stays unacked (it must come back after
+// the restart); the window leaves room for the rest. The ack goroutine
+// it starts is counted in wg.
+func consumeUntilKill(wg *sync.WaitGroup, addr, dest, prefetch string, unackedEvery int, stop <-chan struct{}, mu *sync.Mutex, seen map[string]int, acked map[string]bool) {
+	conn, err := gostomp.Dial("tcp", addr, gostomp.ConnOpt.HeartBeat(0, 0), quiet)
+	if err != nil {
+		return
+	}
+	defer conn.MustDisconnect()
+	sub, err := conn.Subscribe(dest, gostomp.AckClientIndividual, gostomp.SubscribeOpt.Header("activemq.prefetchSize", prefetch))
+	if err != nil {
+		return
+	}
+	// go-stomp deadlocks if Ack is called from the goroutine reading
+	// sub.C while deliveries are fast (its writer queue and the
+	// subscription channel wait on each other), so a second goroutine
+	// acks.
+	toAck := make(chan *gostomp.Message, 1000)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for m := range toAck {
+			key, _, _, _ := ledger.PayloadKey(m.Body)
+			if conn.Ack(m) != nil {
+				for range toAck {
+				}
+				return
+			}
+			mu.Lock()
+			acked[key] = true
+			mu.Unlock()
+		}
+	}()
+	defer close(toAck)
+	for {
+		select {
+		case <-stop:
+			return
+		case m, ok := <-sub.C:
+			if !ok || m.Err != nil {
+				return
+			}
+			key, _, seq, _ := ledger.PayloadKey(m.Body)
+			mu.Lock()
+			seen[key]++
+			mu.Unlock()
+			if seq%unackedEvery != unackedEvery-1 {
+				toAck <- m
+			}
+		}
+	}
 }

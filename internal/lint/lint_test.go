@@ -16,38 +16,44 @@ const module = "github.com/junctionmq/junction"
 // import (its own subpackages always). This is the table of
 // docs/architecture.md; change both together.
 var allowed = map[string][]string{
-	"persistence":          {},
-	"cluster":              {"core", "persistence", "cluster/transport", "cluster/raftlog"},
-	"ha":                   {},
-	"cluster/transport":    {},
-	"cluster/raftlog":      {"persistence"},
-	"core":                 {},
-	"transports":           {},
-	"websocket":            {},
-	"stomp":                {"core", "internal/inbound", "internal/outbound"},
-	"mqtt":                 {"core", "internal/inbound", "internal/outbound"},
-	"amqp":                 {"core", "internal/inbound", "internal/outbound"},
-	"management":           {"core"},
-	"security":             {"core"},
-	"internal/authztest":   {"core"},
-	"internal/bench":       {"internal/stompclient"},
-	"internal/clustertest": {"internal/ledger", "internal/stompclient", "internal/faultproxy", "internal/netns"},
-	"internal/faultproxy":  {},
-	"internal/hostlist":    {},
-	"internal/inbound":     {},
-	"internal/ledger":      {"internal/stompclient"},
-	"internal/lint":        {},
-	"internal/netns":       {},
-	"internal/outbound":    {},
-	"internal/stompclient": {},
-	"internal/testserve":   {},
-	"internal/minica":      {},
+	"persistence":               {},
+	"cluster":                   {"core", "persistence", "cluster/transport", "cluster/raftlog"},
+	"ha":                        {},
+	"cluster/transport":         {},
+	"cluster/raftlog":           {"persistence"},
+	"core":                      {},
+	"transports":                {},
+	"websocket":                 {},
+	"stomp":                     {"core", "internal/inbound", "internal/outbound"},
+	"stomp/stomptest":           {"stomp", "core", "internal/inbound", "internal/outbound", "internal/stompclient"},
+	"mqtt":                      {"core", "internal/inbound", "internal/outbound"},
+	"mqtt/mqtttest":             {"mqtt", "core", "internal/inbound", "internal/outbound"},
+	"amqp":                      {"core", "internal/inbound", "internal/outbound"},
+	"amqp/amqptest":             {"amqp", "core", "internal/inbound", "internal/outbound"},
+	"management":                {"core"},
+	"management/managementtest": {"core"},
+	"security":                  {"core"},
+	"internal/authztest":        {"core"},
+	"internal/bench":            {"internal/stompclient"},
+	"internal/clustertest":      {"internal/ledger", "internal/stompclient", "internal/faultproxy", "internal/netns"},
+	"internal/faultproxy":       {},
+	"internal/hostlist":         {},
+	"internal/inbound":          {},
+	"internal/ledger":           {"internal/stompclient"},
+	"internal/lint":             {},
+	"internal/netns":            {},
+	"internal/outbound":         {},
+	"internal/stompclient":      {},
+	"internal/testserve":        {},
+	"internal/minica":           {},
 }
 
 // subtrees are trees one level down, with rows of their own: the
 // cluster's transport imports nothing of ours and its Raft log only
-// persistence, whatever the rest of cluster may.
-var subtrees = []string{"cluster/transport", "cluster/raftlog"}
+// persistence, whatever the rest of cluster may; a protocol's test
+// harness (stomp/stomptest) imports the protocol, and is a test helper,
+// which the protocol's production code may not import.
+var subtrees = []string{"cluster/transport", "cluster/raftlog", "stomp/stomptest", "amqp/amqptest", "mqtt/mqtttest", "management/managementtest"}
 
 // tree returns the top-level tree of one of our import paths
 // ("stomp/internal/wire" → "stomp"; a subtree for paths under one), or
@@ -77,13 +83,19 @@ func tree(path string) string {
 // may, tests of any tree may, and so may another helper (the cluster's
 // fault harness drives the fault proxy and the namespaces). What a
 // helper imports counts as imported by the test (a test importing
-// internal/authztest depends on core).
+// internal/authztest depends on core). A protocol's harness
+// (stomp/stomptest) is one: package stomp's tests and internal/e2e
+// share it.
 var testHelpers = map[string]bool{
-	"internal/authztest":   true,
-	"internal/clustertest": true,
-	"internal/faultproxy":  true,
-	"internal/netns":       true,
-	"internal/testserve":   true,
+	"internal/authztest":        true,
+	"internal/clustertest":      true,
+	"internal/faultproxy":       true,
+	"internal/netns":            true,
+	"internal/testserve":        true,
+	"stomp/stomptest":           true,
+	"amqp/amqptest":             true,
+	"mqtt/mqtttest":             true,
+	"management/managementtest": true,
 }
 
 // testShared are trees production code imports by the table, and that

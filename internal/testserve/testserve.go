@@ -1,6 +1,6 @@
 // Package testserve runs a protocol handler on a loopback port for tests,
-// with the ten-line accept loop every protocol package's tests need. It
-// is imported by tests only.
+// with the ten-line accept loop every protocol package's tests need, and
+// the bounded wait they share. It is imported by tests only.
 package testserve
 
 import (
@@ -8,6 +8,7 @@ import (
 	"net"
 	"sync"
 	"testing"
+	"time"
 )
 
 // Serve accepts connections on 127.0.0.1 (a free port) and serves each
@@ -47,4 +48,17 @@ func Serve(t testing.TB, handle func(context.Context, net.Conn)) (addr string, s
 	}
 	t.Cleanup(stop)
 	return l.Addr().String(), stop
+}
+
+// Eventually polls cond every 5 ms for up to 5 s, and fails the test,
+// naming what it waited for, if cond is still false.
+func Eventually(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }

@@ -3,7 +3,6 @@
 package amqp_test
 
 import (
-	"errors"
 	"path/filepath"
 	"testing"
 	"time"
@@ -11,7 +10,9 @@ import (
 	goamqp "github.com/Azure/go-amqp"
 
 	"github.com/junctionmq/junction/amqp"
+	"github.com/junctionmq/junction/amqp/amqptest"
 	"github.com/junctionmq/junction/core"
+	"github.com/junctionmq/junction/internal/testserve"
 	"github.com/junctionmq/junction/persistence/journal"
 )
 
@@ -38,45 +39,23 @@ func diskFullConfig(t *testing.T) core.Config {
 
 func waitDiskFull(t *testing.T, b *core.Broker) {
 	t.Helper()
-	eventually(t, "the disk limit to be seen", func() bool { return b.DiskFull() != "" })
-}
-
-// connInfo returns the only AMQP connection's information.
-func connInfo(t *testing.T, b *core.Broker) core.ConnectionInfo {
-	t.Helper()
-	for _, c := range b.Connections() {
-		if c.Protocol == "amqp" {
-			return c
-		}
-	}
-	t.Fatal("no AMQP connection")
-	return core.ConnectionInfo{}
-}
-
-// wantResourceLimit checks that err is the rejection of a send with
-// amqp:resource-limit-exceeded.
-func wantResourceLimit(t *testing.T, err error) {
-	t.Helper()
-	var ae *goamqp.Error
-	if !errors.As(err, &ae) || ae.Condition != goamqp.ErrCondResourceLimitExceeded {
-		t.Fatalf("send: got %v, want a rejection with %s", err, goamqp.ErrCondResourceLimitExceeded)
-	}
+	testserve.Eventually(t, "the disk limit to be seen", func() bool { return b.DiskFull() != "" })
 }
 
 // A durable send while the store is over its disk limit is rejected with
 // amqp:resource-limit-exceeded; non-durable sends still go through.
 func TestDiskFullRejectsDurableSends(t *testing.T) {
-	tb := startBroker(t, amqp.Config{}, diskFullConfig(t))
-	waitDiskFull(t, tb.broker)
-	snd := newSender(t, tb.session(t, nil), "orders", nil)
-	m := text("durable")
+	tb := amqptest.Start(t, amqp.Config{}, diskFullConfig(t))
+	waitDiskFull(t, tb.Core)
+	snd := amqptest.NewSender(t, tb.Session(t, nil), "orders", nil)
+	m := amqptest.Text("durable")
 	m.Header = &goamqp.MessageHeader{Durable: true}
-	wantResourceLimit(t, snd.Send(ctxT(t), m, nil))
-	send(t, snd, text("non-durable"))
-	if got := tb.broker.DropStats()[core.RefusedDisk]; got != 1 {
+	amqptest.WantResourceLimit(t, snd.Send(amqptest.Ctx(t), m, nil))
+	amqptest.Send(t, snd, amqptest.Text("non-durable"))
+	if got := tb.Core.DropStats()[core.RefusedDisk]; got != 1 {
 		t.Fatalf("refused_disk_full = %d, want 1", got)
 	}
-	if c := connInfo(t, tb.broker); c.Refused != 1 {
+	if c := amqptest.ConnInfo(t, tb.Core); c.Refused != 1 {
 		t.Fatalf("connection refused %d, want 1", c.Refused)
 	}
 }

@@ -15,14 +15,16 @@ import (
 	goamqp "github.com/Azure/go-amqp"
 
 	"github.com/junctionmq/junction/amqp"
+	"github.com/junctionmq/junction/amqp/amqptest"
 	"github.com/junctionmq/junction/core"
+	"github.com/junctionmq/junction/internal/testserve"
 	"github.com/junctionmq/junction/persistence/journal"
 	"github.com/junctionmq/junction/persistence/large"
 )
 
 // startLargeBroker starts a broker with a journal and a large-message
 // store (threshold 64 KiB); it returns the store's directory.
-func startLargeBroker(t *testing.T, cfg amqp.Config) (*testBroker, string) {
+func startLargeBroker(t *testing.T, cfg amqp.Config) (*amqptest.Broker, string) {
 	t.Helper()
 	dir := t.TempDir()
 	msgs, err := journal.Open(journal.Config{Dir: filepath.Join(dir, "journal"), FileSize: 1 << 20})
@@ -39,7 +41,7 @@ func startLargeBroker(t *testing.T, cfg amqp.Config) (*testBroker, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tb := startBroker(t, cfg, core.Config{Messages: msgs, Bindings: bindings, Large: ls, LargeMessageThreshold: 64 << 10})
+	tb := amqptest.Start(t, cfg, core.Config{Messages: msgs, Bindings: bindings, Large: ls, LargeMessageThreshold: 64 << 10})
 	return tb, filepath.Join(dir, "large")
 }
 
@@ -68,15 +70,15 @@ func pattern(n int) []byte {
 func TestLargeMessageStreamed(t *testing.T) {
 	tb, dir := startLargeBroker(t, amqp.Config{MaxMessageSize: 4 << 20})
 	body := pattern(6<<20 + 3)
-	sess := tb.session(t, nil)
-	snd := newSender(t, sess, "big", nil)
+	sess := tb.Session(t, nil)
+	snd := amqptest.NewSender(t, sess, "big", nil)
 	for i, durable := range []bool{true, false} {
 		m := goamqp.NewMessage(body)
 		m.Header = &goamqp.MessageHeader{Durable: durable}
 		m.ApplicationProperties = map[string]any{"n": int64(i)}
 		m.Footer = goamqp.Annotations{"hash": "x"}
-		send(t, snd, m)
-		msgs, total, err := tb.broker.Browse("big", 0, 1)
+		amqptest.Send(t, snd, m)
+		msgs, total, err := tb.Core.Browse("big", 0, 1)
 		if err != nil || total != 1 || !msgs[0].Message.Streamed() || msgs[0].Message.Size() != int64(len(body)) {
 			t.Fatalf("durable=%v: browse %d %v", durable, total, err)
 		}
@@ -88,7 +90,7 @@ func TestLargeMessageStreamed(t *testing.T) {
 			opts.SettlementMode = goamqp.ReceiverSettleModeFirst.Ptr()
 			opts.RequestedSenderSettleMode = goamqp.SenderSettleModeSettled.Ptr()
 		}
-		r := newReceiver(t, sess, "big", opts)
+		r := amqptest.NewReceiver(t, sess, "big", opts)
 		// go-amqp copies a message it assembles over and over: slow
 		// under the race detector on a busy machine.
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -98,7 +100,7 @@ func TestLargeMessageStreamed(t *testing.T) {
 			t.Fatalf("durable=%v: receive: %v", durable, err)
 		}
 		if i == 0 {
-			if err := r.AcceptMessage(ctxT(t), got); err != nil {
+			if err := r.AcceptMessage(amqptest.Ctx(t), got); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -108,9 +110,9 @@ func TestLargeMessageStreamed(t *testing.T) {
 		if got.ApplicationProperties["n"] != int64(i) || got.Footer["hash"] != "x" {
 			t.Fatalf("durable=%v: properties %v footer %v", durable, got.ApplicationProperties, got.Footer)
 		}
-		r.Close(ctxT(t))
+		r.Close(amqptest.Ctx(t))
 		got, msgs = nil, nil
-		eventually(t, "the file to go with the message", func() bool {
+		testserve.Eventually(t, "the file to go with the message", func() bool {
 			runtime.GC()
 			return countFiles(t, dir) == 0
 		})
@@ -137,21 +139,21 @@ func (c *cutConn) Write(p []byte) (int, error) {
 // goes through whole.
 func TestLargeMessageCutAndLimits(t *testing.T) {
 	tb, dir := startLargeBroker(t, amqp.Config{MaxMessageSize: 4 << 20, MaxLargeMessageSize: 8 << 20})
-	nc, err := net.Dial("tcp", tb.addr[len("amqp://"):])
+	nc, err := net.Dial("tcp", tb.Addr[len("amqp://"):])
 	if err != nil {
 		t.Fatal(err)
 	}
 	cc := &cutConn{Conn: nc}
 	cc.limit.Store(1 << 40)
-	conn, err := goamqp.NewConn(ctxT(t), cc, nil)
+	conn, err := goamqp.NewConn(amqptest.Ctx(t), cc, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	sess, err := conn.NewSession(ctxT(t), nil)
+	sess, err := conn.NewSession(amqptest.Ctx(t), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	snd := newSender(t, sess, "big", nil)
+	snd := amqptest.NewSender(t, sess, "big", nil)
 	cc.limit.Store(3 << 20) // 3 MiB of a 6 MiB message
 	m := goamqp.NewMessage(pattern(6 << 20))
 	m.Header = &goamqp.MessageHeader{Durable: true}
@@ -161,23 +163,23 @@ func TestLargeMessageCutAndLimits(t *testing.T) {
 	}
 	cancel()
 	conn.Close()
-	eventually(t, "the cut body's file to go", func() bool { return countFiles(t, dir) == 0 })
+	testserve.Eventually(t, "the cut body's file to go", func() bool { return countFiles(t, dir) == 0 })
 	time.Sleep(50 * time.Millisecond)
-	if q := tb.broker.Queue("big"); q != nil && q.Stats().Depth != 0 {
+	if q := tb.Core.Queue("big"); q != nil && q.Stats().Depth != 0 {
 		t.Fatalf("a cut message was sent: depth %d", q.Stats().Depth)
 	}
 
-	sess = tb.session(t, nil)
-	snd = newSender(t, sess, "big", nil)
-	if err := snd.Send(ctxT(t), goamqp.NewMessage(pattern(9<<20)), nil); err == nil {
+	sess = tb.Session(t, nil)
+	snd = amqptest.NewSender(t, sess, "big", nil)
+	if err := snd.Send(amqptest.Ctx(t), goamqp.NewMessage(pattern(9<<20)), nil); err == nil {
 		t.Fatal("a message over MaxLargeMessageSize was accepted")
 	}
-	sess = tb.session(t, nil)
-	snd = newSender(t, sess, "big", nil)
+	sess = tb.Session(t, nil)
+	snd = amqptest.NewSender(t, sess, "big", nil)
 	small := pattern(1000)
-	send(t, snd, goamqp.NewMessage(small))
-	r := newReceiver(t, sess, "big", nil)
-	if got := receive(t, r); !bytes.Equal(got.GetData(), small) {
+	amqptest.Send(t, snd, goamqp.NewMessage(small))
+	r := amqptest.NewReceiver(t, sess, "big", nil)
+	if got := amqptest.Receive(t, r); !bytes.Equal(got.GetData(), small) {
 		t.Fatal("small body differs")
 	}
 	if n := countFiles(t, dir); n != 0 {

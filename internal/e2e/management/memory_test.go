@@ -4,22 +4,17 @@
 package management_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"net/http/httptest"
 	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
-
 	"github.com/junctionmq/junction/core"
 	"github.com/junctionmq/junction/management"
+	"github.com/junctionmq/junction/management/managementtest"
 	"github.com/junctionmq/junction/persistence/fs"
 	"github.com/junctionmq/junction/persistence/journal"
 	"github.com/junctionmq/junction/persistence/page"
@@ -42,7 +37,7 @@ func (a pagerAdapter) Bytes() int64             { return a.d.Bytes() }
 // limitsEnv is a management server over a persistent broker with a
 // memory budget, a page store, queues limited to 10 bytes with each
 // full policy, and a disk limit switched by diskFull.
-func limitsEnv(t *testing.T, diskFull *atomic.Bool) *env {
+func limitsEnv(t *testing.T, diskFull *atomic.Bool) *managementtest.Env {
 	t.Helper()
 	dir := t.TempDir()
 	msgs, err := journal.Open(journal.Config{Dir: filepath.Join(dir, "journal"), FileSize: 256 << 10})
@@ -75,61 +70,15 @@ func limitsEnv(t *testing.T, diskFull *atomic.Bool) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &env{t: t, b: b}
-	e.srv = httptest.NewServer(management.New(management.Config{Version: "1.2.3"}, b))
-	t.Cleanup(func() {
-		e.srv.Close()
-		b.Close()
-	})
+	e := &managementtest.Env{T: t, Core: b}
+	e.Serve(management.New(management.Config{Version: "1.2.3"}, b))
 	return e
-}
-
-func (e *env) metrics() map[string]*dto.MetricFamily {
-	e.t.Helper()
-	status, raw, _ := e.raw("GET", "/metrics", nil, "Accept", "text/plain")
-	if status != 200 {
-		e.t.Fatalf("metrics: status %d", status)
-	}
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := p.TextToMetricFamilies(bytes.NewReader(raw))
-	if err != nil {
-		e.t.Fatalf("parse: %v\n%s", err, raw)
-	}
-	return fams
-}
-
-// metricValue returns the value of the series of name with labels (a
-// gauge's or a counter's); it fails the test if there is none.
-func metricValue(t *testing.T, fams map[string]*dto.MetricFamily, name string, labels map[string]string) float64 {
-	t.Helper()
-	f := fams[name]
-	if f == nil {
-		t.Fatalf("no metric family %s", name)
-	}
-next:
-	for _, m := range f.Metric {
-		for k, v := range labels {
-			found := false
-			for _, lp := range m.Label {
-				found = found || (lp.GetName() == k && lp.GetValue() == v)
-			}
-			if !found {
-				continue next
-			}
-		}
-		if m.Counter != nil {
-			return m.Counter.GetValue()
-		}
-		return m.Gauge.GetValue()
-	}
-	t.Fatalf("no %s%v", name, labels)
-	return 0
 }
 
 func TestMemoryAndDropStats(t *testing.T) {
 	var diskFull atomic.Bool
 	e := limitsEnv(t, &diskFull)
-	s := e.session(core.SessionOptions{Protocol: "stomp", RemoteAddr: "192.0.2.1:4000"})
+	s := e.Session(core.SessionOptions{Protocol: "stomp", RemoteAddr: "192.0.2.1:4000"})
 	send := func(addr string, durable bool, i int) error {
 		m := &core.Message{Address: addr, RoutingType: core.Anycast, Durable: durable, Body: fmt.Appendf(nil, "message%d", i)}
 		return s.Send(context.Background(), m)
@@ -150,27 +99,27 @@ func TestMemoryAndDropStats(t *testing.T) {
 	}
 
 	// REST: connections, queues, broker.
-	cs := e.want(200, "GET", "/api/v1/connections", nil)["connections"].([]any)
+	cs := e.Want(200, "GET", "/api/v1/connections", nil)["connections"].([]any)
 	if len(cs) != 1 {
 		t.Fatalf("connections %v", cs)
 	}
-	if c := cs[0].(map[string]any); num(c["dropped"]) != 2 || num(c["refused"]) != 1 {
+	if c := cs[0].(map[string]any); managementtest.Num(c["dropped"]) != 2 || managementtest.Num(c["refused"]) != 1 {
 		t.Errorf("connection dropped %v refused %v, want 2 and 1", c["dropped"], c["refused"])
 	}
-	q := e.want(200, "GET", "/api/v1/queues/paged", nil)
-	if num(q["paged"]) != 2 || num(q["depth"]) != 3 {
+	q := e.Want(200, "GET", "/api/v1/queues/paged", nil)
+	if managementtest.Num(q["paged"]) != 2 || managementtest.Num(q["depth"]) != 3 {
 		t.Errorf("queue paged %v depth %v, want 2 and 3", q["paged"], q["depth"])
 	}
-	if q := e.want(200, "GET", "/api/v1/queues/drop", nil); num(q["paged"]) != 0 || num(q["dropped"]) != 2 {
+	if q := e.Want(200, "GET", "/api/v1/queues/drop", nil); managementtest.Num(q["paged"]) != 0 || managementtest.Num(q["dropped"]) != 2 {
 		t.Errorf("queue drop: paged %v dropped %v, want 0 and 2", q["paged"], q["dropped"])
 	}
-	page := e.want(200, "GET", "/api/v1/queues?sort=-paged&limit=1", nil)
+	page := e.Want(200, "GET", "/api/v1/queues?sort=-paged&limit=1", nil)
 	if qs := page["queues"].([]any); len(qs) != 1 || qs[0].(map[string]any)["name"] != "paged" {
 		t.Errorf("sorted by paged: %v", qs)
 	}
-	br := e.want(200, "GET", "/api/v1/broker", nil)
+	br := e.Want(200, "GET", "/api/v1/broker", nil)
 	mm, _ := br["messageMemory"].(map[string]any)
-	if num(mm["used"]) <= 0 || num(mm["max"]) != 1<<20 {
+	if managementtest.Num(mm["used"]) <= 0 || managementtest.Num(mm["max"]) != 1<<20 {
 		t.Errorf("messageMemory %v", br["messageMemory"])
 	}
 	if br["diskFull"] != "" {
@@ -178,32 +127,32 @@ func TestMemoryAndDropStats(t *testing.T) {
 	}
 
 	// Metrics.
-	fams := e.metrics()
+	fams := e.Metrics()
 	for reason, want := range map[string]float64{"queue_full": 2, "refused_full": 1, "non_durable_over_budget": 0, "refused_disk_full": 0} {
-		if v := metricValue(t, fams, "junction_messages_dropped_total", map[string]string{"reason": reason}); v != want {
+		if v := managementtest.MetricValue(t, fams, "junction_messages_dropped_total", map[string]string{"reason": reason}); v != want {
 			t.Errorf("dropped %s = %v, want %v", reason, v, want)
 		}
 	}
-	if v := metricValue(t, fams, "junction_memory_used_bytes", nil); v <= 0 {
+	if v := managementtest.MetricValue(t, fams, "junction_memory_used_bytes", nil); v <= 0 {
 		t.Errorf("memory used %v", v)
 	}
-	if v := metricValue(t, fams, "junction_memory_max_bytes", nil); v != 1<<20 {
+	if v := managementtest.MetricValue(t, fams, "junction_memory_max_bytes", nil); v != 1<<20 {
 		t.Errorf("memory max %v", v)
 	}
-	if v := metricValue(t, fams, "junction_queue_paged_messages", map[string]string{"queue": "paged", "address": "paged"}); v != 2 {
+	if v := managementtest.MetricValue(t, fams, "junction_queue_paged_messages", map[string]string{"queue": "paged", "address": "paged"}); v != 2 {
 		t.Errorf("paged %v, want 2", v)
 	}
-	if v := metricValue(t, fams, "junction_queue_paged_messages", map[string]string{"queue": "drop"}); v != 0 {
+	if v := managementtest.MetricValue(t, fams, "junction_queue_paged_messages", map[string]string{"queue": "drop"}); v != 0 {
 		t.Errorf("paged of drop %v, want 0", v)
 	}
-	if v := metricValue(t, fams, "junction_disk_full", nil); v != 0 {
+	if v := managementtest.MetricValue(t, fams, "junction_disk_full", nil); v != 0 {
 		t.Errorf("disk_full %v before the disk limit", v)
 	}
 
 	// The disk limit.
 	diskFull.Store(true)
 	deadline := time.Now().Add(5 * time.Second)
-	for e.b.DiskFull() == "" {
+	for e.Core.DiskFull() == "" {
 		if time.Now().After(deadline) {
 			t.Fatal("the disk limit was never seen")
 		}
@@ -212,17 +161,17 @@ func TestMemoryAndDropStats(t *testing.T) {
 	if err := send("other", true, 0); !errors.Is(err, core.ErrDiskFull) {
 		t.Fatalf("durable send past the disk limit: %v", err)
 	}
-	if br := e.want(200, "GET", "/api/v1/broker", nil); br["diskFull"] == "" || br["diskFull"] != e.b.DiskFull() {
-		t.Errorf("diskFull %q, want %q", br["diskFull"], e.b.DiskFull())
+	if br := e.Want(200, "GET", "/api/v1/broker", nil); br["diskFull"] == "" || br["diskFull"] != e.Core.DiskFull() {
+		t.Errorf("diskFull %q, want %q", br["diskFull"], e.Core.DiskFull())
 	}
-	fams = e.metrics()
-	if v := metricValue(t, fams, "junction_disk_full", nil); v != 1 {
+	fams = e.Metrics()
+	if v := managementtest.MetricValue(t, fams, "junction_disk_full", nil); v != 1 {
 		t.Errorf("disk_full %v past the disk limit", v)
 	}
-	if v := metricValue(t, fams, "junction_messages_dropped_total", map[string]string{"reason": "refused_disk_full"}); v != 1 {
+	if v := managementtest.MetricValue(t, fams, "junction_messages_dropped_total", map[string]string{"reason": "refused_disk_full"}); v != 1 {
 		t.Errorf("refused_disk_full %v, want 1", v)
 	}
-	if c := e.want(200, "GET", "/api/v1/connections", nil)["connections"].([]any)[0].(map[string]any); num(c["refused"]) != 2 {
+	if c := e.Want(200, "GET", "/api/v1/connections", nil)["connections"].([]any)[0].(map[string]any); managementtest.Num(c["refused"]) != 2 {
 		t.Errorf("connection refused %v, want 2", c["refused"])
 	}
 }

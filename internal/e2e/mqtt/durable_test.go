@@ -16,58 +16,16 @@ import (
 	"github.com/junctionmq/junction/core"
 	"github.com/junctionmq/junction/internal/testserve"
 	"github.com/junctionmq/junction/mqtt"
+	"github.com/junctionmq/junction/mqtt/mqtttest"
 	"github.com/junctionmq/junction/persistence/journal"
 )
-
-// startBrokerConfig is startBrokerWith for a whole broker configuration;
-// each address in anycast is created anycast, so that MQTT publishes to
-// it reach its queue.
-func startBrokerConfig(t *testing.T, bcfg core.Config, anycast ...string) *testBroker {
-	t.Helper()
-	return startBrokerFull(t, mqtt.Config{}, bcfg, anycast...)
-}
-
-func startBrokerFull(t *testing.T, cfg mqtt.Config, bcfg core.Config, anycast ...string) *testBroker {
-	t.Helper()
-	b, err := core.New(bcfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { b.Close() })
-	for _, a := range anycast {
-		if err := b.CreateAddress(a, core.Anycast); err != nil {
-			t.Fatal(err)
-		}
-	}
-	srv, err := mqtt.New(cfg, b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr, stop := testserve.Serve(t, srv.ServeConn)
-	t.Cleanup(func() {
-		srv.Close()
-		stop()
-	})
-	return &testBroker{addr: addr, broker: b, srv: srv}
-}
-
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
 
 // durable is a broker with journals in dir, restartable.
 type durable struct {
 	t   *testing.T
 	dir string
 	cfg mqtt.Config
-	*testBroker
+	*mqtttest.Broker
 	closers []func()
 }
 
@@ -99,7 +57,7 @@ func (d *durable) start() {
 		t.Fatal(err)
 	}
 	addr, stop := testserve.Serve(t, srv.ServeConn)
-	d.testBroker = &testBroker{addr: addr, broker: b, srv: srv}
+	d.Broker = &mqtttest.Broker{Addr: addr, Core: b, Server: srv}
 	d.closers = []func(){func() { srv.Close() }, stop, func() { b.Close() }, func() { msgs.Close() }, func() { bindings.Close() }}
 }
 
@@ -132,16 +90,16 @@ func TestDiskFullQuotaExceeded(t *testing.T) {
 	}
 	t.Cleanup(func() { bindings.Close() })
 	usage := func() (int64, int64, error) { return 2000, 1 << 40, nil }
-	tb := startBrokerConfig(t, core.Config{Messages: msgs, Bindings: bindings,
+	tb := mqtttest.StartFull(t, mqtt.Config{}, core.Config{Messages: msgs, Bindings: bindings,
 		Disk: core.DiskLimits{Usage: usage, MaxUsage: 1000, Interval: 5 * time.Millisecond}}, "orders")
-	eventually(t, "the disk limit to be seen", func() bool { return tb.broker.DiskFull() != "" })
-	pub := tb.client5(t, "p", 0)
+	testserve.Eventually(t, "the disk limit to be seen", func() bool { return tb.Core.DiskFull() != "" })
+	pub := tb.Client5(t, "p", 0)
 	for _, qos := range []byte{1, 2} {
-		if r := pub.publish(t, &paho5.Publish{Topic: "orders", QoS: qos, Payload: []byte("x")}); r == nil || r.ReasonCode != 0x97 {
+		if r := pub.Publish(t, &paho5.Publish{Topic: "orders", QoS: qos, Payload: []byte("x")}); r == nil || r.ReasonCode != 0x97 {
 			t.Fatalf("QoS %d publish past the disk limit: %+v, want reason 0x97", qos, r)
 		}
 	}
-	if got := tb.broker.DropStats()[core.RefusedDisk]; got != 2 {
+	if got := tb.Core.DropStats()[core.RefusedDisk]; got != 2 {
 		t.Fatalf("refused_disk_full = %d, want 2", got)
 	}
 }
@@ -150,22 +108,22 @@ func TestDiskFullQuotaExceeded(t *testing.T) {
 // a persistent session survives it; a clean one does not.
 func TestSessionPresentAfterRestart(t *testing.T) {
 	d := startDurable(t, mqtt.Config{})
-	dev := d.client(t, "dev-311", func(o *paho.ClientOptions) { o.SetCleanSession(false) })
-	wait(t, dev.Subscribe("cmd/#", 1, nil))
+	dev := d.Client(t, "dev-311", func(o *paho.ClientOptions) { o.SetCleanSession(false) })
+	mqtttest.Wait(t, dev.Subscribe("cmd/#", 1, nil))
 	dev.Disconnect(100)
-	r := d.raw(t)
-	r.session("dev-5", true, 3600)
-	r.subscribe(1, nil, packets.SubOptions{Topic: "cmd5/#", QoS: 1})
-	r.disconnect()
-	clean := d.raw(t)
-	clean.session("clean-5", true, 0)
-	clean.subscribe(1, nil, packets.SubOptions{Topic: "x", QoS: 1})
-	clean.disconnect()
+	r := d.Raw(t)
+	r.Session("dev-5", true, 3600)
+	r.Subscribe(1, nil, packets.SubOptions{Topic: "cmd5/#", QoS: 1})
+	r.Disconnect()
+	clean := d.Raw(t)
+	clean.Session("clean-5", true, 0)
+	clean.Subscribe(1, nil, packets.SubOptions{Topic: "x", QoS: 1})
+	clean.Disconnect()
 
 	d.restart()
-	pub := d.client(t, "pub")
-	wait(t, pub.Publish("cmd/reboot", 1, false, "while away"))
-	o := paho.NewClientOptions().AddBroker("tcp://" + d.addr).SetClientID("dev-311").SetCleanSession(false).
+	pub := d.Client(t, "pub")
+	mqtttest.Wait(t, pub.Publish("cmd/reboot", 1, false, "while away"))
+	o := paho.NewClientOptions().AddBroker("tcp://" + d.Addr).SetClientID("dev-311").SetCleanSession(false).
 		SetAutoReconnect(false).SetConnectRetry(false)
 	got := make(chan paho.Message, 10)
 	o.SetDefaultPublishHandler(func(_ paho.Client, m paho.Message) { got <- m })
@@ -178,13 +136,13 @@ func TestSessionPresentAfterRestart(t *testing.T) {
 	if !tok.(*paho.ConnectToken).SessionPresent() {
 		t.Fatal("MQTT 3.1.1 session present 0 after a restart")
 	}
-	if m := next(t, got); string(m.Payload()) != "while away" {
+	if m := mqtttest.Next(t, got); string(m.Payload()) != "while away" {
 		t.Fatalf("got %q", m.Payload())
 	}
-	if ack := d.raw(t).session("dev-5", false, 3600); !ack.SessionPresent {
+	if ack := d.Raw(t).Session("dev-5", false, 3600); !ack.SessionPresent {
 		t.Fatal("MQTT 5 session present 0 after a restart")
 	}
-	if ack := d.raw(t).session("clean-5", false, 0); ack.SessionPresent {
+	if ack := d.Raw(t).Session("clean-5", false, 0); ack.SessionPresent {
 		t.Fatal("a session with expiry 0 present after a restart")
 	}
 }
@@ -195,48 +153,48 @@ func TestSessionPresentAfterRestart(t *testing.T) {
 // message is delivered once.
 func TestQoS2DeliveryResumedWithItsPacketID(t *testing.T) {
 	d := startDurable(t, mqtt.Config{})
-	sub := d.raw(t)
-	sub.session("q2sub", true, 3600)
-	if sa := sub.subscribe(1, nil, packets.SubOptions{Topic: "q2/#", QoS: 2}); sa.Reasons[0] != 2 {
+	sub := d.Raw(t)
+	sub.Session("q2sub", true, 3600)
+	if sa := sub.Subscribe(1, nil, packets.SubOptions{Topic: "q2/#", QoS: 2}); sa.Reasons[0] != 2 {
 		t.Fatalf("SUBACK %v", sa.Reasons)
 	}
-	pub := d.client5(t, "q2pub", 0)
-	if r := pub.publish(t, &paho5.Publish{Topic: "q2/a", QoS: 2, Payload: []byte("one")}); r == nil || r.ReasonCode != 0 {
+	pub := d.Client5(t, "q2pub", 0)
+	if r := pub.Publish(t, &paho5.Publish{Topic: "q2/a", QoS: 2, Payload: []byte("one")}); r == nil || r.ReasonCode != 0 {
 		t.Fatalf("PUBREC %+v", r)
 	}
-	first := sub.publishOf()
+	first := sub.PublishOf()
 	id := first.PacketID
 	if first.QoS != 2 || first.Duplicate || string(first.Payload) != "one" || id == 0 {
 		t.Fatalf("PUBLISH %v", first)
 	}
-	sub.nc.Close() // no PUBREC
+	sub.Conn.Close() // no PUBREC
 
 	// Reconnect: the same PUBLISH, DUP set.
-	sub = d.raw(t)
-	if ack := sub.session("q2sub", false, 3600); !ack.SessionPresent {
+	sub = d.Raw(t)
+	if ack := sub.Session("q2sub", false, 3600); !ack.SessionPresent {
 		t.Fatal("session not present")
 	}
-	p := sub.publishOf()
+	p := sub.PublishOf()
 	if p.PacketID != id || !p.Duplicate || p.QoS != 2 || string(p.Payload) != "one" {
 		t.Fatalf("after a reconnect: %v, want id %d with DUP", p, id)
 	}
-	sub.nc.Close()
+	sub.Conn.Close()
 
 	// A restart: the same again.
 	d.restart()
-	sub = d.raw(t)
-	if ack := sub.session("q2sub", false, 3600); !ack.SessionPresent {
+	sub = d.Raw(t)
+	if ack := sub.Session("q2sub", false, 3600); !ack.SessionPresent {
 		t.Fatal("session not present after the restart")
 	}
-	p = sub.publishOf()
+	p = sub.PublishOf()
 	if p.PacketID != id || !p.Duplicate || string(p.Payload) != "one" {
 		t.Fatalf("after a restart: %v, want id %d with DUP", p, id)
 	}
-	sub.ack(packets.PUBREC, id)
-	if rel := sub.expect(packets.PUBREL); rel.Content.(*packets.Pubrel).PacketID != id {
+	sub.Ack(packets.PUBREC, id)
+	if rel := sub.Expect(packets.PUBREL); rel.Content.(*packets.Pubrel).PacketID != id {
 		t.Fatalf("PUBREL for %d", rel.Content.(*packets.Pubrel).PacketID)
 	}
-	sub.nc.Close() // no PUBCOMP
+	sub.Conn.Close() // no PUBCOMP
 
 	// After PUBREC, a reconnect and a restart resend PUBREL, never the
 	// message.
@@ -244,24 +202,24 @@ func TestQoS2DeliveryResumedWithItsPacketID(t *testing.T) {
 		if restart {
 			d.restart()
 		}
-		sub = d.raw(t)
-		sub.session("q2sub", false, 3600)
-		if rel := sub.expect(packets.PUBREL); rel.Content.(*packets.Pubrel).PacketID != id {
+		sub = d.Raw(t)
+		sub.Session("q2sub", false, 3600)
+		if rel := sub.Expect(packets.PUBREL); rel.Content.(*packets.Pubrel).PacketID != id {
 			t.Fatalf("restart %v: PUBREL for %d", restart, rel.Content.(*packets.Pubrel).PacketID)
 		}
-		sub.silent(100 * time.Millisecond)
-		sub.nc.Close()
+		sub.Silent(100 * time.Millisecond)
+		sub.Conn.Close()
 	}
-	sub = d.raw(t)
-	sub.session("q2sub", false, 3600)
-	sub.expect(packets.PUBREL)
-	sub.ack(packets.PUBCOMP, id)
-	sub.silent(100 * time.Millisecond)
-	sub.disconnect()
+	sub = d.Raw(t)
+	sub.Session("q2sub", false, 3600)
+	sub.Expect(packets.PUBREL)
+	sub.Ack(packets.PUBCOMP, id)
+	sub.Silent(100 * time.Millisecond)
+	sub.Disconnect()
 	// Done with: nothing comes again.
-	sub = d.raw(t)
-	sub.session("q2sub", false, 3600)
-	sub.silent(200 * time.Millisecond)
+	sub = d.Raw(t)
+	sub.Session("q2sub", false, 3600)
+	sub.Silent(200 * time.Millisecond)
 }
 
 // A QoS 2 publish of a persistent session is routed once although the
@@ -270,43 +228,43 @@ func TestQoS2DeliveryResumedWithItsPacketID(t *testing.T) {
 // PUBCOMP.
 func TestQoS2PublishRoutedOnceAcrossRestart(t *testing.T) {
 	d := startDurable(t, mqtt.Config{})
-	watch := d.raw(t)
-	watch.session("watch", true, 3600)
-	watch.subscribe(1, nil, packets.SubOptions{Topic: "in/#", QoS: 1})
-	watch.disconnect()
+	watch := d.Raw(t)
+	watch.Session("watch", true, 3600)
+	watch.Subscribe(1, nil, packets.SubOptions{Topic: "in/#", QoS: 1})
+	watch.Disconnect()
 
-	p := d.raw(t)
-	p.session("p2", true, 3600)
-	p.publish(&packets.Publish{Topic: "in/x", QoS: 2, PacketID: 7, Payload: []byte("x")})
-	p.expect(packets.PUBREC)
-	p.nc.Close()
+	p := d.Raw(t)
+	p.Session("p2", true, 3600)
+	p.Publish(&packets.Publish{Topic: "in/x", QoS: 2, PacketID: 7, Payload: []byte("x")})
+	p.Expect(packets.PUBREC)
+	p.Conn.Close()
 	d.restart()
 
-	p = d.raw(t)
-	if ack := p.session("p2", false, 3600); !ack.SessionPresent {
+	p = d.Raw(t)
+	if ack := p.Session("p2", false, 3600); !ack.SessionPresent {
 		t.Fatal("session not present")
 	}
-	p.publish(&packets.Publish{Topic: "in/x", QoS: 2, PacketID: 7, Duplicate: true, Payload: []byte("x")})
-	p.expect(packets.PUBREC)
-	p.ack(packets.PUBREL, 7)
-	if c := p.expect(packets.PUBCOMP).Content.(*packets.Pubcomp); c.PacketID != 7 || c.ReasonCode != 0 {
+	p.Publish(&packets.Publish{Topic: "in/x", QoS: 2, PacketID: 7, Duplicate: true, Payload: []byte("x")})
+	p.Expect(packets.PUBREC)
+	p.Ack(packets.PUBREL, 7)
+	if c := p.Expect(packets.PUBCOMP).Content.(*packets.Pubcomp); c.PacketID != 7 || c.ReasonCode != 0 {
 		t.Fatalf("PUBCOMP %d reason %#x", c.PacketID, c.ReasonCode)
 	}
 	// Released: 7 is a new message now.
-	p.publish(&packets.Publish{Topic: "in/x", QoS: 2, PacketID: 7, Payload: []byte("y")})
-	p.expect(packets.PUBREC)
-	p.ack(packets.PUBREL, 7)
-	p.expect(packets.PUBCOMP)
+	p.Publish(&packets.Publish{Topic: "in/x", QoS: 2, PacketID: 7, Payload: []byte("y")})
+	p.Expect(packets.PUBREC)
+	p.Ack(packets.PUBREL, 7)
+	p.Expect(packets.PUBCOMP)
 
-	watch = d.raw(t)
-	watch.session("watch", false, 3600)
+	watch = d.Raw(t)
+	watch.Session("watch", false, 3600)
 	var bodies []string
 	for range 2 {
-		m := watch.publishOf()
+		m := watch.PublishOf()
 		bodies = append(bodies, string(m.Payload))
-		watch.ack(packets.PUBACK, m.PacketID)
+		watch.Ack(packets.PUBACK, m.PacketID)
 	}
-	watch.silent(100 * time.Millisecond)
+	watch.Silent(100 * time.Millisecond)
 	if strings.Join(bodies, ",") != "x,y" {
 		t.Fatalf("delivered %v, want x once then y", bodies)
 	}

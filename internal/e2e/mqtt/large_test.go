@@ -18,13 +18,14 @@ import (
 
 	"github.com/junctionmq/junction/core"
 	"github.com/junctionmq/junction/mqtt"
+	"github.com/junctionmq/junction/mqtt/mqtttest"
 	"github.com/junctionmq/junction/persistence/journal"
 	"github.com/junctionmq/junction/persistence/large"
 )
 
 // startLargeBroker starts a broker with a journal and a large-message
 // store (threshold 64 KiB); it returns the store's directory.
-func startLargeBroker(t *testing.T, cfg mqtt.Config) (*testBroker, string) {
+func startLargeBroker(t *testing.T, cfg mqtt.Config) (*mqtttest.Broker, string) {
 	t.Helper()
 	dir := t.TempDir()
 	msgs, err := journal.Open(journal.Config{Dir: filepath.Join(dir, "journal"), FileSize: 1 << 20})
@@ -41,7 +42,7 @@ func startLargeBroker(t *testing.T, cfg mqtt.Config) (*testBroker, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tb := startBrokerFull(t, cfg, core.Config{Messages: msgs, Bindings: bindings, Large: ls, LargeMessageThreshold: 64 << 10})
+	tb := mqtttest.StartFull(t, cfg, core.Config{Messages: msgs, Bindings: bindings, Large: ls, LargeMessageThreshold: 64 << 10})
 	return tb, filepath.Join(dir, "large")
 }
 
@@ -82,11 +83,11 @@ func TestLargePublishStreamed(t *testing.T) {
 	tb, dir := startLargeBroker(t, mqtt.Config{MaxPacketSize: 1 << 20})
 	body := pattern(12<<20 + 9)
 	sum := sha256.Sum256(body)
-	sub := tb.client(t, "sub")
-	in := inbox(t, sub, "big/#", 2)
-	pub := tb.client(t, "pub")
+	sub := tb.Client(t, "sub")
+	in := mqtttest.Inbox(t, sub, "big/#", 2)
+	pub := tb.Client(t, "pub")
 	for qos := byte(0); qos <= 2; qos++ {
-		wait(t, pub.Publish("big/a", qos, false, body))
+		mqtttest.Wait(t, pub.Publish("big/a", qos, false, body))
 		select {
 		case m := <-in:
 			if sha256.Sum256(m.Payload()) != sum {
@@ -99,19 +100,19 @@ func TestLargePublishStreamed(t *testing.T) {
 	waitNoFiles(t, dir)
 
 	// MQTT 5, user properties and content type with the large payload.
-	c5 := tb.connect5(t, "c5", 0, true)
-	if code := c5.subscribe(t, "big5", 1); code != 1 {
+	c5 := tb.Connect5(t, "c5", 0, true)
+	if code := c5.Subscribe(t, "big5", 1); code != 1 {
 		t.Fatalf("SUBACK %#x", code)
 	}
-	p5 := tb.connect5(t, "p5", 0, true)
+	p5 := tb.Connect5(t, "p5", 0, true)
 	ct := "application/octet-stream"
-	r := p5.publish(t, &paho5.Publish{Topic: "big5", QoS: 1, Payload: body,
+	r := p5.Publish(t, &paho5.Publish{Topic: "big5", QoS: 1, Payload: body,
 		Properties: &paho5.PublishProperties{ContentType: ct, User: paho5.UserProperties{{Key: "k", Value: "v"}}}})
 	if r.ReasonCode != 0 {
 		t.Fatalf("PUBACK %#x", r.ReasonCode)
 	}
 	select {
-	case m := <-c5.inbox:
+	case m := <-c5.Inbox:
 		if sha256.Sum256(m.Payload) != sum || m.Properties.ContentType != ct || m.Properties.User.Get("k") != "v" {
 			t.Fatalf("MQTT 5: %d bytes, properties %+v", len(m.Payload), m.Properties)
 		}
@@ -121,18 +122,18 @@ func TestLargePublishStreamed(t *testing.T) {
 
 	// Retained: kept by reference in a file of its own, given to a later
 	// subscriber; cleared, its file goes.
-	wait(t, pub.Publish("big/retained", 1, true, body[:3<<20]))
-	late := tb.client(t, "late")
-	lin := inbox(t, late, "big/retained", 1)
-	if m := next(t, lin); !bytes.Equal(m.Payload(), body[:3<<20]) || !m.Retained() {
+	mqtttest.Wait(t, pub.Publish("big/retained", 1, true, body[:3<<20]))
+	late := tb.Client(t, "late")
+	lin := mqtttest.Inbox(t, late, "big/retained", 1)
+	if m := mqtttest.Next(t, lin); !bytes.Equal(m.Payload(), body[:3<<20]) || !m.Retained() {
 		t.Fatalf("retained: %d bytes, retained %v", len(m.Payload()), m.Retained())
 	}
-	for _, m := range tb.broker.Retained() {
+	for _, m := range tb.Core.Retained() {
 		if m.Size() > 1000 && !m.Streamed() {
 			t.Fatalf("the retained large message on %s is not held by reference", m.Address)
 		}
 	}
-	wait(t, pub.Publish("big/retained", 1, true, []byte{}))
+	mqtttest.Wait(t, pub.Publish("big/retained", 1, true, []byte{}))
 	waitNoFiles(t, dir)
 }
 
@@ -186,26 +187,26 @@ func publishHead(topic string, n int) []byte {
 // before its payload is read.
 func TestLargePublishCutAndLimit(t *testing.T) {
 	tb, dir := startLargeBroker(t, mqtt.Config{MaxMessageSize: 8 << 20})
-	sub := tb.client(t, "watch")
-	in := inbox(t, sub, "cut", 1)
-	nc := rawConnect(t, tb.addr, "cutter")
+	sub := tb.Client(t, "watch")
+	in := mqtttest.Inbox(t, sub, "cut", 1)
+	nc := rawConnect(t, tb.Addr, "cutter")
 	nc.Write(publishHead("cut", 5<<20))
 	nc.Write(pattern(2 << 20))
 	time.Sleep(50 * time.Millisecond)
 	nc.Close()
 	waitNoFiles(t, dir)
-	none(t, in, 200*time.Millisecond)
+	mqtttest.None(t, in, 200*time.Millisecond)
 
-	nc = rawConnect(t, tb.addr, "toolarge")
+	nc = rawConnect(t, tb.Addr, "toolarge")
 	nc.Write(publishHead("cut", 9<<20))
 	nc.SetReadDeadline(time.Now().Add(5 * time.Second))
 	if _, err := nc.Read(make([]byte, 16)); err == nil {
 		t.Fatal("a PUBLISH over MaxMessageSize was answered")
 	}
 	// A whole one still goes through.
-	pub := tb.client(t, "pub")
-	wait(t, pub.Publish("cut", 1, false, pattern(3<<20)))
-	if m := next(t, in); len(m.Payload()) != 3<<20 {
+	pub := tb.Client(t, "pub")
+	mqtttest.Wait(t, pub.Publish("cut", 1, false, pattern(3<<20)))
+	if m := mqtttest.Next(t, in); len(m.Payload()) != 3<<20 {
 		t.Fatalf("%d bytes", len(m.Payload()))
 	}
 	_ = paho.ErrNotConnected
@@ -217,7 +218,7 @@ func TestLargePublishCutAndLimit(t *testing.T) {
 // paho for Python refuses a CONNACK above it).
 func TestLargeMaximumPacketSizeAdvertised(t *testing.T) {
 	tb, _ := startLargeBroker(t, mqtt.Config{MaxPacketSize: 1 << 20})
-	nc, err := net.Dial("tcp", tb.addr)
+	nc, err := net.Dial("tcp", tb.Addr)
 	if err != nil {
 		t.Fatal(err)
 	}

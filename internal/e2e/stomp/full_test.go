@@ -12,31 +12,8 @@ import (
 	"github.com/junctionmq/junction/internal/testserve"
 	"github.com/junctionmq/junction/persistence/journal"
 	"github.com/junctionmq/junction/stomp"
+	"github.com/junctionmq/junction/stomp/stomptest"
 )
-
-// startBrokerConfig is startBroker with a whole broker configuration.
-func startBrokerConfig(t *testing.T, bcfg core.Config) *testBroker {
-	t.Helper()
-	b, err := core.New(bcfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := stomp.New(stomp.Config{}, b)
-	t.Cleanup(func() { b.Close() })
-	addr, _ := testserve.Serve(t, srv.ServeConn)
-	return &testBroker{addr: addr, broker: b, srv: srv}
-}
-
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
 
 // A persistent SEND while the store is over its disk limit gets an
 // ERROR "disk full" and the connection is closed.
@@ -53,22 +30,22 @@ func TestDiskFullSendsError(t *testing.T) {
 	}
 	t.Cleanup(func() { bindings.Close() })
 	usage := func() (int64, int64, error) { return 2000, 1 << 40, nil }
-	tb := startBrokerConfig(t, core.Config{Messages: msgs, Bindings: bindings,
-		Disk: core.DiskLimits{Usage: usage, MaxUsage: 1000, Interval: 5 * time.Millisecond}})
-	eventually(t, "the disk limit to be seen", func() bool { return tb.broker.DiskFull() != "" })
-	r := tb.raw(t)
-	r.connect("")
-	r.write("SEND\ndestination:/queue/orders\nreceipt:1\n\nnon-durable\x00")
-	if f := r.frame(); !strings.HasPrefix(f, "RECEIPT\n") {
+	tb := stomptest.StartWith(t, core.Config{Messages: msgs, Bindings: bindings,
+		Disk: core.DiskLimits{Usage: usage, MaxUsage: 1000, Interval: 5 * time.Millisecond}}, stomp.Config{})
+	testserve.Eventually(t, "the disk limit to be seen", func() bool { return tb.Core.DiskFull() != "" })
+	r := tb.Raw(t)
+	r.Connect("")
+	r.Write("SEND\ndestination:/queue/orders\nreceipt:1\n\nnon-durable\x00")
+	if f := r.Frame(); !strings.HasPrefix(f, "RECEIPT\n") {
 		t.Fatalf("non-durable send: got %q", f)
 	}
-	r.write("SEND\ndestination:/queue/orders\nreceipt:2\npersistent:true\n\ndurable\x00")
-	f := r.frame()
-	if !strings.HasPrefix(f, "ERROR\n") || header(f, "message") != "disk full" || header(f, "receipt-id") != "2" {
+	r.Write("SEND\ndestination:/queue/orders\nreceipt:2\npersistent:true\n\ndurable\x00")
+	f := r.Frame()
+	if !strings.HasPrefix(f, "ERROR\n") || stomptest.Header(f, "message") != "disk full" || stomptest.Header(f, "receipt-id") != "2" {
 		t.Fatalf("durable send: got %q, want ERROR disk full for receipt 2", f)
 	}
-	r.closed()
-	if got := tb.broker.DropStats()[core.RefusedDisk]; got != 1 {
+	r.Closed()
+	if got := tb.Core.DropStats()[core.RefusedDisk]; got != 1 {
 		t.Fatalf("refused_disk_full = %d, want 1", got)
 	}
 }

@@ -19,12 +19,13 @@ import (
 	"github.com/junctionmq/junction/persistence/journal"
 	"github.com/junctionmq/junction/persistence/large"
 	"github.com/junctionmq/junction/stomp"
+	"github.com/junctionmq/junction/stomp/stomptest"
 )
 
 // largeBroker is a broker with a journal and a large-message store
 // (threshold 64 KiB) in a temporary directory, and a STOMP listener.
 type largeBroker struct {
-	*testBroker
+	*stomptest.Broker
 	dir string // the large-message store's
 }
 
@@ -49,10 +50,7 @@ func startLargeBroker(t *testing.T, cfg stomp.Config) *largeBroker {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := stomp.New(cfg, b)
-	t.Cleanup(func() { b.Close() })
-	addr, _ := testserve.Serve(t, srv.ServeConn)
-	return &largeBroker{testBroker: &testBroker{addr: addr, broker: b, srv: srv}, dir: filepath.Join(dir, "large")}
+	return &largeBroker{Broker: stomptest.Serve(t, b, cfg), dir: filepath.Join(dir, "large")}
 }
 
 // files returns the names in the large-message store's directory.
@@ -86,12 +84,12 @@ func TestLargeMessageStreamed(t *testing.T) {
 	lb := startLargeBroker(t, stomp.Config{MaxFrameSize: 1 << 20, MaxMessageSize: 32 << 20})
 	body := pattern(20<<20 + 17)
 	for _, persistent := range []bool{true, false} {
-		c := lb.dial(t)
+		c := lb.Dial(t)
 		opts := []func(*frame.Frame) error{gostomp.SendOpt.Receipt, gostomp.SendOpt.Header("persistent", strconv.FormatBool(persistent))}
 		if err := c.Send("/queue/big", "application/octet-stream", body, opts...); err != nil {
 			t.Fatalf("persistent=%v: %v", persistent, err)
 		}
-		msgs, total, err := lb.broker.Browse("big", 0, 1)
+		msgs, total, err := lb.Core.Browse("big", 0, 1)
 		if err != nil || total != 1 {
 			t.Fatalf("browse: %d %v", total, err)
 		}
@@ -101,8 +99,8 @@ func TestLargeMessageStreamed(t *testing.T) {
 		if n := len(lb.files(t)); n != 1 {
 			t.Fatalf("%d files in the store, want 1", n)
 		}
-		sub := subscribe(t, c, "/queue/big", gostomp.AckClient)
-		m := next(t, sub)
+		sub := stomptest.Subscribe(t, c, "/queue/big", gostomp.AckClient)
+		m := stomptest.Next(t, sub)
 		if sha256.Sum256(m.Body) != sha256.Sum256(body) {
 			t.Fatalf("persistent=%v: body of %d bytes differs", persistent, len(m.Body))
 		}
@@ -110,7 +108,7 @@ func TestLargeMessageStreamed(t *testing.T) {
 			t.Fatal(err)
 		}
 		sub.Unsubscribe()
-		barrier(t, c)
+		stomptest.Barrier(t, c)
 		m, msgs = nil, nil
 		eventuallyGC(t, "the body's file to go with its ack", func() bool { return len(lb.files(t)) == 0 })
 	}
@@ -120,7 +118,7 @@ func TestLargeMessageStreamed(t *testing.T) {
 // body's file goes once nothing references its message.
 func eventuallyGC(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	eventually(t, what, func() bool {
+	testserve.Eventually(t, what, func() bool {
 		runtime.GC()
 		return cond()
 	})
@@ -131,24 +129,24 @@ func eventuallyGC(t *testing.T, what string, cond func() bool) {
 // receipt.
 func TestLargeMessageLimits(t *testing.T) {
 	lb := startLargeBroker(t, stomp.Config{MaxFrameSize: 1 << 20, MaxMessageSize: 4 << 20})
-	r := lb.raw(t)
-	r.connect("")
-	r.write("SEND\ndestination:/queue/big\nreceipt:1\ncontent-length:" + strconv.Itoa(5<<20) + "\n\n")
-	f := r.frame()
+	r := lb.Raw(t)
+	r.Connect("")
+	r.Write("SEND\ndestination:/queue/big\nreceipt:1\ncontent-length:" + strconv.Itoa(5<<20) + "\n\n")
+	f := r.Frame()
 	if !strings.HasPrefix(f, "ERROR\n") || !strings.Contains(f, "frame too large") {
 		t.Fatalf("over MaxMessageSize: %q", f)
 	}
-	r.closed()
+	r.Closed()
 
-	r = lb.raw(t)
-	r.connect("")
-	r.write("SEND\ndestination:/queue/big\npersistent:true\nreceipt:1\ncontent-length:" + strconv.Itoa(3<<20) + "\n\n")
-	r.write(string(pattern(2 << 20)))
+	r = lb.Raw(t)
+	r.Connect("")
+	r.Write("SEND\ndestination:/queue/big\npersistent:true\nreceipt:1\ncontent-length:" + strconv.Itoa(3<<20) + "\n\n")
+	r.Write(string(pattern(2 << 20)))
 	time.Sleep(50 * time.Millisecond) // the broker is writing the file
-	r.nc.Close()
-	eventually(t, "the cut body's file to go", func() bool { return len(lb.files(t)) == 0 })
+	r.Conn.Close()
+	testserve.Eventually(t, "the cut body's file to go", func() bool { return len(lb.files(t)) == 0 })
 	time.Sleep(50 * time.Millisecond)
-	if d := depth(lb.testBroker, "big"); d > 0 {
+	if d := depth(lb.Broker, "big"); d > 0 {
 		t.Fatalf("a cut message was sent: depth %d", d)
 	}
 	if n := len(lb.files(t)); n != 0 {
@@ -156,19 +154,19 @@ func TestLargeMessageLimits(t *testing.T) {
 	}
 
 	// The connection still works for whole messages after a refusal.
-	c := lb.dial(t)
+	c := lb.Dial(t)
 	body := pattern(3 << 20)
 	if err := c.Send("/queue/big", "", body, gostomp.SendOpt.Receipt); err != nil {
 		t.Fatal(err)
 	}
-	sub := subscribe(t, c, "/queue/big", gostomp.AckAuto)
-	if m := next(t, sub); !bytes.Equal(m.Body, body) {
+	sub := stomptest.Subscribe(t, c, "/queue/big", gostomp.AckAuto)
+	if m := stomptest.Next(t, sub); !bytes.Equal(m.Body, body) {
 		t.Fatalf("body of %d bytes differs", len(m.Body))
 	}
 }
 
-func depth(tb *testBroker, queue string) int64 {
-	if q := tb.broker.Queue(queue); q != nil {
+func depth(tb *stomptest.Broker, queue string) int64 {
+	if q := tb.Core.Queue(queue); q != nil {
 		return q.Stats().Depth
 	}
 	return -1

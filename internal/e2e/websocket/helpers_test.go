@@ -101,18 +101,6 @@ func expectClose(t *testing.T, ws *gws.Conn, code int) {
 	}
 }
 
-// waitFor polls cond for up to 5 seconds.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // wsConn is a client's net.Conn over a WebSocket connection: each Write
 // one binary message, Read the messages' bytes in order. One reader and
 // one writer at a time, as gorilla allows.

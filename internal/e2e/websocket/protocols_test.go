@@ -18,6 +18,7 @@ import (
 
 	"github.com/junctionmq/junction/amqp"
 	"github.com/junctionmq/junction/core"
+	"github.com/junctionmq/junction/internal/testserve"
 	"github.com/junctionmq/junction/mqtt"
 	"github.com/junctionmq/junction/stomp"
 	jws "github.com/junctionmq/junction/websocket"
@@ -283,7 +284,7 @@ func TestShutdown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "three sessions", func() bool { return s.h.Connections() == 3 })
+	testserve.Eventually(t, "three sessions", func() bool { return s.h.Connections() == 3 })
 
 	begin := time.Now()
 	sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
