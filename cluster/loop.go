@@ -400,7 +400,12 @@ func (n *Node) balanceLeaders() {
 		}
 		st := g.rn.Status()
 		last, _ := g.storage.LastIndex()
-		if pr, ok := st.Progress[pref]; ok && pr.RecentActive && pr.Match+8 >= last {
+		// Raft's RecentActive is cleared at every quorum check and set
+		// again by the member's next answer, so a look at the wrong
+		// moment finds it false (balancing waited for minutes under
+		// load); this node's own record of hearing the member
+		// (lease.go) says the same without that blind spot.
+		if pr, ok := st.Progress[pref]; ok && n.heardRecently(pref) && pr.Match+8 >= last {
 			n.log.Info().Uint64("group", g.id).Uint64("to", pref).Msg("handing the group's leadership to its preferred node")
 			g.rn.TransferLeader(pref)
 			return // one at a time
