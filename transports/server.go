@@ -266,7 +266,7 @@ func (s *Server) ListenAndServe(addr string) error {
 	if closing {
 		return ErrServerClosed
 	}
-	l, err := net.Listen("tcp", addr)
+	l, err := Listen(addr)
 	if err != nil {
 		return s.wrap(err)
 	}
