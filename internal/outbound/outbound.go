@@ -34,7 +34,9 @@
 // Ending: a failed write stops the writer (later pushes are refused),
 // records the error and closes the connection, so that its reader ends
 // too. [Writer.Finish] queues a last item (a protocol's goodbye), waits
-// until it and everything queued before it are written, and stops.
+// until it and everything queued before it are written, and stops; when
+// no goroutine is writing, Finish writes them itself, so that a goodbye
+// costs no goroutine.
 // [Writer.Close] stops at once, dropping what is queued.
 //
 // Lock order: a Writer's lock is taken inside core delivery handlers
@@ -133,8 +135,9 @@ type Writer[T any] struct {
 
 	// Owned by the running goroutine (only one runs at a time; running
 	// hands them from one to the next under mu):
-	held  []entry[T] // items the encoder held, in order
-	spare []entry[T] // the previous batch's slice, reused
+	held     []entry[T] // items the encoder held, in order
+	spare    []entry[T] // the previous batch's slice, reused
+	finishBy time.Time  // Finish's deadline, which bounds the writes too; zero before
 }
 
 type entry[T any] struct {
@@ -216,9 +219,11 @@ func (w *Writer[T]) condLocked() *sync.Cond {
 
 // Finish queues item as the last one, waits until it and everything
 // queued before it (held items excepted) are written, or until timeout,
-// and stops the writer; it does not close the connection. It returns the
-// write's error, ErrStopped if the writer had stopped already, or
-// ErrStopped after the timeout (the items not written are dropped).
+// and stops the writer; it does not close the connection. When no
+// goroutine is writing, Finish writes on the caller's goroutine, each
+// write bounded by the timeout too. It returns the write's error,
+// ErrStopped if the writer had stopped already, or ErrStopped after the
+// timeout (the items not written are dropped).
 func (w *Writer[T]) Finish(item T, timeout time.Duration) error {
 	w.mu.Lock()
 	if w.stopped || w.final {
@@ -228,16 +233,32 @@ func (w *Writer[T]) Finish(item T, timeout time.Duration) error {
 	}
 	w.final = true
 	w.queue = append(w.queue, entry[T]{item: item, last: true})
-	w.startLocked()
-	t := time.AfterFunc(timeout, func() {
-		w.mu.Lock()
-		w.stopLocked(nil)
+	deadline := time.Now().Add(timeout)
+	if !w.running {
+		// Nothing is being written: write here, the writes bounded by
+		// the deadline, rather than start a goroutine and a timer to
+		// wait for it (a connection's goodbye, many at once when
+		// clients leave together).
+		w.running = true
+		w.wg.Add(1)
+		w.finishBy = deadline
 		w.mu.Unlock()
-	})
-	for !w.finished && !w.stopped {
-		w.condLocked().Wait()
+		w.run()
+		w.mu.Lock()
 	}
-	t.Stop()
+	if !w.finished && !w.stopped {
+		// A goroutine is writing, or the encoder holds items back.
+		w.startLocked()
+		t := time.AfterFunc(time.Until(deadline), func() {
+			w.mu.Lock()
+			w.stopLocked(nil)
+			w.mu.Unlock()
+		})
+		for !w.finished && !w.stopped {
+			w.condLocked().Wait()
+		}
+		t.Stop()
+	}
 	var err error
 	if !w.finished {
 		err = w.errLocked()
@@ -421,7 +442,11 @@ func (w *Writer[T]) dropLocked() {
 // are released from the high-water count.
 func (w *Writer[T]) write(buf *[]byte, counted *int) bool {
 	w.enc.BeforeWrite()
-	w.conn.SetWriteDeadline(time.Now().Add(w.cfg.WriteTimeout))
+	d := time.Now().Add(w.cfg.WriteTimeout)
+	if !w.finishBy.IsZero() && w.finishBy.Before(d) {
+		d = w.finishBy
+	}
+	w.conn.SetWriteDeadline(d)
 	_, err := w.conn.Write(*buf)
 	*buf = (*buf)[:0]
 	if err != nil {

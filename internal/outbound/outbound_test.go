@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"os"
 	"runtime"
 	"strings"
 	"sync"
@@ -472,4 +475,61 @@ func TestFlusherPendingWrittenWithBurst(t *testing.T) {
 		t.Fatalf("%d writes, want 3", n)
 	}
 	w.Close()
+}
+
+// Finish on an idle writer writes on the caller's goroutine, each write
+// bounded by its timeout: over loopback to a peer that does not read,
+// it gives up in time with the write's error; to a peer that reads, the
+// goodbye arrives whole.
+func TestFinishIdleOverLoopback(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	pair := func() (server, client net.Conn) {
+		client, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		server, err = ln.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return server, client
+	}
+
+	// A peer that reads.
+	server, client := pair()
+	defer client.Close()
+	w := New[item](server, &enc{}, Config{})
+	done := make(chan []byte, 1)
+	go func() {
+		b, _ := io.ReadAll(client)
+		done <- b
+	}()
+	if err := w.Finish(item{s: "bye"}, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	server.Close()
+	if got := string(<-done); got != "bye" {
+		t.Fatalf("the peer read %q", got)
+	}
+
+	// A peer that does not read: 32 MiB cannot all be written.
+	server, client = pair()
+	defer client.Close()
+	defer server.Close()
+	w = New[item](server, &enc{}, Config{WriteTimeout: time.Minute})
+	start := time.Now()
+	err = w.Finish(item{s: strings.Repeat("x", 32<<20)}, 300*time.Millisecond)
+	if err == nil || !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("Finish() = %v, want the write's deadline error", err)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Fatalf("Finish took %v", d)
+	}
+	if !w.idle() {
+		t.Fatal("writer still running after Finish")
+	}
 }
