@@ -301,12 +301,18 @@ func (c *conn) logger() *zerolog.Logger {
 }
 
 // debug returns a debug event, or nil (whose methods do nothing) when
-// the server's logger does not log at debug level.
+// the server's logger does not log at debug level. It asks the server's
+// logger, whose level or sampler may refuse the event, before making
+// the connection's: a connection that only opens and closes makes none.
 func (c *conn) debug() *zerolog.Event {
-	if c.s.cfg.Logger.GetLevel() > zerolog.DebugLevel || zerolog.GlobalLevel() > zerolog.DebugLevel {
+	if c.log != nil {
+		return c.log.Debug()
+	}
+	e := c.s.cfg.Logger.Debug()
+	if e == nil {
 		return nil
 	}
-	return c.logger().Debug()
+	return e.Uint64("conn", c.id).Str("remote", c.nc.RemoteAddr().String())
 }
 
 // connError closes the connection with an AMQP error condition.
