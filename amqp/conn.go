@@ -245,6 +245,8 @@ func (c *conn) shutdown() {
 // close ends the connection, with the close frame that says why, if
 // any; and forgets it.
 func (c *conn) close() {
+	// Nothing more is read: the buffers go back before the goodbye.
+	c.release(true)
 	c.end()
 	c.acct.Close()
 	c.nc.Close()
@@ -652,7 +654,8 @@ func (c *conn) handle(ch uint16, perf frames.Body, payload []byte) error {
 		if p.Error != nil {
 			c.debug().Str("condition", string(p.Error.Condition)).Str("description", p.Error.Description).Msg("peer closed with error")
 		}
-		c.teardown() // before the answer: see serve
+		c.release(true) // nothing more is read: the buffers go back first
+		c.teardown()    // before the answer: see serve
 		c.closeWith(nil)
 		return errPeerClosed
 	case *frames.Begin:

@@ -273,6 +273,8 @@ func (c *conn) shutdown() {
 // close ends the connection: the ERROR that says why, if any, then the
 // goodbye and the session's end; and forgets it.
 func (c *conn) close() {
+	// Nothing more is read: the buffer goes back before the goodbye.
+	c.rd.Close()
 	ctx, err := c.ctx, c.err
 	c.s.watch.Remove(ctx, c)
 	c.acct.Close()
@@ -424,7 +426,9 @@ func (c *conn) handle(ctx context.Context, f *frame.Frame) error {
 	case frame.DISCONNECT:
 		// Release the session (and its client id) before the receipt, so
 		// a client that reconnects as soon as it has the receipt finds
-		// its durable subscriptions free.
+		// its durable subscriptions free. Nothing more is read: the read
+		// buffer goes back first.
+		c.rd.Close()
 		c.session.Close()
 		c.receipt(f, true)
 		return errConnClosing
