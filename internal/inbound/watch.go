@@ -9,8 +9,12 @@ import (
 // Watch calls Stop for each connection served with a context when that
 // context ends, with one context.AfterFunc per context and shard rather
 // than one per connection (each costs a few hundred bytes, and an entry
-// in the context's list of children). The zero Watch with Stop set is
-// ready.
+// in the context's list of children). Contexts are told apart by their
+// Done channel: the contexts a listener derives per connection with
+// values only (pprof labels) end with its own, and share one entry. An
+// entry stays, empty, until its context ends, so that connections that
+// come and go one at a time do not make and stop an AfterFunc each. The
+// zero Watch with Stop set is ready.
 //
 // The members are spread over shards, each with its own lock: every
 // connection's open and close passes here, and with one lock a wave of
@@ -32,13 +36,8 @@ var watchSeed = maphash.MakeSeed()
 
 type watchShard[T comparable] struct {
 	mu   sync.Mutex
-	ctxs map[context.Context]*members[T] // guarded by mu
-	_    [48]byte                        // a cache line to itself
-}
-
-type members[T comparable] struct {
-	set  map[T]struct{}
-	stop func() bool // context.AfterFunc's
+	ctxs map[<-chan struct{}]map[T]struct{} // guarded by mu: by the context's Done
+	_    [48]byte                           // a cache line to itself
 }
 
 func (w *Watch[T]) shard(m T) *watchShard[T] {
@@ -49,62 +48,58 @@ func (w *Watch[T]) shard(m T) *watchShard[T] {
 // for m at once.
 func (w *Watch[T]) Add(ctx context.Context, m T) {
 	sh := w.shard(m)
+	done := ctx.Done()
 	sh.mu.Lock()
 	if ctx.Err() != nil {
 		sh.mu.Unlock()
 		w.Stop(m)
 		return
 	}
-	ms := sh.ctxs[ctx]
-	if ms == nil {
+	set, ok := sh.ctxs[done]
+	if !ok {
 		if sh.ctxs == nil {
-			sh.ctxs = make(map[context.Context]*members[T])
+			sh.ctxs = make(map[<-chan struct{}]map[T]struct{})
 		}
-		ms = &members[T]{set: make(map[T]struct{})}
-		ms.stop = context.AfterFunc(ctx, func() { w.ended(sh, ctx) })
-		sh.ctxs[ctx] = ms
+		set = make(map[T]struct{})
+		sh.ctxs[done] = set
+		if done != nil {
+			context.AfterFunc(ctx, func() { w.ended(sh, done) })
+		}
 	}
-	ms.set[m] = struct{}{}
+	set[m] = struct{}{}
 	sh.mu.Unlock()
 }
 
-// Remove forgets m, and ctx with its shard's last member.
+// Remove forgets m.
 func (w *Watch[T]) Remove(ctx context.Context, m T) {
 	sh := w.shard(m)
+	done := ctx.Done()
 	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	ms := sh.ctxs[ctx]
-	if ms == nil {
-		return
-	}
-	delete(ms.set, m)
-	if len(ms.set) == 0 {
-		ms.stop()
-		delete(sh.ctxs, ctx)
-	}
+	delete(sh.ctxs[done], m)
+	sh.mu.Unlock()
 }
 
-// ended stops the members of ctx in sh, ctx having ended.
-func (w *Watch[T]) ended(sh *watchShard[T], ctx context.Context) {
+// ended stops the members of the context whose Done is done, in sh; it
+// has ended.
+func (w *Watch[T]) ended(sh *watchShard[T], done <-chan struct{}) {
 	sh.mu.Lock()
-	ms := sh.ctxs[ctx]
-	delete(sh.ctxs, ctx)
+	set := sh.ctxs[done]
+	delete(sh.ctxs, done)
 	sh.mu.Unlock()
-	if ms == nil {
-		return
-	}
-	for m := range ms.set {
+	for m := range set {
 		w.Stop(m)
 	}
 }
 
-// watched returns how many contexts have members (for tests).
+// watched returns how many members are watched (for tests).
 func (w *Watch[T]) watched() int {
 	n := 0
 	for i := range w.shards {
 		sh := &w.shards[i]
 		sh.mu.Lock()
-		n += len(sh.ctxs)
+		for _, set := range sh.ctxs {
+			n += len(set)
+		}
 		sh.mu.Unlock()
 	}
 	return n

@@ -42,7 +42,7 @@ func TestWatchStopsMembersOfEndedContext(t *testing.T) {
 	}
 	w.Remove(ctx2, 4)
 	if n := w.watched(); n != 0 {
-		t.Errorf("%d contexts still watched", n)
+		t.Errorf("%d members still watched", n)
 	}
 }
 
@@ -105,6 +105,52 @@ func TestWatchManyMembersConcurrently(t *testing.T) {
 		w.Remove(other, n+m)
 	}
 	if k := w.watched(); k != 0 {
-		t.Errorf("%d contexts still watched", k)
+		t.Errorf("%d members still watched", k)
+	}
+}
+
+// Contexts derived with values only (a listener's per-connection pprof
+// labels) share their parent's entry: one AfterFunc for all, and their
+// members are stopped when the parent ends.
+func TestWatchSharesDerivedContexts(t *testing.T) {
+	var mu sync.Mutex
+	stopped := map[int]bool{}
+	w := &Watch[int]{Stop: func(m int) {
+		mu.Lock()
+		stopped[m] = true
+		mu.Unlock()
+	}}
+	parent, cancel := context.WithCancel(context.Background())
+	for m := range 500 {
+		ctx := context.WithValue(parent, struct{ k int }{m}, m)
+		w.Add(ctx, m)
+		if m%2 == 0 {
+			w.Remove(ctx, m)
+		}
+	}
+	entries := 0
+	for i := range w.shards {
+		entries += len(w.shards[i].ctxs)
+	}
+	if entries > watchShards {
+		t.Errorf("%d entries for one parent, want at most one per shard", entries)
+	}
+	cancel()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		mu.Lock()
+		n := len(stopped)
+		mu.Unlock()
+		if n == 250 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for m := range 500 {
+		if stopped[m] != (m%2 == 1) {
+			t.Errorf("member %d stopped: %v", m, stopped[m])
+		}
 	}
 }
