@@ -370,6 +370,11 @@ func (c *conn) readLoop() error {
 		// A frame's clock starts with its first byte, which may be read
 		// ahead already.
 		c.clock.Next(c.rd.Buffered())
+		if c.rd.Buffered() == 0 {
+			// The burst is handled: its answers leave (pushLater)
+			// before the loop may wait for more.
+			c.out.Flush()
+		}
 		if c.yield && c.rd.Buffered() == 0 && !c.wait.Ready() {
 			// The deadline of the wait: the connect timeout's, or the
 			// heart-beats'.
@@ -558,7 +563,7 @@ func (c *conn) onConnect(ctx context.Context, f *frame.Frame) error {
 	if version > wire.V10 {
 		h = append(h, frame.HeartBeat, strconv.FormatInt(sendEvery.Milliseconds(), 10)+","+strconv.FormatInt(recvEvery.Milliseconds(), 10))
 	}
-	c.push(outItem{f: frame.New(frame.CONNECTED, h...)})
+	c.pushLater(outItem{f: frame.New(frame.CONNECTED, h...)})
 	if sendEvery > 0 {
 		c.startHeartBeats(sendEvery)
 	}
@@ -906,7 +911,7 @@ func (c *conn) answer(it outItem) {
 		return
 	}
 	c.outMu.Unlock()
-	c.push(it)
+	c.pushLater(it)
 }
 
 // errorFrame builds the ERROR frame for pe, naming the receipt of the
@@ -929,6 +934,19 @@ func errorFrame(pe *protocolError, about *frame.Frame) *frame.Frame {
 func (c *conn) push(it outItem) {
 	c.outMu.Lock()
 	c.pushLocked(it)
+	c.outMu.Unlock()
+}
+
+// pushLater queues an answer of the read loop, which writes it at the
+// end of its burst (readLoop's flush) unless the writer runs already.
+func (c *conn) pushLater(it outItem) {
+	c.outMu.Lock()
+	if !c.stopping {
+		if it.close {
+			c.stopping = true
+		}
+		c.out.PushLater(it)
+	}
 	c.outMu.Unlock()
 }
 

@@ -533,3 +533,69 @@ func TestFinishIdleOverLoopback(t *testing.T) {
 		t.Fatal("writer still running after Finish")
 	}
 }
+
+// Items queued with PushLater wait for Flush, which writes them in one
+// write on the caller's goroutine (nothing runs once it returns); a Push
+// meanwhile starts the goroutine, which writes them first, in order.
+func TestPushLaterFlush(t *testing.T) {
+	c := &fakeConn{}
+	w := New[item](c, &enc{}, Config{})
+	w.PushLater(item{s: "a,"})
+	w.PushLater(item{s: "b,"})
+	time.Sleep(10 * time.Millisecond)
+	if n := c.count(); n != 0 || !w.idle() {
+		t.Fatalf("%d writes, idle %v before Flush", n, w.idle())
+	}
+	w.Flush()
+	if got := c.all(); got != "a,b," || c.count() != 1 || !w.idle() {
+		t.Fatalf("after Flush: %q in %d writes, idle %v", got, c.count(), w.idle())
+	}
+	w.Flush() // nothing queued: nothing written
+
+	w.PushLater(item{s: "c,"})
+	w.Push(item{s: "d,"})
+	eventually(t, "the pushes written", func() bool { return c.all() == "a,b,c,d," })
+	eventually(t, "the writer idle", w.idle)
+	if c.count() > 3 {
+		t.Fatalf("%d writes", c.count())
+	}
+}
+
+// What is queued while Flush writes goes on in a goroutine; Wait at the
+// high-water mark with items queued by PushLater starts the writer
+// rather than wait forever.
+func TestFlushHandsOverAndWait(t *testing.T) {
+	gate := make(chan struct{})
+	c := &fakeConn{gate: gate, entered: make(chan struct{}, 1)}
+	w := New[item](c, &enc{}, Config{HighWater: 2})
+	w.PushLater(item{s: "a,"})
+	flushed := make(chan struct{})
+	go func() {
+		w.Flush()
+		close(flushed)
+	}()
+	<-c.entered // Flush's write waits at the gate
+	w.PushLater(item{s: "b,"})
+	w.PushLater(item{s: "c,"})
+	c.mu.Lock()
+	c.gate = nil // the next writes go through
+	c.mu.Unlock()
+	close(gate)
+	<-flushed
+	eventually(t, "the items queued during Flush written", func() bool { return c.all() == "a,b,c," })
+	eventually(t, "the writer idle", w.idle)
+
+	w.PushLater(item{s: "d,"})
+	w.PushLater(item{s: "e,"})
+	done := make(chan error, 1)
+	go func() { done <- w.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Wait blocked on items queued with PushLater")
+	}
+	eventually(t, "all written", func() bool { return c.all() == "a,b,c,d,e," })
+}
