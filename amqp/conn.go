@@ -656,7 +656,7 @@ func (c *conn) handle(ch uint16, perf frames.Body, payload []byte) error {
 		}
 		c.release(true) // nothing more is read: the buffers go back first
 		c.teardown()    // before the answer: see serve
-		c.closeWith(nil)
+		c.closeLater()
 		return errPeerClosed
 	case *frames.Begin:
 		return c.begin(ch, p)
