@@ -114,6 +114,7 @@ type conn struct {
 	// only: yield) and for the worker doing the work with working.
 	wait    inbound.Waiter
 	yield   bool
+	woken   bool // Wait has just seen data: the next worker reads without looking
 	working sync.WaitGroup
 	closed  bool  // close has run (in the worker that met the end)
 	err     error // why the read loop ended (errIdle: nothing more to read for now)
@@ -229,6 +230,7 @@ func (c *conn) serve() {
 		if c.err = c.wait.Wait(); c.err != nil {
 			return
 		}
+		c.woken = true
 	}
 }
 
@@ -366,6 +368,13 @@ func (c *conn) closeFromOutside() {
 // goroutine waits for more.
 func (c *conn) readLoop() error {
 	ctx := c.ctx
+	// Whether to read without looking (Waiter.Ready, a system call)
+	// whether something has arrived: Wait has just seen data. Once this
+	// worker has read a frame, it yields without looking when it has read
+	// all it had: the client most likely waits for the answer, and Wait
+	// looks before it sleeps.
+	known, read := c.woken, false
+	c.woken = false
 	for {
 		// A frame's clock starts with its first byte, which may be read
 		// ahead already.
@@ -375,7 +384,7 @@ func (c *conn) readLoop() error {
 			// before the loop may wait for more.
 			c.out.Flush()
 		}
-		if c.yield && c.rd.Buffered() == 0 && !c.wait.Ready() {
+		if c.yield && c.rd.Buffered() == 0 && !known && (read || !c.wait.Ready()) {
 			// The deadline of the wait: the connect timeout's, or the
 			// heart-beats'.
 			if err := c.clock.Arm(); err != nil {
@@ -384,10 +393,12 @@ func (c *conn) readLoop() error {
 			c.rd.Release()
 			return errIdle
 		}
+		known = false
 		f, err := c.rd.Read()
 		if err != nil {
 			return err
 		}
+		read = true
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
