@@ -100,12 +100,12 @@ type Broker struct {
 	log      zerolog.Logger
 
 	mu        sync.RWMutex
-	addresses map[string]*address       // guarded by mu
-	queues    map[string]*Queue         // guarded by mu
-	wildSubs  []*Queue                  // guarded by mu: multicast queues bound to patterns
-	gen       uint64                    // guarded by mu: bumps on every binding change
-	closed    bool                      // guarded by mu
-	autoq     autoQueues                // guarded by mu: queues auto-created per user (limits.go)
+	addresses map[string]*address // guarded by mu
+	queues    map[string]*Queue   // guarded by mu
+	wildSubs  []*Queue            // guarded by mu: multicast queues bound to patterns
+	gen       uint64              // guarded by mu: bumps on every binding change
+	closed    bool                // guarded by mu
+	autoq     autoQueues          // guarded by mu: queues auto-created per user (limits.go)
 
 	// sessMu guards the registry of client sessions, which every
 	// connection's open and close changes. It is not mu: routing holds
