@@ -43,6 +43,7 @@ type conn struct {
 	// only: yield) and for the worker doing the work with working.
 	wait    inbound.Waiter
 	yield   bool
+	woken   bool // Wait has just seen data: the next worker reads without looking
 	working sync.WaitGroup
 	closed  bool // close has run (in the worker that met the end)
 	// midMessage: the last transfer read said more follow; the read
@@ -194,6 +195,7 @@ func (c *conn) serve() {
 		if c.err = c.wait.Wait(); c.err != nil {
 			return
 		}
+		c.woken = true
 	}
 }
 
@@ -221,6 +223,7 @@ func (c *conn) open() {
 // (readLoop). The handshake does not yield: it is bounded by its
 // timeout.
 func (c *conn) work() error {
+	handshake := !c.ready
 	if !c.ready {
 		if err := c.handshake(c.ctx); err != nil {
 			return err
@@ -234,7 +237,7 @@ func (c *conn) work() error {
 		}
 		c.s.watch.Add(c.ctx, c)
 	}
-	return c.readLoop()
+	return c.readLoop(handshake)
 }
 
 // shutdown closes the connection when ServeConn's context ends.
@@ -245,6 +248,8 @@ func (c *conn) shutdown() {
 // close ends the connection, with the close frame that says why, if
 // any; and forgets it.
 func (c *conn) close() {
+	// Nothing more is read: the buffers go back before the goodbye.
+	c.release(true)
 	c.end()
 	c.acct.Close()
 	c.nc.Close()
@@ -301,12 +306,18 @@ func (c *conn) logger() *zerolog.Logger {
 }
 
 // debug returns a debug event, or nil (whose methods do nothing) when
-// the server's logger does not log at debug level.
+// the server's logger does not log at debug level. It asks the server's
+// logger, whose level or sampler may refuse the event, before making
+// the connection's: a connection that only opens and closes makes none.
 func (c *conn) debug() *zerolog.Event {
-	if c.s.cfg.Logger.GetLevel() > zerolog.DebugLevel || zerolog.GlobalLevel() > zerolog.DebugLevel {
+	if c.log != nil {
+		return c.log.Debug()
+	}
+	e := c.s.cfg.Logger.Debug()
+	if e == nil {
 		return nil
 	}
-	return c.logger().Debug()
+	return e.Uint64("conn", c.id).Str("remote", c.nc.RemoteAddr().String())
 }
 
 // connError closes the connection with an AMQP error condition.
@@ -576,8 +587,15 @@ func (c *conn) readFrame(limit uint32) (frames.Header, []byte, error) {
 // plain TCP connection, until everything that has arrived is handled
 // (errIdle): the read buffers are then given back, and the connection's
 // goroutine waits for more.
-func (c *conn) readLoop() error {
+func (c *conn) readLoop(read bool) error {
 	idle := c.s.cfg.IdleTimeout
+	// Whether to read without looking (Waiter.Ready, a system call)
+	// whether something has arrived: Wait has just seen data. Once this
+	// worker has read a frame (read; the handshake's count), it yields
+	// without looking when it has read all it had: the peer most likely
+	// waits for an answer, and Wait looks before it sleeps.
+	known := c.woken
+	c.woken = false
 	for {
 		if idle > 0 {
 			// Pushing the deadline costs a timer update: do it only when
@@ -592,7 +610,7 @@ func (c *conn) readLoop() error {
 		c.clock.Next(c.buffered())
 		// Not in the middle of a message in several transfers: its next
 		// frame is on its way, and a wait would cost a worker per frame.
-		if c.yield && !c.midMessage && c.buffered() == 0 && !c.wait.Ready() {
+		if c.yield && !c.midMessage && c.buffered() == 0 && !known && (read || !c.wait.Ready()) {
 			// The deadline of the wait: the idle timeout's.
 			if err := c.clock.Arm(); err != nil {
 				return err
@@ -600,10 +618,12 @@ func (c *conn) readLoop() error {
 			c.release(false)
 			return errIdle
 		}
+		known = false
 		h, body, err := c.readFrame(c.s.cfg.MaxFrameSize)
 		if err != nil {
 			return c.readErr(err)
 		}
+		read = true
 		if h.Type != frames.TypeAMQP {
 			return connErr(frames.ErrCondFramingError, "frame type %d after open", h.Type)
 		}
@@ -646,8 +666,9 @@ func (c *conn) handle(ch uint16, perf frames.Body, payload []byte) error {
 		if p.Error != nil {
 			c.debug().Str("condition", string(p.Error.Condition)).Str("description", p.Error.Description).Msg("peer closed with error")
 		}
-		c.teardown() // before the answer: see serve
-		c.closeWith(nil)
+		c.release(true) // nothing more is read: the buffers go back first
+		c.teardown()    // before the answer: see serve
+		c.closeLater()
 		return errPeerClosed
 	case *frames.Begin:
 		return c.begin(ch, p)

@@ -78,6 +78,14 @@ func (c *conn) closeWith(e *frames.Error) {
 	}
 }
 
+// closeLater answers the peer's close from the read loop, whose end
+// writes it (end's Finish, on the same goroutine when no writer runs).
+func (c *conn) closeLater() {
+	if !c.out.PushLater(outItem{kind: kindClose, body: &frames.Close{}}) {
+		c.nc.Close()
+	}
+}
+
 // autoAck collects, per pre-settled link, the last delivery written in
 // one batch: they are acked after the write.
 type autoAck struct {

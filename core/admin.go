@@ -15,16 +15,16 @@ import (
 // messages an administrator needs (create, purge, move, browse).
 
 // protoCounters are one protocol's monotonic totals of the sessions that
-// have closed; the open ones are added on read. Written under Broker.mu
-// (fold), read under it too.
+// have closed; the open ones are added on read. Written under
+// Broker.sessMu (fold), read under it too.
 type protoCounters struct {
 	name                               string
 	opened                             atomic.Uint64
 	msgsIn, bytesIn, msgsOut, bytesOut atomic.Uint64
 }
 
-// protoLocked returns the counters of protocol p, creating them. b.mu
-// must be held for writing.
+// protoLocked returns the counters of protocol p, creating them.
+// b.sessMu must be held.
 func (b *Broker) protoLocked(p string) *protoCounters {
 	pc := b.protos[p]
 	if pc == nil {
@@ -34,8 +34,8 @@ func (b *Broker) protoLocked(p string) *protoCounters {
 	return pc
 }
 
-// fold adds a closing session's traffic to the totals. b.mu is held for
-// writing and s is leaving the registry in the same critical section.
+// fold adds a closing session's traffic to the totals. b.sessMu is held
+// and s is leaving the registry in the same critical section.
 func (pc *protoCounters) fold(s *Session) {
 	pc.msgsIn.Add(s.msgsIn.Load())
 	pc.bytesIn.Add(s.bytesIn.Load())
@@ -68,12 +68,12 @@ type ConnectionInfo struct {
 // Connections lists the open sessions that have a Protocol (front-ends'
 // internal sessions have none), sorted by ID.
 func (b *Broker) Connections() []ConnectionInfo {
-	b.mu.RLock()
+	b.sessMu.Lock()
 	ss := make([]*Session, 0, len(b.sessions))
 	for _, s := range b.sessions {
 		ss = append(ss, s)
 	}
-	b.mu.RUnlock()
+	b.sessMu.Unlock()
 	slices.SortFunc(ss, func(x, y *Session) int { return cmpUint(x.id, y.id) })
 	out := make([]ConnectionInfo, 0, len(ss))
 	for _, s := range ss {
@@ -109,9 +109,9 @@ func cmpUint(a, b uint64) int {
 // Close. It returns once Close has returned, possibly before the session
 // is gone from Connections.
 func (b *Broker) CloseConnection(id uint64) error {
-	b.mu.RLock()
+	b.sessMu.Lock()
 	s := b.sessions[id]
-	b.mu.RUnlock()
+	b.sessMu.Unlock()
 	if s == nil || s.opts.Close == nil {
 		return fmt.Errorf("%w: %d", ErrConnectionNotFound, id)
 	}
@@ -148,8 +148,8 @@ type ProtocolStats struct {
 // connection since the broker started, sorted by protocol. The counters
 // are monotonic: a closing connection's traffic stays in them.
 func (b *Broker) ProtocolStats() []ProtocolStats {
-	b.mu.RLock()
-	defer b.mu.RUnlock()
+	b.sessMu.Lock()
+	defer b.sessMu.Unlock()
 	by := make(map[string]*ProtocolStats, len(b.protos))
 	out := make([]ProtocolStats, 0, len(b.protos))
 	for name, pc := range b.protos {

@@ -100,15 +100,23 @@ type Broker struct {
 	log      zerolog.Logger
 
 	mu        sync.RWMutex
-	addresses map[string]*address       // guarded by mu
-	queues    map[string]*Queue         // guarded by mu
-	wildSubs  []*Queue                  // guarded by mu: multicast queues bound to patterns
-	clientIDs map[string]*Session       // guarded by mu
-	gen       uint64                    // guarded by mu: bumps on every binding change
-	closed    bool                      // guarded by mu
-	sessions  map[uint64]*Session       // guarded by mu: open sessions with a Protocol
-	protos    map[string]*protoCounters // guarded by mu: per protocol, never removed
-	autoq     autoQueues                // guarded by mu: queues auto-created per user (limits.go)
+	addresses map[string]*address // guarded by mu
+	queues    map[string]*Queue   // guarded by mu
+	wildSubs  []*Queue            // guarded by mu: multicast queues bound to patterns
+	gen       uint64              // guarded by mu: bumps on every binding change
+	closed    bool                // guarded by mu
+	autoq     autoQueues          // guarded by mu: queues auto-created per user (limits.go)
+
+	// sessMu guards the registry of client sessions, which every
+	// connection's open and close changes. It is not mu: routing holds
+	// mu for reading, and a wave of thousands of closes at once queued
+	// on its write lock, each holding what its connection had not yet
+	// given back. sessMu is taken alone, with no other lock held.
+	sessMu    sync.Mutex
+	clientIDs map[string]*Session       // guarded by sessMu
+	sessions  map[uint64]*Session       // guarded by sessMu: open sessions with a Protocol
+	protos    map[string]*protoCounters // guarded by sessMu: per protocol, never removed
+	shut      atomic.Bool               // set with closed: NewSession refuses
 	creating  map[string]chan struct{}  // guarded by mu: durable queues whose binding is being written (create.go)
 	started   time.Time
 
@@ -267,6 +275,7 @@ func (b *Broker) Close() error {
 		b.stopScheduler()
 		b.mu.Lock()
 		b.closed = true
+		b.shut.Store(true)
 		for _, q := range b.queues {
 			q.mu.Lock()
 			if q.timer != nil {

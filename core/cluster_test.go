@@ -246,8 +246,8 @@ func (u *testUpstream) Close() {
 
 // sessionsForTest lists the broker's open sessions.
 func (b *Broker) sessionsForTest() []*Session {
-	b.mu.RLock()
-	defer b.mu.RUnlock()
+	b.sessMu.Lock()
+	defer b.sessMu.Unlock()
 	var out []*Session
 	for _, s := range b.sessions {
 		out = append(out, s)

@@ -63,8 +63,10 @@
 //
 // # Who owns what, and which goroutines core starts
 //
-// Broker.mu (a RWMutex) guards the maps of addresses, queues, wildcard
-// subscriptions, client ids and sessions; sends take it only to read.
+// Broker.mu (a RWMutex) guards the maps of addresses, queues and wildcard
+// subscriptions; sends take it only to read. Broker.sessMu, a leaf,
+// guards the registry of client sessions and their client ids, which
+// every connection's open and close changes.
 // Each Queue.mu guards its ready lists, scheduled messages, consumers
 // and their in-flight lists and credit. Session.mu guards the session's
 // own sets. The order, and what is never held across what (no lock across

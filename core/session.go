@@ -97,9 +97,12 @@ func (b *Broker) NewSession(opts SessionOptions) (*Session, error) {
 	// The maps are made on first use: most connections never have a
 	// transaction or a temporary queue, and an idle one no consumer.
 	s := &Session{b: b, opts: opts, id: b.sessionID.Add(1), opened: time.Now()}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.closed {
+	if b.cluster != nil {
+		s.remote = b.cluster.Open(s) // plain memory until used
+	}
+	b.sessMu.Lock()
+	defer b.sessMu.Unlock()
+	if b.shut.Load() {
 		return nil, ErrClosed
 	}
 	if opts.ClientID != "" {
@@ -113,9 +116,6 @@ func (b *Broker) NewSession(opts SessionOptions) (*Session, error) {
 		s.proto.opened.Add(1)
 		b.sessions[s.id] = s
 		b.emitSession(EventConnectionCreated, s)
-	}
-	if b.cluster != nil {
-		s.remote = b.cluster.Open(s)
 	}
 	return s, nil
 }
@@ -798,7 +798,7 @@ func (s *Session) Close() {
 		s.remote.Close()
 	}
 	if s.opts.ClientID != "" || s.proto != nil {
-		s.b.mu.Lock()
+		s.b.sessMu.Lock()
 		if s.opts.ClientID != "" && s.b.clientIDs[s.opts.ClientID] == s {
 			delete(s.b.clientIDs, s.opts.ClientID)
 		}
@@ -810,7 +810,7 @@ func (s *Session) Close() {
 			s.proto.fold(s)
 			s.b.emitSession(EventConnectionDestroyed, s)
 		}
-		s.b.mu.Unlock()
+		s.b.sessMu.Unlock()
 	}
 }
 

@@ -432,7 +432,9 @@ func (c *conn) end(err error) {
 	graceful := errors.Is(err, errClientDisconnected)
 	code, why := c.reason(err)
 	if why != "" {
-		c.s.log.Debug().Err(err).Str("client", c.clientID).Str("remote", c.nc.RemoteAddr().String()).Msg(why)
+		if e := c.s.log.Debug(); e != nil {
+			e.Err(err).Str("client", c.clientID).Str("remote", c.nc.RemoteAddr().String()).Msg(why)
+		}
 	}
 	if c.connected && c.version == 5 && code != 0 {
 		dis := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Disconnect}, ProtocolVersion: 5, ReasonCode: code}

@@ -8,30 +8,35 @@
 #
 # e.g. scripts/bench-conns.sh 3 10000 /tmp/junction-main bin/junction
 # Every client comes from 127.0.0.1, so the per-IP limits are lifted.
+# PROTOS="stomp amqp mqtt" adds MQTT (junction bench mqtt, paho client);
+# the default is "stomp amqp".
 set -eu
 rounds=$1 conns=$2
 shift 2
 jb=${JB:-bin/junction}
-stomp=127.0.0.1:${STOMP_PORT:-27613} amqp=127.0.0.1:${AMQP_PORT:-27672}
+stomp=127.0.0.1:${STOMP_PORT:-27613} amqp=127.0.0.1:${AMQP_PORT:-27672} mqtt=127.0.0.1:${MQTT_PORT:-27883}
 ulimit -n $((conns * 2 + 1000)) 2>/dev/null || true # Go raises its own soft limit to the hard one
 run() { # binary proto scenario args...
 	bin=$1 proto=$2
 	shift 2
-	dir=$(mktemp -d)
-	"$bin" --data-dir "$dir" --stomp "$stomp" --amqp "$amqp" --mqtt '' --ws '' --all '' --console '' \
+	dir=$(mktemp -d) m=''
+	[ "$proto" = mqtt ] && m=$mqtt
+	"$bin" --data-dir "$dir" --stomp "$stomp" --amqp "$amqp" --mqtt "$m" --ws '' --all '' --console '' \
 		--log-level warn --max-connections-per-ip 0 --connection-rate-per-ip 0 >"$dir/log" 2>&1 &
 	pid=$!
 	sleep 1.5
-	addr=$stomp
-	[ "$proto" = amqp ] && addr=$amqp
 	printf '%s\t' "$bin"
-	"$jb" bench conns -proto "$proto" -addr "$addr" -pid "$pid" "$@" || true
+	case $proto in
+	stomp) "$jb" bench conns -proto stomp -addr "$stomp" -pid "$pid" "$@" || true ;;
+	amqp) "$jb" bench conns -proto amqp -addr "$amqp" -pid "$pid" "$@" || true ;;
+	mqtt) "$jb" bench mqtt -addr "$mqtt" -pid "$pid" "$@" || true ;;
+	esac
 	kill "$pid" 2>/dev/null || echo "broker exited early: $(tail -3 "$dir/log")"
 	wait "$pid" 2>/dev/null || true
 	rm -rf "$dir"
 }
 for r in $(seq "$rounds"); do
-	for proto in stomp amqp; do
+	for proto in ${PROTOS:-stomp amqp}; do
 		for b in "$@"; do run "$b" "$proto" -scenario idle -conns "$conns"; done
 		for b in "$@"; do run "$b" "$proto" -scenario idle -conns "$conns" -churn 2; done
 		for b in "$@"; do run "$b" "$proto" -scenario connect -duration 10s -warmup 2s; done

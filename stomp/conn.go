@@ -114,6 +114,7 @@ type conn struct {
 	// only: yield) and for the worker doing the work with working.
 	wait    inbound.Waiter
 	yield   bool
+	woken   bool // Wait has just seen data: the next worker reads without looking
 	working sync.WaitGroup
 	closed  bool  // close has run (in the worker that met the end)
 	err     error // why the read loop ended (errIdle: nothing more to read for now)
@@ -229,6 +230,7 @@ func (c *conn) serve() {
 		if c.err = c.wait.Wait(); c.err != nil {
 			return
 		}
+		c.woken = true
 	}
 }
 
@@ -273,6 +275,8 @@ func (c *conn) shutdown() {
 // close ends the connection: the ERROR that says why, if any, then the
 // goodbye and the session's end; and forgets it.
 func (c *conn) close() {
+	// Nothing more is read: the buffer goes back before the goodbye.
+	c.rd.Close()
 	ctx, err := c.ctx, c.err
 	c.s.watch.Remove(ctx, c)
 	c.acct.Close()
@@ -333,12 +337,18 @@ func (c *conn) logger() *zerolog.Logger {
 }
 
 // debug returns a debug event, or nil (whose methods do nothing) when
-// the server's logger does not log at debug level.
+// the server's logger does not log at debug level. It asks the server's
+// logger, whose level or sampler may refuse the event, before making
+// the connection's: a connection that only opens and closes makes none.
 func (c *conn) debug() *zerolog.Event {
-	if c.s.cfg.Logger.GetLevel() > zerolog.DebugLevel || zerolog.GlobalLevel() > zerolog.DebugLevel {
+	if c.log != nil {
+		return c.log.Debug()
+	}
+	e := c.s.cfg.Logger.Debug()
+	if e == nil {
 		return nil
 	}
-	return c.logger().Debug()
+	return e.Uint64("conn", c.id).Str("remote", c.nc.RemoteAddr().String())
 }
 
 // closeFromOutside closes the connection for an administrator: the read
@@ -369,11 +379,23 @@ func (c *conn) abortFromOutside() {
 // goroutine waits for more.
 func (c *conn) readLoop() error {
 	ctx := c.ctx
+	// Whether to read without looking (Waiter.Ready, a system call)
+	// whether something has arrived: Wait has just seen data. Once this
+	// worker has read a frame, it yields without looking when it has read
+	// all it had: the client most likely waits for the answer, and Wait
+	// looks before it sleeps.
+	known, read := c.woken, false
+	c.woken = false
 	for {
 		// A frame's clock starts with its first byte, which may be read
 		// ahead already.
 		c.clock.Next(c.rd.Buffered())
-		if c.yield && c.rd.Buffered() == 0 && !c.wait.Ready() {
+		if c.rd.Buffered() == 0 {
+			// The burst is handled: its answers leave (pushLater)
+			// before the loop may wait for more.
+			c.out.Flush()
+		}
+		if c.yield && c.rd.Buffered() == 0 && !known && (read || !c.wait.Ready()) {
 			// The deadline of the wait: the connect timeout's, or the
 			// heart-beats'.
 			if err := c.clock.Arm(); err != nil {
@@ -382,10 +404,12 @@ func (c *conn) readLoop() error {
 			c.rd.Release()
 			return errIdle
 		}
+		known = false
 		f, err := c.rd.Read()
 		if err != nil {
 			return err
 		}
+		read = true
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
@@ -429,7 +453,9 @@ func (c *conn) handle(ctx context.Context, f *frame.Frame) error {
 	case frame.DISCONNECT:
 		// Release the session (and its client id) before the receipt, so
 		// a client that reconnects as soon as it has the receipt finds
-		// its durable subscriptions free.
+		// its durable subscriptions free. Nothing more is read: the read
+		// buffer goes back first.
+		c.rd.Close()
 		c.session.Close()
 		c.receipt(f, true)
 		return errConnClosing
@@ -559,7 +585,7 @@ func (c *conn) onConnect(ctx context.Context, f *frame.Frame) error {
 	if version > wire.V10 {
 		h = append(h, frame.HeartBeat, strconv.FormatInt(sendEvery.Milliseconds(), 10)+","+strconv.FormatInt(recvEvery.Milliseconds(), 10))
 	}
-	c.push(outItem{f: frame.New(frame.CONNECTED, h...)})
+	c.pushLater(outItem{f: frame.New(frame.CONNECTED, h...)})
 	if sendEvery > 0 {
 		c.startHeartBeats(sendEvery)
 	}
@@ -907,7 +933,7 @@ func (c *conn) answer(it outItem) {
 		return
 	}
 	c.outMu.Unlock()
-	c.push(it)
+	c.pushLater(it)
 }
 
 // errorFrame builds the ERROR frame for pe, naming the receipt of the
@@ -930,6 +956,19 @@ func errorFrame(pe *protocolError, about *frame.Frame) *frame.Frame {
 func (c *conn) push(it outItem) {
 	c.outMu.Lock()
 	c.pushLocked(it)
+	c.outMu.Unlock()
+}
+
+// pushLater queues an answer of the read loop, which writes it at the
+// end of its burst (readLoop's flush) unless the writer runs already.
+func (c *conn) pushLater(it outItem) {
+	c.outMu.Lock()
+	if !c.stopping {
+		if it.close {
+			c.stopping = true
+		}
+		c.out.PushLater(it)
+	}
 	c.outMu.Unlock()
 }
 

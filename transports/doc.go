@@ -45,10 +45,12 @@
 // than log a line per attempt.
 //
 // TCP options are the net package's defaults: Go already disables Nagle's
-// algorithm (TCP_NODELAY), and listeners made by [net.Listen] (as
-// [Server.ListenAndServe] does) enable keep-alive probes every 15 seconds.
-// A caller that wants other settings builds its listener with
-// [net.ListenConfig] and passes it to Serve.
+// algorithm (TCP_NODELAY), and accepted connections get keep-alive probes
+// every 15 seconds. [Listen] (which [Server.ListenAndServe] uses) sets
+// those probes once on the listening socket, which accepted connections
+// inherit on Linux, rather than on each connection. A caller that wants
+// other settings builds its listener with [net.ListenConfig] and passes
+// it to Serve.
 //
 // # Shutdown
 //

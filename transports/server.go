@@ -266,7 +266,7 @@ func (s *Server) ListenAndServe(addr string) error {
 	if closing {
 		return ErrServerClosed
 	}
-	l, err := net.Listen("tcp", addr)
+	l, err := Listen(addr)
 	if err != nil {
 		return s.wrap(err)
 	}
@@ -471,10 +471,12 @@ func (s *Server) serveConn(ctx context.Context, tc *trackedConn) {
 	if f := s.Events.OnAccept; f != nil {
 		f(tc.Conn)
 	}
-	labels := pprof.Labels("transport", s.Name, "remote", remoteString(tc.Conn))
-	pprof.Do(ctx, labels, func(ctx context.Context) {
-		s.Handler(ctx, tc.Conn)
-	})
+	// The goroutine is the connection's: its labels need no restoring,
+	// and without pprof.Do's frames the handler waits at a depth its
+	// first 2 KiB of stack hold.
+	ctx = pprof.WithLabels(ctx, pprof.Labels("transport", s.Name, "remote", remoteString(tc.Conn)))
+	pprof.SetGoroutineLabels(ctx)
+	s.Handler(ctx, tc.Conn)
 }
 
 // rejectConn is the goroutine that passes a connection over MaxConns to

@@ -107,6 +107,13 @@ func (f *levelFilter) WriteLevel(l zerolog.Level, p []byte) (int, error) {
 	return f.w.Write(p)
 }
 
+// Sample implements zerolog.Sampler: an event below the level is not
+// made at all (Logger.Debug returns nil), so that the debug lines of
+// every connection's open and close cost nothing at the usual levels.
+func (f *levelFilter) Sample(l zerolog.Level) bool {
+	return l >= zerolog.Level(f.level.Load())
+}
+
 // newLevelLogger is newLogger with a level a reload can change.
 func newLevelLogger(cfg Config, w io.Writer) (zerolog.Logger, *levelFilter) {
 	level, _ := zerolog.ParseLevel(cfg.LogLevel)
@@ -115,7 +122,7 @@ func newLevelLogger(cfg Config, w io.Writer) (zerolog.Logger, *levelFilter) {
 	}
 	f := &levelFilter{w: w}
 	f.level.Store(int32(level))
-	return zerolog.New(f).Level(zerolog.TraceLevel).With().Timestamp().Logger(), f
+	return zerolog.New(f).Level(zerolog.TraceLevel).Sample(f).With().Timestamp().Logger(), f
 }
 
 // inForce returns the configuration in force.

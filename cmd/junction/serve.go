@@ -438,7 +438,7 @@ func (in *instance) startListeners(cfg Config) error {
 }
 
 func (in *instance) listen(name, addr string, maxConns int, h transports.Handler, onLimit func(net.Conn)) error {
-	l, err := net.Listen("tcp", addr)
+	l, err := transports.Listen(addr)
 	if err != nil {
 		return fmt.Errorf("%s listener: %w", name, err)
 	}
@@ -472,7 +472,7 @@ func (in *instance) listen(name, addr string, maxConns int, h transports.Handler
 
 // serveHTTP serves h on its own listener with HTTP timeouts.
 func (in *instance) serveHTTP(name, addr string, h http.Handler) error {
-	l, err := net.Listen("tcp", addr)
+	l, err := transports.Listen(addr)
 	if err != nil {
 		return fmt.Errorf("%s listener: %w", name, err)
 	}

@@ -10,7 +10,10 @@
 // everything queued at once, has the [Encoder] append each item to a
 // buffer, writes whenever the buffer reaches Config.FlushSize and once
 // more when the queue is empty, then exits. The buffer comes from a pool
-// when the goroutine starts and goes back when it exits.
+// when the goroutine starts and goes back when it exits. A reader that
+// answers the frames of a burst queues its answers with [Writer.PushLater]
+// and calls [Writer.Flush] at the end of the burst: when no goroutine is
+// writing, the reader writes them itself, with no goroutine started.
 //
 // Flow control: an Encoder may hold an item back (a window is closed,
 // such as MQTT's Receive Maximum or an AMQP session window) by returning
@@ -34,7 +37,9 @@
 // Ending: a failed write stops the writer (later pushes are refused),
 // records the error and closes the connection, so that its reader ends
 // too. [Writer.Finish] queues a last item (a protocol's goodbye), waits
-// until it and everything queued before it are written, and stops.
+// until it and everything queued before it are written, and stops; when
+// no goroutine is writing, Finish writes them itself, so that a goodbye
+// costs no goroutine.
 // [Writer.Close] stops at once, dropping what is queued.
 //
 // Lock order: a Writer's lock is taken inside core delivery handlers
@@ -133,8 +138,9 @@ type Writer[T any] struct {
 
 	// Owned by the running goroutine (only one runs at a time; running
 	// hands them from one to the next under mu):
-	held  []entry[T] // items the encoder held, in order
-	spare []entry[T] // the previous batch's slice, reused
+	held     []entry[T] // items the encoder held, in order
+	spare    []entry[T] // the previous batch's slice, reused
+	finishBy time.Time  // Finish's deadline, which bounds the writes too; zero before
 }
 
 type entry[T any] struct {
@@ -182,6 +188,41 @@ func (w *Writer[T]) startLocked() {
 	}
 }
 
+// PushLater queues item as Push does, but does not start the writer's
+// goroutine: the caller, a connection's reader answering the frames of
+// a burst, calls Flush once the burst is handled (before it waits for
+// more data or may block), so that the answers leave together, written
+// by the caller itself when no goroutine is writing. A Push, PushBounded
+// or Kick meanwhile starts the goroutine, which takes these items too,
+// in order; so does Wait at the high-water mark.
+func (w *Writer[T]) PushLater(item T) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.stopped || w.final {
+		return false
+	}
+	w.queue = append(w.queue, entry[T]{item: item, counted: true})
+	w.counted++
+	return true
+}
+
+// Flush writes what is queued when no goroutine is writing, on the
+// caller's goroutine: the items queued now, then, should more have come
+// meanwhile, a goroutine writes those. With a goroutine writing, or
+// nothing queued, it does nothing. A write blocks the caller, bounded by
+// WriteTimeout.
+func (w *Writer[T]) Flush() {
+	w.mu.Lock()
+	if w.running || w.stopped || len(w.queue) == 0 {
+		w.mu.Unlock()
+		return
+	}
+	w.running = true
+	w.wg.Add(1)
+	w.mu.Unlock()
+	w.loop(true)
+}
+
 // Kick offers the held items again (a window the encoder waits on has
 // opened). It never blocks.
 func (w *Writer[T]) Kick() {
@@ -199,6 +240,7 @@ func (w *Writer[T]) Wait() error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for w.counted >= w.cfg.HighWater && !w.stopped {
+		w.startLocked() // the items may have been queued with PushLater
 		w.condLocked().Wait()
 	}
 	if w.stopped {
@@ -216,9 +258,11 @@ func (w *Writer[T]) condLocked() *sync.Cond {
 
 // Finish queues item as the last one, waits until it and everything
 // queued before it (held items excepted) are written, or until timeout,
-// and stops the writer; it does not close the connection. It returns the
-// write's error, ErrStopped if the writer had stopped already, or
-// ErrStopped after the timeout (the items not written are dropped).
+// and stops the writer; it does not close the connection. When no
+// goroutine is writing, Finish writes on the caller's goroutine, each
+// write bounded by the timeout too. It returns the write's error,
+// ErrStopped if the writer had stopped already, or ErrStopped after the
+// timeout (the items not written are dropped).
 func (w *Writer[T]) Finish(item T, timeout time.Duration) error {
 	w.mu.Lock()
 	if w.stopped || w.final {
@@ -228,16 +272,32 @@ func (w *Writer[T]) Finish(item T, timeout time.Duration) error {
 	}
 	w.final = true
 	w.queue = append(w.queue, entry[T]{item: item, last: true})
-	w.startLocked()
-	t := time.AfterFunc(timeout, func() {
-		w.mu.Lock()
-		w.stopLocked(nil)
+	deadline := time.Now().Add(timeout)
+	if !w.running {
+		// Nothing is being written: write here, the writes bounded by
+		// the deadline, rather than start a goroutine and a timer to
+		// wait for it (a connection's goodbye, many at once when
+		// clients leave together).
+		w.running = true
+		w.wg.Add(1)
+		w.finishBy = deadline
 		w.mu.Unlock()
-	})
-	for !w.finished && !w.stopped {
-		w.condLocked().Wait()
+		w.loop(false)
+		w.mu.Lock()
 	}
-	t.Stop()
+	if !w.finished && !w.stopped {
+		// A goroutine is writing, or the encoder holds items back.
+		w.startLocked()
+		t := time.AfterFunc(time.Until(deadline), func() {
+			w.mu.Lock()
+			w.stopLocked(nil)
+			w.mu.Unlock()
+		})
+		for !w.finished && !w.stopped {
+			w.condLocked().Wait()
+		}
+		t.Stop()
+	}
 	var err error
 	if !w.finished {
 		err = w.errLocked()
@@ -308,15 +368,28 @@ func (w *Writer[T]) putBuf(b *[]byte) {
 
 // run is the writer's goroutine: it writes until nothing is left to
 // offer, then exits.
-func (w *Writer[T]) run() {
+func (w *Writer[T]) run() { w.loop(false) }
+
+// loop is the write loop of run and, with once, of Flush (and of Finish
+// when no goroutine runs): once writes what is queued when it starts and
+// hands what comes meanwhile to a goroutine.
+func (w *Writer[T]) loop(once bool) {
 	defer w.wg.Done()
 	bp := w.getBuf()
 	defer func() { w.putBuf(bp) }()
 	buf := *bp
-	for {
+	for first := true; ; first = false {
 		w.mu.Lock()
 		if w.stopped {
 			w.dropLocked()
+			w.mu.Unlock()
+			*bp = buf
+			return
+		}
+		if once && !first && (len(w.queue) > 0 || w.kicked) {
+			// More came while the caller wrote: a goroutine goes on.
+			w.wg.Add(1)
+			go w.run()
 			w.mu.Unlock()
 			*bp = buf
 			return
@@ -421,7 +494,11 @@ func (w *Writer[T]) dropLocked() {
 // are released from the high-water count.
 func (w *Writer[T]) write(buf *[]byte, counted *int) bool {
 	w.enc.BeforeWrite()
-	w.conn.SetWriteDeadline(time.Now().Add(w.cfg.WriteTimeout))
+	d := time.Now().Add(w.cfg.WriteTimeout)
+	if !w.finishBy.IsZero() && w.finishBy.Before(d) {
+		d = w.finishBy
+	}
+	w.conn.SetWriteDeadline(d)
 	_, err := w.conn.Write(*buf)
 	*buf = (*buf)[:0]
 	if err != nil {

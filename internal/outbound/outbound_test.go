@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"os"
 	"runtime"
 	"strings"
 	"sync"
@@ -472,4 +475,127 @@ func TestFlusherPendingWrittenWithBurst(t *testing.T) {
 		t.Fatalf("%d writes, want 3", n)
 	}
 	w.Close()
+}
+
+// Finish on an idle writer writes on the caller's goroutine, each write
+// bounded by its timeout: over loopback to a peer that does not read,
+// it gives up in time with the write's error; to a peer that reads, the
+// goodbye arrives whole.
+func TestFinishIdleOverLoopback(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	pair := func() (server, client net.Conn) {
+		client, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		server, err = ln.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return server, client
+	}
+
+	// A peer that reads.
+	server, client := pair()
+	defer client.Close()
+	w := New[item](server, &enc{}, Config{})
+	done := make(chan []byte, 1)
+	go func() {
+		b, _ := io.ReadAll(client)
+		done <- b
+	}()
+	if err := w.Finish(item{s: "bye"}, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	server.Close()
+	if got := string(<-done); got != "bye" {
+		t.Fatalf("the peer read %q", got)
+	}
+
+	// A peer that does not read: 32 MiB cannot all be written.
+	server, client = pair()
+	defer client.Close()
+	defer server.Close()
+	w = New[item](server, &enc{}, Config{WriteTimeout: time.Minute})
+	start := time.Now()
+	err = w.Finish(item{s: strings.Repeat("x", 32<<20)}, 300*time.Millisecond)
+	if err == nil || !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("Finish() = %v, want the write's deadline error", err)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Fatalf("Finish took %v", d)
+	}
+	if !w.idle() {
+		t.Fatal("writer still running after Finish")
+	}
+}
+
+// Items queued with PushLater wait for Flush, which writes them in one
+// write on the caller's goroutine (nothing runs once it returns); a Push
+// meanwhile starts the goroutine, which writes them first, in order.
+func TestPushLaterFlush(t *testing.T) {
+	c := &fakeConn{}
+	w := New[item](c, &enc{}, Config{})
+	w.PushLater(item{s: "a,"})
+	w.PushLater(item{s: "b,"})
+	time.Sleep(10 * time.Millisecond)
+	if n := c.count(); n != 0 || !w.idle() {
+		t.Fatalf("%d writes, idle %v before Flush", n, w.idle())
+	}
+	w.Flush()
+	if got := c.all(); got != "a,b," || c.count() != 1 || !w.idle() {
+		t.Fatalf("after Flush: %q in %d writes, idle %v", got, c.count(), w.idle())
+	}
+	w.Flush() // nothing queued: nothing written
+
+	w.PushLater(item{s: "c,"})
+	w.Push(item{s: "d,"})
+	eventually(t, "the pushes written", func() bool { return c.all() == "a,b,c,d," })
+	eventually(t, "the writer idle", w.idle)
+	if c.count() > 3 {
+		t.Fatalf("%d writes", c.count())
+	}
+}
+
+// What is queued while Flush writes goes on in a goroutine; Wait at the
+// high-water mark with items queued by PushLater starts the writer
+// rather than wait forever.
+func TestFlushHandsOverAndWait(t *testing.T) {
+	gate := make(chan struct{})
+	c := &fakeConn{gate: gate, entered: make(chan struct{}, 1)}
+	w := New[item](c, &enc{}, Config{HighWater: 2})
+	w.PushLater(item{s: "a,"})
+	flushed := make(chan struct{})
+	go func() {
+		w.Flush()
+		close(flushed)
+	}()
+	<-c.entered // Flush's write waits at the gate
+	w.PushLater(item{s: "b,"})
+	w.PushLater(item{s: "c,"})
+	c.mu.Lock()
+	c.gate = nil // the next writes go through
+	c.mu.Unlock()
+	close(gate)
+	<-flushed
+	eventually(t, "the items queued during Flush written", func() bool { return c.all() == "a,b,c," })
+	eventually(t, "the writer idle", w.idle)
+
+	w.PushLater(item{s: "d,"})
+	w.PushLater(item{s: "e,"})
+	done := make(chan error, 1)
+	go func() { done <- w.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Wait blocked on items queued with PushLater")
+	}
+	eventually(t, "all written", func() bool { return c.all() == "a,b,c,d,e," })
 }

@@ -36,6 +36,10 @@ var (
 	ErrMissingNul = errors.New("stomp: frame body not terminated by NUL")
 )
 
+// ErrReaderClosed is returned by Read after Reader.Close; it is not a
+// protocol error.
+var ErrReaderClosed = errors.New("stomp: frame reader closed")
+
 // FrameError describes why a frame was rejected. Err is one of the
 // sentinels above. Error() starts with the sentinel's text and adds the
 // specifics, e.g. "stomp: frame too large (limit 10485760 bytes)" or

@@ -145,6 +145,24 @@ func (r *Reader) Release() {
 	r.block, r.spans, r.strs = nil, nil, nil
 }
 
+// Close ends r for good: a pooled Reader's buffer goes back to the pool
+// whatever it holds (what was read ahead is dropped), and every later
+// Read fails with ErrReaderClosed unless it had failed already. A
+// connection that stops reading calls it first, so that the work of its
+// end (answers, the session's close) holds no read buffer. Idempotent.
+func (r *Reader) Close() {
+	if r.err == nil {
+		r.err = ErrReaderClosed
+	}
+	r.pending, r.nulDue = 0, false
+	if r.pool != nil && r.br != nil {
+		r.br.Reset(nil)
+		r.pool.Put(r.br)
+		r.br = nil
+	}
+	r.block, r.spans, r.strs = nil, nil, nil
+}
+
 // SetMaxFrameSize changes Limits.MaxFrameSize for the frames read from
 // now on (a zero or negative n means the default): a server reads with a
 // small limit until the client has logged in. Call it between Reads.

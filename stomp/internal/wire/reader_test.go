@@ -453,3 +453,26 @@ func TestStreamedBodyPooled(t *testing.T) {
 		t.Fatalf("next frame: %v %q", err, f.Body)
 	}
 }
+
+// Close gives a pooled Reader's buffer back although bytes are read
+// ahead or a streamed body is left, and later Reads and Body reads fail.
+func TestPooledReaderClose(t *testing.T) {
+	src := strings.NewReader("SEND\ndestination:q\ncontent-length:200\n\n" + strings.Repeat("x", 200) + "\x00SEND\ndestination:q\n\nnext\x00")
+	r := NewPooledReader(src, Limits{})
+	r.SetStreaming(100, 5000)
+	if _, err := r.Read(); err != nil || r.Streaming() != 200 {
+		t.Fatalf("Read: %v, streaming %d", err, r.Streaming())
+	}
+	r.Close()
+	if r.br != nil {
+		t.Fatal("Close kept the buffer")
+	}
+	if _, err := r.Read(); !errors.Is(err, ErrReaderClosed) {
+		t.Fatalf("Read after Close: %v", err)
+	}
+	if _, err := r.Body().Read(make([]byte, 10)); !errors.Is(err, ErrReaderClosed) {
+		t.Fatalf("Body after Close: %v", err)
+	}
+	r.Close()
+	r.Release()
+}
