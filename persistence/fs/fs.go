@@ -38,9 +38,7 @@ type File interface {
 	// such as its size) durable: fdatasync(2).
 	Datasync() error
 	// Preallocate reserves size bytes (the file's size becomes at least
-	// size) so later writes inside it do not change the file size; on a
-	// real file system the new bytes are written zeros, so a later write
-	// into them changes no metadata that Datasync would have to commit.
+	// size) so later writes inside it do not change the file size.
 	Preallocate(size int64) error
 	Truncate(size int64) error
 	Size() (int64, error)
