@@ -109,13 +109,22 @@ func cmpUint(a, b uint64) int {
 // Close. It returns once Close has returned, possibly before the session
 // is gone from Connections.
 func (b *Broker) CloseConnection(id uint64) error {
+	return b.endConnection(id, func(s *Session) func() { return s.opts.Close })
+}
+
+// endConnection calls the function how picks of open connection id.
+func (b *Broker) endConnection(id uint64, how func(*Session) func()) error {
 	b.sessMu.Lock()
 	s := b.sessions[id]
 	b.sessMu.Unlock()
-	if s == nil || s.opts.Close == nil {
+	var end func()
+	if s != nil {
+		end = how(s)
+	}
+	if end == nil {
 		return fmt.Errorf("%w: %d", ErrConnectionNotFound, id)
 	}
-	s.opts.Close()
+	end()
 	return nil
 }
 
@@ -125,14 +134,7 @@ func (b *Broker) CloseConnection(id uint64) error {
 // ErrConnectionNotFound if no open connection has that id or it has no
 // Abort.
 func (b *Broker) AbortConnection(id uint64) error {
-	b.mu.RLock()
-	s := b.sessions[id]
-	b.mu.RUnlock()
-	if s == nil || s.opts.Abort == nil {
-		return fmt.Errorf("%w: %d", ErrConnectionNotFound, id)
-	}
-	s.opts.Abort()
-	return nil
+	return b.endConnection(id, func(s *Session) func() { return s.opts.Abort })
 }
 
 // ProtocolStats is the traffic of one protocol's connections.

@@ -51,14 +51,14 @@ func (b *Broker) FenceDoubtful() []FencedConnection {
 	if b.cluster == nil {
 		return nil
 	}
-	b.mu.RLock()
+	b.sessMu.Lock()
 	sessions := make([]*Session, 0, len(b.sessions))
 	for _, s := range b.sessions {
 		if s.opts.Abort != nil && !s.fenced.Load() {
 			sessions = append(sessions, s)
 		}
 	}
-	b.mu.RUnlock()
+	b.sessMu.Unlock()
 	var fenced []FencedConnection
 	var aborts []func()
 	var cs []*Consumer
