@@ -159,6 +159,15 @@ func (g *group) propose() {
 		for _, o := range p.ops {
 			n += len(o.payload) + 24
 		}
+		if limit := g.n.cfg.maxEntrySize() - 64; n > limit {
+			// One submit (a transaction) is never split, and an entry
+			// over the log's limit would stop every node that saves it:
+			// refuse it here, before it leaves this node.
+			err := fmt.Errorf("%w: a write of %d bytes in one Raft entry, over the limit of %d", core.ErrTooLarge, n, limit)
+			g.n.log.Warn().Err(err).Uint64("group", g.id).Msg("write refused")
+			goDone(p.done, err)
+			continue
+		}
 		if size > 0 && size+n > max {
 			flush()
 		}

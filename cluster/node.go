@@ -92,6 +92,10 @@ type Transport interface {
 	Close() error
 }
 
+// maxEntrySize is the largest Raft entry the log takes: one message,
+// a batch of operations, and their framing.
+func (c *Config) maxEntrySize() int { return c.MaxMessageBytes + c.MaxEntryBytes + 4096 }
+
 func (c *Config) ensureDefaults() error {
 	switch {
 	case c.NodeID == 0:
@@ -206,7 +210,7 @@ func New(cfg Config) (*Node, error) {
 	if n.peers == nil {
 		n.peers = map[uint64]string{}
 	}
-	rl, err := raftlog.Open(raftlog.Config{Dir: cfg.Dir, FS: cfg.FS, MaxEntrySize: cfg.MaxMessageBytes + cfg.MaxEntryBytes + 4096, Logger: cfg.Logger})
+	rl, err := raftlog.Open(raftlog.Config{Dir: cfg.Dir, FS: cfg.FS, MaxEntrySize: cfg.maxEntrySize(), Logger: cfg.Logger})
 	if err != nil {
 		return nil, fmt.Errorf("cluster: opening the raft log: %w", err)
 	}
