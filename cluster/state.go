@@ -311,8 +311,6 @@ func encodeOps(b []byte, proposer, proposal uint64, ops []op) []byte {
 	return b
 }
 
-// decodeOps decodes an entry. Payloads are copies: the entry's memory
-// belongs to raft.
 // entryHeader reads the proposer and proposal id at the head of an
 // entry's data; k is 0 if they are not there.
 func entryHeader(p []byte) (proposer, proposal uint64, k int) {
@@ -330,10 +328,10 @@ func entryHeader(p []byte) (proposer, proposal uint64, k int) {
 	return proposer, proposal, 1 + a + b
 }
 
-// decodeOps decodes an entry's data. The payloads of the operations
-// are slices of p, not copies: an entry's data is never changed once
-// made, and the group's state keeps them (so an entry's data lives as
-// long as one of its records does).
+// decodeOps decodes an entry's data. The payloads of a quarter of the
+// entry or more are slices of p, not copies (an entry's data is never
+// changed once made, and the group's state keeps them, so the entry
+// lives as long as one of its records does); smaller ones are copied.
 func decodeOps(p []byte) (proposer, proposal uint64, ops []op, err error) {
 	d := reader{b: p}
 	if d.byte() != entryVersion {
@@ -352,6 +350,12 @@ func decodeOps(p []byte) (proposer, proposal uint64, ops []op, err error) {
 		case opAppend, opUpdate:
 			o.utype = d.u16()
 			o.payload = d.shared()
+			if 4*len(o.payload) < len(p) {
+				// A record kept long (a binding, a message left behind
+				// by its neighbours) would pin its whole entry: small
+				// payloads are copied, large ones point into the entry.
+				o.payload = slices.Clone(o.payload)
+			}
 		case opDelete:
 		case opTx:
 			o.n = uint32(d.uvarint())
