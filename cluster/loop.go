@@ -75,9 +75,12 @@ func (n *Node) run() {
 			n.fail(err)
 		}
 		// An entry applied above may have made room for writes held
-		// back: go round again for them.
+		// back, and Advance may have left raft with another Ready (the
+		// leader's own acknowledgement committing an entry, committed
+		// entries past one Ready's size): go round again for them rather
+		// than wait for the next tick or message.
 		for _, g := range n.groups {
-			if g.leading && len(g.inflight) < maxProposalsInFlight && g.hasPending() {
+			if g.leading && len(g.inflight) < maxProposalsInFlight && g.hasPending() || g.rn.HasReady() {
 				n.kickPropose()
 				break
 			}
