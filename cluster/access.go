@@ -108,12 +108,12 @@ func (s *remoteSession) isClosed() bool {
 }
 
 // to sends a request to node leader: a direct call when it is this node.
-func (a *access) to(leader uint64, m *rpcMsg) {
+func (a *access) to(leader uint64, m *rpcMsg) error {
 	if leader == a.n.cfg.NodeID {
 		a.n.handleLocal(m)
-		return
+		return nil
 	}
-	a.n.links.send(leader, m)
+	return a.n.links.send(leader, m)
 }
 
 // request sends m expecting a kResult, and waits for it (bounded by the
@@ -156,7 +156,15 @@ func (a *access) async(l *sessionLink, leader uint64, m *rpcMsg, done func(error
 	}
 	a.pending[m.rid] = c
 	a.mu.Unlock()
-	a.to(leader, m)
+	if err := a.to(leader, m); err != nil {
+		a.mu.Lock()
+		_, mine := a.pending[m.rid]
+		delete(a.pending, m.rid)
+		a.mu.Unlock()
+		if mine { // not failed meanwhile by a reset of the link
+			done(err, "", nil)
+		}
+	}
 }
 
 // expireCalls fails the requests that have waited longer than the

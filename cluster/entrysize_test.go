@@ -10,35 +10,64 @@ import (
 	"github.com/junctionmq/junction/core"
 )
 
-// A transaction larger than the Raft log takes in one entry is refused
-// on the leader (core.ErrTooLarge), before it is sent to anyone: every
-// node goes on (had the followers received it, each would have stopped
-// when saving it).
+// A transaction larger than the Raft log takes in one entry is refused,
+// saying so, and costs nobody else anything: on the leader (its own
+// node's client) before it is sent to anyone, which every follower would
+// have refused to save; from another node by the leader as well when
+// the forwarding link can carry it, and on the client's own node when it
+// cannot, before it is framed: the link between the two nodes is not
+// reset (which would fail every operation in flight on it). Every node
+// goes on serving.
 func TestClusterRefusesAnOversizedEntry(t *testing.T) {
 	c := startClusterWith(t, 3, 1, func(cfg *Config) {
 		cfg.MaxMessageBytes, cfg.MaxEntryBytes = 64<<10, 16<<10
 	})
 	c.waitLeaders()
 	const addr = "big"
-	// Through the leader's own node: from another one the transaction
-	// would go over the forwarding link, whose frame limit (one message)
-	// it exceeds first.
-	s := session(t, c.access[c.leaderOf(addr)], "")
-	tx, err := s.Begin()
-	if err != nil {
-		t.Fatal(err)
+	leader := c.leaderOf(addr)
+	other := (leader + 1) % len(c.nodes)
+	resets := func() (n uint64) {
+		for _, x := range c.nodes {
+			n += x.Status().LinkResets
+		}
+		return n
 	}
-	body := bytes.Repeat([]byte("x"), 60<<10) // each fits; the ten together do not
-	for range 10 {
-		if err := tx.Send(&core.Message{Address: addr, RoutingType: core.Anycast, Durable: true, Body: body, Priority: core.DefaultPriority}); err != nil {
+	before := resets()
+	body := bytes.Repeat([]byte("x"), 60<<10) // one fits an entry, two do not
+	commit := func(node, messages int) error {
+		s := session(t, c.access[node], "")
+		tx, err := s.Begin()
+		if err != nil {
 			t.Fatal(err)
 		}
+		for range messages {
+			if err := tx.Send(&core.Message{Address: addr, RoutingType: core.Anycast, Durable: true, Body: body, Priority: core.DefaultPriority}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return tx.Commit(context.Background())
 	}
-	// Refused for good (not "unavailable": trying again cannot help),
-	// saying why; the sentinel crossing from the group broker is its
-	// journal's (ErrPersistence), the text says the size.
-	if err := tx.Commit(context.Background()); err == nil || errors.Is(err, core.ErrUnavailable) || !strings.Contains(err.Error(), "over the limit") {
-		t.Fatalf("commit of 600 KiB in one entry: %v, want a refusal for its size", err)
+	for _, tc := range []struct {
+		what           string
+		node, messages int
+	}{
+		{"on the leader's node", leader, 10},
+		{"forwarded (the leader refuses it)", other, 2},
+		{"too large to forward (refused before it is sent)", other, 10},
+	} {
+		// Refused for good (not "unavailable": trying again cannot help),
+		// saying why; the text says the size.
+		err := commit(tc.node, tc.messages)
+		if err == nil || errors.Is(err, core.ErrUnavailable) || !strings.Contains(err.Error(), "over the limit") {
+			t.Fatalf("%s: commit of %d KiB: %v, want a refusal for its size", tc.what, tc.messages*60, err)
+		}
+		t.Logf("%s: %v", tc.what, err)
+	}
+	if err := commit(other, 10); !errors.Is(err, core.ErrTooLarge) {
+		t.Fatalf("a transaction too large to forward: %v, want core.ErrTooLarge", err)
+	}
+	if n := resets() - before; n != 0 {
+		t.Fatalf("%d forwarding links reset by the refusals, want none", n)
 	}
 	// Every node still serves: a send through each is confirmed, and all
 	// three are delivered.
@@ -46,7 +75,7 @@ func TestClusterRefusesAnOversizedEntry(t *testing.T) {
 		p := session(t, c.access[i], "")
 		m := &core.Message{Address: addr, RoutingType: core.Anycast, Durable: true, Body: []byte{byte('0' + i)}, Priority: core.DefaultPriority}
 		if err := p.Send(context.Background(), m); err != nil {
-			t.Fatalf("send through node %d after the refusal: %v", i+1, err)
+			t.Fatalf("send through node %d after the refusals: %v", i+1, err)
 		}
 	}
 	for i, n := range c.nodes {
@@ -56,7 +85,7 @@ func TestClusterRefusesAnOversizedEntry(t *testing.T) {
 		default:
 		}
 	}
-	_, col := subscribe(t, session(t, c.access[0], ""), core.ConsumerOptions{Address: addr, RoutingType: core.Anycast, Credit: 10})
+	_, col := subscribe(t, session(t, c.access[other], ""), core.ConsumerOptions{Address: addr, RoutingType: core.Anycast, Credit: 10})
 	got := map[string]bool{}
 	for range 3 {
 		got[string(col.next(t).Message.Body)] = true

@@ -1,11 +1,13 @@
 package cluster
 
 import (
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/junctionmq/junction/cluster/transport"
+	"github.com/junctionmq/junction/core"
 )
 
 // Links keep the forwarding protocol's state with each peer honest.
@@ -41,6 +43,7 @@ type links struct {
 	epoch uint64 // next outbound epoch (unique per node run: starts at the run's clock)
 
 	sent, received atomic.Uint64 // forwarding frames, pings aside
+	resets         atomic.Uint64 // times everything with a peer was reset
 }
 
 func newLinks(n *Node) *links {
@@ -61,13 +64,20 @@ func (l *links) peer(id uint64) *peerLink {
 
 // send frames m to peer to. A frame the transport cannot take breaks
 // the link: everything with the peer is reset, here and, when it sees
-// the new epoch, there.
-func (l *links) send(to uint64, m *rpcMsg) {
+// the new epoch, there. A frame larger than the lane takes is refused
+// instead (core.ErrTooLarge), before it is numbered: only a forwarded
+// transaction can be, and refusing it costs the link nothing.
+func (l *links) send(to uint64, m *rpcMsg) error {
 	p := l.peer(to)
 	p.mu.Lock()
-	p.outSeq++
-	m.linkEpoch, m.linkSeq = p.outEpoch, p.outSeq
+	m.linkEpoch, m.linkSeq = p.outEpoch, p.outSeq+1
 	p.buf = m.encode(p.buf[:0])
+	if n, limit := len(p.buf), l.n.cfg.rpcMaxFrame(); n > limit {
+		p.buf = nil
+		p.mu.Unlock()
+		return fmt.Errorf("%w: %d bytes to forward to node %d, over the limit of %d", core.ErrTooLarge, n, to, limit)
+	}
+	p.outSeq++
 	ok := l.n.tr.Send(to, transport.LaneRPC, p.buf)
 	if m.kind != kPing {
 		l.sent.Add(1)
@@ -95,6 +105,7 @@ func (l *links) send(to uint64, m *rpcMsg) {
 			l.n.resetPeer(to)
 		})
 	}
+	return nil
 }
 
 func (l *links) breakOutLocked(p *peerLink) {

@@ -96,6 +96,11 @@ type Transport interface {
 // a batch of operations, and their framing.
 func (c *Config) maxEntrySize() int { return c.MaxMessageBytes + c.MaxEntryBytes + 4096 }
 
+// rpcMaxFrame is the largest frame of the forwarding lane: a transaction
+// as large as the log takes in one entry, with its framing, so that a
+// forwarded one is judged by the leader as a local one is.
+func (c *Config) rpcMaxFrame() int { return c.maxEntrySize() + 64<<10 }
+
 func (c *Config) ensureDefaults() error {
 	switch {
 	case c.NodeID == 0:
@@ -268,7 +273,7 @@ func (n *Node) newTransport(*Node) (Transport, error) {
 		Handler: n.handleFrame, OnUnreachable: n.onUnreachable, Logger: n.cfg.Logger,
 		Lanes: [transport.NumLanes]transport.LaneConfig{
 			transport.LaneRaft: {MaxFrame: n.cfg.MaxMessageBytes + n.cfg.MaxEntryBytes + 64<<10},
-			transport.LaneRPC:  {MaxFrame: n.cfg.MaxMessageBytes + 64<<10, QueueBytes: 256 << 20},
+			transport.LaneRPC:  {MaxFrame: n.cfg.rpcMaxFrame(), QueueBytes: 256 << 20},
 			transport.LaneBulk: {MaxFrame: snapChunk + 1024},
 		},
 	})
@@ -546,6 +551,7 @@ func (n *Node) groupChanged(g *group) {
 
 // resetPeer forgets everything with a peer whose link was reset.
 func (n *Node) resetPeer(id uint64) {
+	n.links.resets.Add(1)
 	n.rpc.originGone(id)
 	n.access.peerGone(id)
 }

@@ -26,6 +26,11 @@ type Status struct {
 	// because it lost the majority's contact while they held
 	// deliveries (fence.go).
 	FencedConnections uint64 `json:"fenced_connections"`
+	// LinkResets counts the times this node reset everything it had
+	// with a peer (links.go): a frame lost or refused, a restarted or
+	// silent peer. Each fails the operations in flight on the link and
+	// re-attaches its consumers.
+	LinkResets uint64 `json:"link_resets"`
 }
 
 // GroupStatus is one group as this node sees it.
@@ -52,7 +57,7 @@ type GroupStatus struct {
 func (n *Node) Status() Status {
 	st := Status{NodeID: n.cfg.NodeID, Members: map[uint64]string{n.cfg.NodeID: n.cfg.Listen},
 		ForwardedOut: n.links.sent.Load(), ForwardedIn: n.links.received.Load(),
-		FencedConnections: n.fence.count.Load()}
+		FencedConnections: n.fence.count.Load(), LinkResets: n.links.resets.Load()}
 	n.peersMu.Lock()
 	for id, a := range n.peers {
 		st.Members[id] = a

@@ -25,6 +25,7 @@ type ClusterAdmin interface {
 type ClusterMetrics struct {
 	ForwardedOut, ForwardedIn uint64
 	FencedConnections         uint64 // client connections reset by the fence
+	LinkResets                uint64 // forwarding links reset (everything with a peer)
 	Groups                    []ClusterGroupMetrics
 }
 
@@ -103,7 +104,7 @@ func (s *Server) removeMember(w http.ResponseWriter, r *http.Request) {
 type clusterCollector struct {
 	c ClusterAdmin
 
-	leader, leaderChanges, term, commit, applyLag, messages, forwarded, fenced, commitLatency *prometheus.Desc
+	leader, leaderChanges, term, commit, applyLag, messages, forwarded, fenced, linkResets, commitLatency *prometheus.Desc
 }
 
 func newClusterCollector(c ClusterAdmin) *clusterCollector {
@@ -119,12 +120,13 @@ func newClusterCollector(c ClusterAdmin) *clusterCollector {
 		messages:      d("group_messages", "Live message records in the group's state on this node.", "group"),
 		forwarded:     d("forwarded_total", "Client operations forwarded between nodes: out (sent by this node's clients to other nodes' groups) and in (served here for other nodes).", "direction"),
 		fenced:        d("fenced_connections_total", "Client connections this node reset because it lost the majority's contact while they held deliveries another node may make again (the fence)."),
+		linkResets:    d("link_resets_total", "Times this node reset its forwarding link with a peer (a frame lost, a restarted or silent peer): operations in flight on it failed as unknown and its consumers re-attached."),
 		commitLatency: d("commit_latency_seconds", "Time from a group broker's write to its commit on a majority, for the groups this node led.", "group"),
 	}
 }
 
 func (c *clusterCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.leader, c.leaderChanges, c.term, c.commit, c.applyLag, c.messages, c.forwarded, c.fenced, c.commitLatency} {
+	for _, d := range []*prometheus.Desc{c.leader, c.leaderChanges, c.term, c.commit, c.applyLag, c.messages, c.forwarded, c.fenced, c.linkResets, c.commitLatency} {
 		ch <- d
 	}
 }
@@ -137,6 +139,7 @@ func (c *clusterCollector) Collect(ch chan<- prometheus.Metric) {
 	v(c.forwarded, prometheus.CounterValue, float64(m.ForwardedOut), "out")
 	v(c.forwarded, prometheus.CounterValue, float64(m.ForwardedIn), "in")
 	v(c.fenced, prometheus.CounterValue, float64(m.FencedConnections))
+	v(c.linkResets, prometheus.CounterValue, float64(m.LinkResets))
 	for _, g := range m.Groups {
 		id := strconv.FormatUint(g.ID, 10)
 		lead := 0.0

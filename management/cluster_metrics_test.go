@@ -25,7 +25,7 @@ func TestClusterMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := fakeCluster{management.ClusterMetrics{ForwardedOut: 7, ForwardedIn: 5, FencedConnections: 3}}
+	c := fakeCluster{management.ClusterMetrics{ForwardedOut: 7, ForwardedIn: 5, FencedConnections: 3, LinkResets: 2}}
 	srv := httptest.NewServer(management.New(management.Config{Cluster: c}, b))
 	t.Cleanup(func() {
 		srv.Close()
@@ -41,6 +41,7 @@ func TestClusterMetrics(t *testing.T) {
 		`junction_cluster_forwarded_total{direction="out"} 7`,
 		`junction_cluster_forwarded_total{direction="in"} 5`,
 		"junction_cluster_fenced_connections_total 3",
+		"junction_cluster_link_resets_total 2",
 	} {
 		if !strings.Contains(string(raw), want) {
 			t.Errorf("no %s in /metrics", want)

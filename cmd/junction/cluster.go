@@ -236,7 +236,7 @@ func (a clusterAdmin) RemoveMember(ctx context.Context, id uint64) error {
 }
 func (a clusterAdmin) Metrics() management.ClusterMetrics {
 	st := a.n.Status()
-	m := management.ClusterMetrics{ForwardedOut: st.ForwardedOut, ForwardedIn: st.ForwardedIn, FencedConnections: st.FencedConnections}
+	m := management.ClusterMetrics{ForwardedOut: st.ForwardedOut, ForwardedIn: st.ForwardedIn, FencedConnections: st.FencedConnections, LinkResets: st.LinkResets}
 	for _, g := range st.Groups {
 		m.Groups = append(m.Groups, management.ClusterGroupMetrics{
 			ID: g.ID, Leader: g.ID != 0 && g.Leader == st.NodeID, LeaderChanges: g.LeaderChanges,
