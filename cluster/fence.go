@@ -40,12 +40,15 @@ import (
 // two leaders (an upstream re-attaching), is no reason to reset the
 // connections of such a node; nor is a late Raft loop alone (a long
 // fsync: the loop, not the sockets, was stalled; what the node hands
-// out after it is flagged anyway, lease.go). But peers that all go
-// silent for the lease (stalled, or a node that leads no group between
-// its groups' leaders failing and the next election) look like a cut:
-// the node then resets its clients needlessly, and they reconnect. Not
-// covered: a network that cuts a node from a group's leader and from its
-// own clients while leaving it a majority.
+// out after it is flagged anyway, lease.go). Contact, here, is a frame
+// of any lane: a node that leads no group hears no Raft message while
+// its groups have no leader (between a leader's loss and the next
+// election), but the forwarding lane's pings, twice per lease, still
+// come from the peers in touch. Peers that all go silent for the lease
+// (stalled) look like a cut: the node then resets its clients
+// needlessly, and they reconnect. Not covered: a network that cuts a
+// node from a group's leader and from its own clients while leaving it a
+// majority.
 
 // fence is a node's fence state.
 type fence struct {
@@ -93,7 +96,7 @@ func (n *Node) fenceCheck() {
 		return
 	}
 	now := time.Now()
-	live, members := n.contact(now)
+	live, members := n.contact(now, true)
 	if 2*live > members {
 		return
 	}

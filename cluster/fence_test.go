@@ -85,3 +85,45 @@ func TestClusterFence(t *testing.T) {
 		t.Fatalf("after losing the majority: %d aborts, %d fenced connections; want 1 each", a, f)
 	}
 }
+
+// A node that leads no group hears no Raft message between the loss of
+// its groups' leader and the next election (its fellow follower has
+// nothing to tell it): the forwarding lane's pings show the fence that
+// the node is still in touch with a majority, and it resets nothing.
+func TestClusterFenceSparesTheFollowersOfALostLeader(t *testing.T) {
+	c := startClusterWith(t, 3, 1, func(cfg *Config) { cfg.Tick = 50 * time.Millisecond })
+	c.waitLeaders()
+	const addr = "fenced"
+	l := c.leaderOf(addr)
+	ci, x := (l+1)%3, (l+2)%3
+	prod := session(t, c.access[x], "")
+	for i := range 3 {
+		m := &core.Message{Address: addr, RoutingType: core.Anycast, Durable: true, Body: []byte(fmt.Sprint(i)), Priority: core.DefaultPriority}
+		if err := prod.Send(context.Background(), m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var aborts atomic.Int32
+	s, err := c.access[ci].NewSession(core.SessionOptions{Protocol: "test", Abort: func() { aborts.Add(1) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	_, col := subscribe(t, s, core.ConsumerOptions{Address: addr, RoutingType: core.Anycast, Credit: 3})
+	for range 3 {
+		if d := col.next(t); d.Redelivered() {
+			t.Fatalf("%q flagged in a healthy cluster", d.Message.Body)
+		}
+	}
+	n := c.nodes[ci]
+	c.crash(l)
+	// Until a new leader is elected (one to two election timeouts, each
+	// four leases) and some more.
+	time.Sleep(12 * n.lease())
+	if a, f := aborts.Load(), n.Status().FencedConnections; a != 0 || f != 0 {
+		t.Fatalf("the leader gone, the majority in touch: %d aborts, %d fenced connections", a, f)
+	}
+	if g := n.groups[0]; g.lead.Load() == 0 {
+		t.Fatalf("no new leader after %v", 12*n.lease())
+	}
+}

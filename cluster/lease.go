@@ -53,7 +53,25 @@ func (n *Node) noteHeard(id uint64) {
 		n.heard = make(map[uint64]time.Time)
 	}
 	n.heard[id] = now
+	n.noteReachedLocked(id, now)
 	n.heardMu.Unlock()
+}
+
+// noteReached records a forwarding frame from peer id: contact with it,
+// for the fence, but not Raft's (a leader's lease rests on its
+// followers answering its heartbeats, which another lane's frames do
+// not show).
+func (n *Node) noteReached(id uint64) {
+	n.heardMu.Lock()
+	n.noteReachedLocked(id, time.Now())
+	n.heardMu.Unlock()
+}
+
+func (n *Node) noteReachedLocked(id uint64, now time.Time) {
+	if n.reached == nil {
+		n.reached = make(map[uint64]time.Time)
+	}
+	n.reached[id] = now
 }
 
 // heardRecently reports whether a Raft message came from id within the
@@ -76,21 +94,26 @@ func (n *Node) leaseHeld() bool {
 	if n.stalled(now) {
 		return false
 	}
-	live, members := n.contact(now)
+	live, members := n.contact(now, false)
 	return 2*live > members
 }
 
 // contact counts the members this node heard from within the lease
-// before now, itself included, and the members.
-func (n *Node) contact(now time.Time) (live, members int) {
+// before now, itself included, and the members: Raft messages only, or
+// frames of any kind (anyLane).
+func (n *Node) contact(now time.Time, anyLane bool) (live, members int) {
 	limit := n.lease()
 	// peersMu, then heardMu: noteHeard takes heardMu alone.
 	n.peersMu.Lock()
 	defer n.peersMu.Unlock()
 	members, live = 1+len(n.peers), 1
 	n.heardMu.Lock()
+	heard := n.heard
+	if anyLane {
+		heard = n.reached
+	}
 	for id := range n.peers {
-		if t, ok := n.heard[id]; ok && now.Sub(t) < limit {
+		if t, ok := heard[id]; ok && now.Sub(t) < limit {
 			live++
 		}
 	}

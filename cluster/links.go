@@ -122,6 +122,7 @@ func (l *links) receive(from uint64, m *rpcMsg) bool {
 	if m.kind != kPing {
 		l.received.Add(1)
 	}
+	l.n.noteReached(from)
 	p := l.peer(from)
 	p.mu.Lock()
 	now := time.Now()
@@ -182,7 +183,11 @@ func (l *links) receive(from uint64, m *rpcMsg) bool {
 
 // run pings every peer and resets the links of peers not heard from.
 func (l *links) run(done <-chan struct{}) {
-	t := time.NewTicker(pingInterval)
+	// Twice per lease at least: the pings also show the fence that the
+	// peer is in touch when no Raft message comes from it (neither
+	// leads a group the other follows, between a leader's loss and the
+	// next election).
+	t := time.NewTicker(min(pingInterval, l.n.lease()/2))
 	defer t.Stop()
 	for {
 		select {

@@ -167,6 +167,7 @@ type Node struct {
 
 	heardMu sync.Mutex
 	heard   map[uint64]time.Time // guarded by heardMu: the last Raft message from each peer (lease.go)
+	reached map[uint64]time.Time // guarded by heardMu: the last frame of any kind from each peer (the fence)
 
 	fence fence // resets client connections that may hold stale deliveries (fence.go)
 
