@@ -1,10 +1,12 @@
 // Package testserve runs a protocol handler on a loopback port for tests,
-// with the ten-line accept loop every protocol package's tests need, and
-// the bounded wait they share. It is imported by tests only.
+// with the ten-line accept loop every protocol package's tests need, the
+// bounded wait they share, and a wave of clients leaving at once. It is
+// imported by tests only.
 package testserve
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"sync"
 	"testing"
@@ -60,5 +62,49 @@ func Eventually(t testing.TB, what string, cond func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// Wave is a wave of clients leaving at once. It joins n clients with
+// join, one at a time on the test's goroutine (join may fail the test),
+// then runs leave for every one of them on a goroutine of its own, all
+// released together, and waits for them: an error from leave fails the
+// test, naming the client. Last it waits up to 10 s for open to report
+// no session left in the broker and no connection in the server.
+func Wave[C any](t testing.TB, n int, join func(i int) C, leave func(i int, c C) error, open func() (sessions, conns int)) {
+	t.Helper()
+	clients := make([]C, n)
+	for i := range clients {
+		clients[i] = join(i)
+	}
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i, c := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			if err := leave(i, c); err != nil {
+				errs <- fmt.Errorf("client %d: %w", i, err)
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		sessions, conns := open()
+		if sessions == 0 && conns == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d sessions and %d connections left", sessions, conns)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
