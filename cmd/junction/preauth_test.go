@@ -17,6 +17,7 @@ import (
 	gws "github.com/gorilla/websocket"
 
 	"github.com/junctionmq/junction/internal/stompclient"
+	"github.com/junctionmq/junction/websocket/wstest"
 )
 
 // liveHeap returns the bytes of live heap objects, after a collection.
@@ -163,7 +164,7 @@ func TestPreAuthHugeDeclarations(t *testing.T) {
 			if err != nil {
 				return nil, err
 			}
-			return &wsConn{ws: c}, nil
+			return wstest.NewConn(c), nil
 		}
 	}
 	const declared = 9 << 20 // under every protocol's own maximum
@@ -338,7 +339,7 @@ func TestFrameTimeoutFlags(t *testing.T) {
 			if err != nil {
 				return nil, err
 			}
-			return &wsConn{ws: c}, nil
+			return wstest.NewConn(c), nil
 		}
 	}
 	stompHello := "CONNECT\naccept-version:1.2\nheart-beat:0,0\n\n\x00"
