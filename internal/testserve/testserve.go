@@ -1,7 +1,8 @@
 // Package testserve runs a protocol handler on a loopback port for tests,
 // with the ten-line accept loop every protocol package's tests need, the
-// bounded wait they share, and a wave of clients leaving at once. It is
-// imported by tests only.
+// bounded wait they share, a wave of clients leaving at once, the two
+// ends of a loopback TCP connection, and a journal that accepts
+// everything. It is imported by tests only, and imports nothing of ours.
 package testserve
 
 import (
@@ -108,3 +109,53 @@ func Wave[C any](t testing.TB, n int, join func(i int) C, leave func(i int, c C)
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// Pair returns both ends of a loopback TCP connection, closed when the
+// test ends.
+func Pair(t testing.TB) (client, server net.Conn) {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	client, err = net.Dial("tcp", l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	server, err = l.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close(); server.Close() })
+	return client, server
+}
+
+// NopJournal is a journal that accepts every record and forgets it: each
+// completion is called at once, on a goroutine of its own. It satisfies
+// core.Journal structurally (testserve imports nothing of ours); a test
+// embeds it to fake one method.
+type NopJournal struct{}
+
+func (NopJournal) Append(_ uint64, _ uint16, _ []byte, _ bool, done func(error)) {
+	if done != nil {
+		go done(nil)
+	}
+}
+func (NopJournal) Update(_ uint64, _ uint16, _ []byte, _ bool, done func(error)) {
+	if done != nil {
+		go done(nil)
+	}
+}
+func (NopJournal) Delete(_ uint64, _ bool, done func(error)) {
+	if done != nil {
+		go done(nil)
+	}
+}
+func (NopJournal) Replay(_, _ func(uint64, uint16, []byte) error) error { return nil }
+func (NopJournal) MaxID() uint64                                        { return 0 }
+func (NopJournal) AppendTx(_, _ uint64, _ uint16, _ []byte)             {}
+func (NopJournal) UpdateTx(_, _ uint64, _ uint16, _ []byte)             {}
+func (NopJournal) DeleteTx(_, _ uint64)                                 {}
+func (NopJournal) Commit(_ uint64, done func(error))                    { go done(nil) }
+func (NopJournal) Rollback(_ uint64, done func(error))                  { go done(nil) }
