@@ -1,13 +1,14 @@
 // Package testserve runs a protocol handler on a loopback port for tests,
 // with the ten-line accept loop every protocol package's tests need, the
-// bounded wait they share, a wave of clients leaving at once, the two
-// ends of a loopback TCP connection, and a journal that accepts
-// everything. It is imported by tests only, and imports nothing of ours.
+// bounded wait they share, a wave of clients leaving at once, a fuzz
+// target's connection (Feed), the two ends of a loopback TCP
+// connection, and a journal that accepts everything. It is imported by tests only, and imports nothing of ours.
 package testserve
 
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"sync"
 	"testing"
@@ -107,6 +108,31 @@ func Wave[C any](t testing.TB, n int, join func(i int) C, leave func(i int, c C)
 			t.Fatalf("%d sessions and %d connections left", sessions, conns)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Feed serves one connection with handle over an in-memory pipe, writes
+// hello and then input to it (both within 2 s), drains what it answers,
+// closes it, and fails the test unless handle returns within 5 s: a
+// front-end's fuzz target, which must end a connection once the client
+// stops, whatever came (no hang, no panic).
+func Feed(t testing.TB, handle func(context.Context, net.Conn), hello, input []byte) {
+	t.Helper()
+	client, server := net.Pipe()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		handle(context.Background(), server)
+	}()
+	go io.Copy(io.Discard, client) // drain whatever the server says
+	client.SetWriteDeadline(time.Now().Add(2 * time.Second))
+	client.Write(hello)
+	client.Write(input)
+	client.Close()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatalf("connection did not end after the client closed (input %q)", input)
 	}
 }
 
