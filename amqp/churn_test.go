@@ -3,7 +3,6 @@ package amqp_test
 import (
 	"context"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
@@ -32,13 +31,12 @@ func TestWaveOfCloses(t *testing.T) {
 	defer cancel()
 
 	const n = 100
-	conns := make([]*goamqp.Conn, n)
-	for i := range conns {
+	join := func(i int) *goamqp.Conn {
 		c, err := goamqp.Dial(ctx, "amqp://"+addr, &goamqp.ConnOptions{SASLType: goamqp.SASLTypeAnonymous()})
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer c.Close()
+		t.Cleanup(func() { c.Close() })
 		s, err := c.NewSession(ctx, nil)
 		if err != nil {
 			t.Fatal(err)
@@ -50,36 +48,21 @@ func TestWaveOfCloses(t *testing.T) {
 		if err := snd.Send(ctx, goamqp.NewMessage([]byte(fmt.Sprint(i))), nil); err != nil {
 			t.Fatal(err)
 		}
-		conns[i] = c
+		return c
 	}
-	start := make(chan struct{})
-	var wg sync.WaitGroup
-	for i, c := range conns {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			if err := c.Close(); err != nil {
-				t.Errorf("client %d: close: %v", i, err)
-			}
-		}()
+	leave := func(i int, c *goamqp.Conn) error {
+		if err := c.Close(); err != nil {
+			return fmt.Errorf("close: %w", err)
+		}
+		return nil
 	}
-	close(start)
-	wg.Wait()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testserve.Wave(t, n, join, leave, func() (int, int) {
 		open := 0
 		for _, ps := range b.ProtocolStats() {
 			open += ps.Connections
 		}
-		if open == 0 && srv.Connections() == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d sessions and %d connections left", open, srv.Connections())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return open, srv.Connections()
+	})
 	qs, err := b.QueueStat("wave")
 	if err != nil || qs.Depth != n {
 		t.Fatalf("queue wave: %+v, %v; want %d messages", qs, err, n)

@@ -1,9 +1,6 @@
 package amqp_test
 
 import (
-	"context"
-	"io"
-	"net"
 	"testing"
 	"time"
 
@@ -11,6 +8,7 @@ import (
 	"github.com/junctionmq/junction/amqp/internal/encoding"
 	"github.com/junctionmq/junction/amqp/internal/frames"
 	"github.com/junctionmq/junction/core"
+	"github.com/junctionmq/junction/internal/testserve"
 )
 
 // FuzzConn feeds arbitrary frames to a whole connection, after a valid
@@ -64,21 +62,6 @@ func FuzzConn(f *testing.F) {
 	srv := amqp.New(amqp.Config{MaxFrameSize: 64 << 10, HandshakeTimeout: time.Second, WriteTimeout: time.Second}, b)
 	open := frames.Append(append([]byte(nil), frames.ProtoAMQP[:]...), frames.TypeAMQP, 0, &frames.Open{ContainerID: "fuzz", MaxFrameSize: 1 << 16}, nil)
 	f.Fuzz(func(t *testing.T, input []byte) {
-		client, server := net.Pipe()
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			srv.ServeConn(context.Background(), server)
-		}()
-		go io.Copy(io.Discard, client) // drain whatever the server says
-		client.SetWriteDeadline(time.Now().Add(2 * time.Second))
-		client.Write(open)
-		client.Write(input)
-		client.Close()
-		select {
-		case <-done:
-		case <-time.After(5 * time.Second):
-			t.Fatalf("connection did not end after the client closed (input %x)", input)
-		}
+		testserve.Feed(t, srv.ServeConn, open, input)
 	})
 }

@@ -62,22 +62,7 @@ func isReset(err error) bool {
 // expectSASL reads one SASL frame of type T.
 func expectSASL[T frames.Body](c *rawClient) T {
 	c.t.Helper()
-	var hb [8]byte
-	if _, err := io.ReadFull(c.br, hb[:]); err != nil {
-		c.t.Fatal(err)
-	}
-	h, err := frames.ParseHeader(hb[:])
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	body := make([]byte, h.Size-8)
-	if _, err := io.ReadFull(c.br, body); err != nil {
-		c.t.Fatal(err)
-	}
-	perf, _, err := frames.Decode(h.Type, body[int(h.DataOffset)*4-8:])
-	if err != nil {
-		c.t.Fatal(err)
-	}
+	_, perf, _ := c.nextFrame()
 	v, ok := perf.(T)
 	if !ok {
 		c.t.Fatalf("got %T, want %T", perf, v)

@@ -119,6 +119,48 @@ func (m *Message) OpenBody() (io.ReadCloser, error) {
 	return r, nil
 }
 
+// WriteBody writes head (a front-end's frame up to the body, and what
+// came before it) and then m's body, read from its file for a streamed
+// body through a buffer of StreamBuffer bytes, each piece with one call
+// of write (which a front-end bounds by its write timeout). It keeps
+// back a small last piece of the body (at most 4 KiB), which it returns
+// in head's buffer for the front-end's next write, so that what the
+// front-end does once a write is out follows the whole body. An error
+// leaves the frame cut off where it failed: the front-end closes the
+// connection.
+func (m *Message) WriteBody(head []byte, write func([]byte) error) ([]byte, error) {
+	if err := write(head); err != nil {
+		return head[:0], err
+	}
+	tail := head[:0]
+	r, err := m.OpenBody()
+	if err != nil {
+		return tail, err
+	}
+	defer r.Close()
+	bp := GetStreamBuffer()
+	defer PutStreamBuffer(bp)
+	left := m.Size()
+	for left > 0 {
+		n, err := io.ReadFull(r, (*bp)[:min(int64(len(*bp)), left)])
+		left -= int64(n)
+		if err != nil {
+			return tail, fmt.Errorf("core: large message %d: body ends %d bytes short: %w", m.ID, left, err)
+		}
+		k := n
+		if left == 0 {
+			k = n - min(n, 4<<10) // a small last piece stays for the writer
+		}
+		if err := write((*bp)[:k]); err != nil {
+			return tail, err
+		}
+		if left == 0 {
+			tail = append(tail, (*bp)[k:n]...)
+		}
+	}
+	return tail, nil
+}
+
 // ReadBody returns m's body in memory: Body, or a streamed body read
 // whole. For front-ends and tools that cannot stream; it costs the body's
 // size.

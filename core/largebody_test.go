@@ -322,3 +322,52 @@ func TestStreamedBodyCompositeCopies(t *testing.T) {
 	m = nil
 	waitCount(t, large, 0)
 }
+
+// WriteBody writes the head, then a streamed body in pieces of at most
+// StreamBuffer bytes, keeping back a last piece of 4 KiB in the head's
+// buffer; a body shorter than its size, or a failed write, is an error.
+func TestWriteBody(t *testing.T) {
+	large := &memLarge{bodies: map[uint64][]byte{}}
+	_, body := streamOf(StreamBuffer + 10000)
+	large.bodies[7] = body
+	m := &Message{ID: 7, lb: keptBody(large, 7, int64(len(body)))}
+	var pieces [][]byte
+	write := func(p []byte) error {
+		pieces = append(pieces, bytes.Clone(p))
+		return nil
+	}
+	head := append(make([]byte, 0, 8<<10), "head"...)
+	tail, err := m.WriteBody(head, write)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pieces) != 3 || string(pieces[0]) != "head" || len(pieces[1]) != StreamBuffer || len(pieces[2]) != 10000-4<<10 {
+		t.Fatalf("%d pieces", len(pieces))
+	}
+	if len(tail) != 4<<10 || &tail[:1][0] != &head[:1][0] {
+		t.Fatalf("tail of %d bytes, in the head's buffer %v", len(tail), len(tail) > 0 && &tail[:1][0] == &head[:1][0])
+	}
+	if got := append(append(pieces[1], pieces[2]...), tail...); !bytes.Equal(got, body) {
+		t.Fatal("the body written differs")
+	}
+
+	// A body of fewer bytes than its size.
+	large.bodies[7] = body[:5000]
+	pieces = nil
+	if _, err := m.WriteBody([]byte("head"), write); !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Fatalf("short body: %v", err)
+	}
+	// A failed write stops it.
+	large.bodies[7] = body
+	cut := errors.New("cut")
+	calls := 0
+	if _, err := m.WriteBody([]byte("head"), func([]byte) error {
+		calls++
+		if calls == 2 {
+			return cut
+		}
+		return nil
+	}); err != cut || calls != 2 {
+		t.Fatalf("failed write: %v after %d writes", err, calls)
+	}
+}

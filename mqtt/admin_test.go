@@ -4,6 +4,8 @@ import (
 	"testing"
 	"time"
 
+	paho "github.com/eclipse/paho.mqtt.golang"
+
 	"github.com/junctionmq/junction/mqtt/mqtttest"
 )
 
@@ -19,13 +21,7 @@ func TestConnectionListedAndClosable(t *testing.T) {
 	if err := tb.Core.CloseConnection(conns[0].ID); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for c.IsConnectionOpen() || len(tb.Core.Connections()) != 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("client open %v, connections %+v", c.IsConnectionOpen(), tb.Core.Connections())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitGone(t, tb, c)
 }
 
 // TestConnectionAbortable: AbortConnection (the cluster's fence) ends
@@ -42,6 +38,13 @@ func TestConnectionAbortable(t *testing.T) {
 	if err := tb.Core.AbortConnection(conns[0].ID); err != nil {
 		t.Fatal(err)
 	}
+	waitGone(t, tb, c)
+}
+
+// waitGone waits up to 5 s for c to see its connection end and for the
+// broker to list no connection.
+func waitGone(t *testing.T, tb *mqtttest.Broker, c paho.Client) {
+	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for c.IsConnectionOpen() || len(tb.Core.Connections()) != 0 {
 		if time.Now().After(deadline) {

@@ -1,13 +1,10 @@
 package mqtt_test
 
 import (
-	"context"
-	"io"
-	"net"
 	"testing"
-	"time"
 
 	"github.com/junctionmq/junction/core"
+	"github.com/junctionmq/junction/internal/testserve"
 	"github.com/junctionmq/junction/mqtt"
 )
 
@@ -66,21 +63,6 @@ func FuzzConn(f *testing.F) {
 		if input[0]&1 == 1 {
 			connect = connect5
 		}
-		client, server := net.Pipe()
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			srv.ServeConn(context.Background(), server)
-		}()
-		go io.Copy(io.Discard, client)
-		client.SetWriteDeadline(time.Now().Add(2 * time.Second))
-		client.Write(connect)
-		client.Write(input[1:])
-		client.Close()
-		select {
-		case <-done:
-		case <-time.After(5 * time.Second):
-			t.Fatalf("connection did not end after the client closed (input %q)", input)
-		}
+		testserve.Feed(t, srv.ServeConn, connect, input[1:])
 	})
 }

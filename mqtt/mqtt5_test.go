@@ -11,6 +11,7 @@ import (
 	paho5 "github.com/eclipse/paho.golang/paho"
 
 	"github.com/junctionmq/junction/core"
+	"github.com/junctionmq/junction/internal/testserve"
 	"github.com/junctionmq/junction/mqtt"
 	"github.com/junctionmq/junction/mqtt/mqtttest"
 )
@@ -132,40 +133,14 @@ func TestMQTT5TopicAliasAndReasonCodes(t *testing.T) {
 
 // failingJournal refuses every message record, as a full or failed disk
 // would.
-type failingJournal struct{ okJournal }
+type failingJournal struct{ testserve.NopJournal }
 
 func (failingJournal) Append(_ uint64, _ uint16, _ []byte, _ bool, done func(error)) {
 	go done(errors.New("disk full"))
 }
 
-// okJournal accepts and forgets everything.
-type okJournal struct{}
-
-func (okJournal) Append(_ uint64, _ uint16, _ []byte, _ bool, done func(error)) {
-	if done != nil {
-		go done(nil)
-	}
-}
-func (okJournal) Update(_ uint64, _ uint16, _ []byte, _ bool, done func(error)) {
-	if done != nil {
-		go done(nil)
-	}
-}
-func (okJournal) Delete(_ uint64, _ bool, done func(error)) {
-	if done != nil {
-		go done(nil)
-	}
-}
-func (okJournal) Replay(_, _ func(uint64, uint16, []byte) error) error { return nil }
-func (okJournal) MaxID() uint64                                        { return 0 }
-func (okJournal) AppendTx(_, _ uint64, _ uint16, _ []byte)             {}
-func (okJournal) UpdateTx(_, _ uint64, _ uint16, _ []byte)             {}
-func (okJournal) DeleteTx(_, _ uint64)                                 {}
-func (okJournal) Commit(_ uint64, done func(error))                    { go done(nil) }
-func (okJournal) Rollback(_ uint64, done func(error))                  { go done(nil) }
-
 func TestQoS1PublishNotStoredIsNotAcknowledged(t *testing.T) {
-	b, err := core.New(core.Config{Messages: failingJournal{}, Bindings: okJournal{}})
+	b, err := core.New(core.Config{Messages: failingJournal{}, Bindings: testserve.NopJournal{}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,8 @@ import (
 	"os"
 	"testing"
 	"time"
+
+	"github.com/junctionmq/junction/internal/testserve"
 )
 
 // packet returns an MQTT packet of type byte first with a body of n
@@ -19,26 +21,6 @@ func packet(first byte, n int) []byte {
 		p = append(p, byte(i%251))
 	}
 	return p
-}
-
-// tcpPair returns both ends of a loopback TCP connection.
-func tcpPair(t *testing.T) (client, server net.Conn) {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	client, err = net.Dial("tcp", l.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	server, err = l.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { client.Close(); server.Close() })
-	return client, server
 }
 
 // The reader hands out exactly the packets sent, however the stream is
@@ -53,7 +35,7 @@ func TestPacketReaderStream(t *testing.T) {
 	for _, tcp := range []bool{true, false} {
 		var client, server net.Conn
 		if tcp {
-			client, server = tcpPair(t)
+			client, server = testserve.Pair(t)
 		} else {
 			client, server = net.Pipe()
 			defer client.Close()
@@ -106,7 +88,7 @@ func TestPacketReaderStream(t *testing.T) {
 // A packet over the limit is refused from its header, before its body
 // is read; the packets before it are handed out.
 func TestPacketReaderTooLarge(t *testing.T) {
-	client, server := tcpPair(t)
+	client, server := testserve.Pair(t)
 	client.Write(append(packet(0x30, 10), 0x30, 0xd0, 0x0f)) // then a header declaring 2000 bytes
 	pr := newPacketReader(server)
 	pr.max = 1024

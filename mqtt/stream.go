@@ -146,45 +146,17 @@ func (p *payloadReader) Read(b []byte) (int, error) {
 }
 
 // streamPayload writes buf (a PUBLISH's head, and what came before it)
-// and then the payload of m from its file, all but its last chunk, which
-// is left in the returned buffer for the writer's next write (so that
-// Written follows it). A failure closes the connection: the writer's
-// next write fails and stops it.
+// and then the payload of m from its file (core.Message.WriteBody), all
+// but its last chunk, which is left in the returned buffer for the
+// writer's next write (so that Written follows it). A failure closes the
+// connection: the writer's next write fails and stops it.
 func (c *conn) streamPayload(buf []byte, m *core.Message) []byte {
-	fail := func(err error) []byte {
+	c.BeforeWrite()
+	buf, err := m.WriteBody(buf, c.writeAll)
+	if err != nil {
 		c.s.log.Debug().Err(err).Str("client", c.clientID).Uint64("message", m.ID).Msg("mqtt: streaming a large payload failed")
 		c.nc.Close()
 		return buf[:0]
-	}
-	c.BeforeWrite()
-	if err := c.writeAll(buf); err != nil {
-		return fail(err)
-	}
-	buf = buf[:0]
-	r, err := m.OpenBody()
-	if err != nil {
-		return fail(err)
-	}
-	defer r.Close()
-	bp := core.GetStreamBuffer()
-	defer core.PutStreamBuffer(bp)
-	left := m.Size()
-	for left > 0 {
-		n, err := io.ReadFull(r, (*bp)[:min(int64(len(*bp)), left)])
-		left -= int64(n)
-		if err != nil {
-			return fail(err)
-		}
-		k := n
-		if left == 0 {
-			k = n - min(n, 4<<10) // a small last piece stays for the writer
-		}
-		if err := c.writeAll((*bp)[:k]); err != nil {
-			return fail(err)
-		}
-		if left == 0 {
-			return append(buf, (*bp)[k:n]...)
-		}
 	}
 	return buf
 }

@@ -6,13 +6,13 @@ import (
 	"io"
 	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/junctionmq/junction/core"
 	"github.com/junctionmq/junction/internal/testserve"
 	"github.com/junctionmq/junction/stomp"
+	"github.com/junctionmq/junction/stomp/stomptest"
 )
 
 // Many clients leave at once, each with frames pipelined before its
@@ -23,89 +23,65 @@ import (
 // loop at the end of a burst or by the goodbye, the read buffers given
 // back before the session's close.
 func TestWaveOfDisconnects(t *testing.T) {
-	b, err := core.New(core.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := stomp.New(stomp.Config{}, b)
-	t.Cleanup(func() { b.Close() })
-	addr, _ := testserve.Serve(t, srv.ServeConn)
+	tb := stomptest.StartWith(t, core.Config{}, stomp.Config{})
 
-	const n = 200
-	conns := make([]net.Conn, n)
-	readers := make([]*bufio.Reader, n)
-	for i := range conns {
-		nc, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	// A client: its connection, and a reader of it.
+	type client struct {
+		nc net.Conn
+		r  *bufio.Reader
+	}
+	join := func(i int) client {
+		nc, err := net.DialTimeout("tcp", tb.Addr, 5*time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer nc.Close()
+		t.Cleanup(func() { nc.Close() })
 		nc.SetDeadline(time.Now().Add(30 * time.Second))
-		conns[i], readers[i] = nc, bufio.NewReader(nc)
+		c := client{nc, bufio.NewReader(nc)}
 		io.WriteString(nc, "CONNECT\naccept-version:1.2\nhost:/\nheart-beat:0,0\n\n\x00")
-		if f := waveFrame(t, readers[i]); !strings.HasPrefix(f, "CONNECTED\n") {
+		if f := waveFrame(t, c.r); !strings.HasPrefix(f, "CONNECTED\n") {
 			t.Fatalf("client %d: %q", i, f)
 		}
+		return c
 	}
-	start := make(chan struct{})
-	var wg sync.WaitGroup
-	errs := make(chan error, n)
-	for i, nc := range conns {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			frames := fmt.Sprintf("SEND\ndestination:/queue/wave\nreceipt:s%d\n\nbody\x00", i) +
-				"SUBSCRIBE\nid:0\ndestination:/queue/wave\nreceipt:sub\n\n\x00" +
-				"DISCONNECT\nreceipt:bye\n\n\x00"
-			if i%4 == 0 {
-				// The DISCONNECT split: the worker has answered what came
-				// and yields before the rest arrives.
-				cut := len(frames) - 10
-				io.WriteString(nc, frames[:cut])
-				time.Sleep(20 * time.Millisecond)
-				frames = frames[cut:]
+	leave := func(i int, c client) error {
+		frames := fmt.Sprintf("SEND\ndestination:/queue/wave\nreceipt:s%d\n\nbody\x00", i) +
+			"SUBSCRIBE\nid:0\ndestination:/queue/wave\nreceipt:sub\n\n\x00" +
+			"DISCONNECT\nreceipt:bye\n\n\x00"
+		if i%4 == 0 {
+			// The DISCONNECT split: the worker has answered what came
+			// and yields before the rest arrives.
+			cut := len(frames) - 10
+			io.WriteString(c.nc, frames[:cut])
+			time.Sleep(20 * time.Millisecond)
+			frames = frames[cut:]
+		}
+		io.WriteString(c.nc, frames)
+		var got []string
+		for {
+			f, err := waveFrameErr(c.r)
+			if err == io.EOF {
+				break
 			}
-			io.WriteString(nc, frames)
-			var got []string
-			for {
-				f, err := waveFrameErr(readers[i])
-				if err == io.EOF {
-					break
-				}
-				if err != nil {
-					errs <- fmt.Errorf("client %d after %q: %v", i, got, err)
-					return
-				}
-				if strings.HasPrefix(f, "RECEIPT\n") {
-					got = append(got, waveHeader(f, "receipt-id"))
-				}
+			if err != nil {
+				return fmt.Errorf("after %q: %v", got, err)
 			}
-			if want := []string{fmt.Sprintf("s%d", i), "sub", "bye"}; strings.Join(got, ",") != strings.Join(want, ",") {
-				errs <- fmt.Errorf("client %d: receipts %q, want %q", i, got, want)
+			if strings.HasPrefix(f, "RECEIPT\n") {
+				got = append(got, stomptest.Header(f, "receipt-id"))
 			}
-		}()
+		}
+		if want := []string{fmt.Sprintf("s%d", i), "sub", "bye"}; strings.Join(got, ",") != strings.Join(want, ",") {
+			return fmt.Errorf("receipts %q, want %q", got, want)
+		}
+		return nil
 	}
-	close(start)
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Error(err)
-	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testserve.Wave(t, 200, join, leave, func() (int, int) {
 		open := 0
-		for _, ps := range b.ProtocolStats() {
+		for _, ps := range tb.Core.ProtocolStats() {
 			open += ps.Connections
 		}
-		if open == 0 && srv.Connections() == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d sessions and %d connections left", open, srv.Connections())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return open, tb.Server.Connections()
+	})
 }
 
 func waveFrame(t *testing.T, r *bufio.Reader) string {
@@ -127,17 +103,4 @@ func waveFrameErr(r *bufio.Reader) (string, error) {
 		return "", err
 	}
 	return strings.TrimLeft(strings.TrimSuffix(f, "\x00"), "\r\n"), nil
-}
-
-// waveHeader returns the value of header name in frame f, or "".
-func waveHeader(f, name string) string {
-	for _, l := range strings.Split(f, "\n")[1:] {
-		if l == "" {
-			break
-		}
-		if k, v, ok := strings.Cut(l, ":"); ok && k == name {
-			return v
-		}
-	}
-	return ""
 }

@@ -1,13 +1,11 @@
 package stomp_test
 
 import (
-	"context"
-	"io"
-	"net"
 	"testing"
 	"time"
 
 	"github.com/junctionmq/junction/core"
+	"github.com/junctionmq/junction/internal/testserve"
 	"github.com/junctionmq/junction/stomp"
 )
 
@@ -37,21 +35,6 @@ func FuzzConn(f *testing.F) {
 	defer b.Close()
 	srv := stomp.New(stomp.Config{MaxFrameSize: 64 << 10, ConnectTimeout: time.Second, WriteTimeout: time.Second}, b)
 	f.Fuzz(func(t *testing.T, input []byte) {
-		client, server := net.Pipe()
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			srv.ServeConn(context.Background(), server)
-		}()
-		go io.Copy(io.Discard, client) // drain whatever the server says
-		client.SetWriteDeadline(time.Now().Add(2 * time.Second))
-		client.Write([]byte("CONNECT\naccept-version:1.0,1.1,1.2\nhost:/\n\n\x00"))
-		client.Write(input)
-		client.Close()
-		select {
-		case <-done:
-		case <-time.After(5 * time.Second):
-			t.Fatalf("connection did not end after the client closed (input %q)", input)
-		}
+		testserve.Feed(t, srv.ServeConn, []byte("CONNECT\naccept-version:1.0,1.1,1.2\nhost:/\n\n\x00"), input)
 	})
 }

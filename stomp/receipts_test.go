@@ -11,6 +11,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/junctionmq/junction/core"
+	"github.com/junctionmq/junction/internal/testserve"
 	"github.com/junctionmq/junction/stomp"
 	"github.com/junctionmq/junction/stomp/stomptest"
 )
@@ -18,7 +19,7 @@ import (
 // gatedJournal is a message journal whose appends complete only when the
 // test opens the gate, in order; everything else completes at once.
 type gatedJournal struct {
-	okJournal
+	testserve.NopJournal
 	mu      sync.Mutex
 	open    bool
 	waiting []func(error)
@@ -52,32 +53,6 @@ func (j *gatedJournal) release() {
 	}()
 }
 
-// okJournal accepts and forgets everything.
-type okJournal struct{}
-
-func (okJournal) Append(_ uint64, _ uint16, _ []byte, _ bool, done func(error)) {
-	if done != nil {
-		go done(nil)
-	}
-}
-func (okJournal) Update(_ uint64, _ uint16, _ []byte, _ bool, done func(error)) {
-	if done != nil {
-		go done(nil)
-	}
-}
-func (okJournal) Delete(_ uint64, _ bool, done func(error)) {
-	if done != nil {
-		go done(nil)
-	}
-}
-func (okJournal) Replay(_, _ func(uint64, uint16, []byte) error) error { return nil }
-func (okJournal) MaxID() uint64                                        { return 0 }
-func (okJournal) AppendTx(_, _ uint64, _ uint16, _ []byte)             {}
-func (okJournal) UpdateTx(_, _ uint64, _ uint16, _ []byte)             {}
-func (okJournal) DeleteTx(_, _ uint64)                                 {}
-func (okJournal) Commit(_ uint64, done func(error))                    { go done(nil) }
-func (okJournal) Rollback(_ uint64, done func(error))                  { go done(nil) }
-
 // signalWriter signals on ch each log line that contains what.
 type signalWriter struct {
 	what string
@@ -102,7 +77,7 @@ func TestReceiptsBeforeError(t *testing.T) {
 	j := &gatedJournal{appends: make(chan struct{}, 64)}
 	errSent := make(chan struct{}, 1)
 	log := zerolog.New(signalWriter{what: "stomp error sent", ch: errSent}).Level(zerolog.DebugLevel)
-	tb := stomptest.StartWith(t, core.Config{Messages: j, Bindings: okJournal{}}, stomp.Config{Logger: log})
+	tb := stomptest.StartWith(t, core.Config{Messages: j, Bindings: testserve.NopJournal{}}, stomp.Config{Logger: log})
 	r := tb.Raw(t)
 	r.Connect("")
 	var frames strings.Builder

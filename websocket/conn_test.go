@@ -14,6 +14,8 @@ import (
 	"time"
 
 	gws "github.com/gorilla/websocket"
+
+	"github.com/junctionmq/junction/websocket/wstest"
 )
 
 // result is what a test handler saw.
@@ -48,7 +50,7 @@ func TestReadStream(t *testing.T) {
 		out := make(chan result, 1)
 		handlers := map[string]func(context.Context, net.Conn){STOMP: collect(seed, out)}
 		s := serve(t, Config{Handlers: handlers, PingInterval: -1})
-		d := dialer("v12.stomp")
+		d := wstest.Dialer("v12.stomp")
 		d.WriteBufferSize = 64 + int(seed)*37 // small: long messages go out in several frames
 		ws, _, err := d.Dial(s.url("/"), nil)
 		if err != nil {
@@ -94,7 +96,7 @@ func TestReadStream(t *testing.T) {
 		case <-time.After(10 * time.Second):
 			t.Fatalf("seed %d: handler did not finish", seed)
 		}
-		expectClose(t, ws, gws.CloseNormalClosure)
+		wstest.ExpectClose(t, ws, gws.CloseNormalClosure)
 		ws.Close()
 	}
 }
@@ -123,7 +125,7 @@ func TestBadFrames(t *testing.T) {
 				out <- result{nil, err}
 			},
 		}})
-		ws := dial(t, s.url("/"), "mqtt")
+		ws := wstest.Dial(t, s.url("/"), "mqtt")
 		if _, err := ws.NetConn().Write(frame); err != nil {
 			t.Fatal(err)
 		}
@@ -131,21 +133,21 @@ func TestBadFrames(t *testing.T) {
 		if r.err == nil || r.err == io.EOF {
 			t.Errorf("%s: Read = %v, want a protocol error", name, r.err)
 		}
-		expectClose(t, ws, gws.CloseProtocolError)
+		wstest.ExpectClose(t, ws, gws.CloseProtocolError)
 	}
 }
 
 func TestMessageTooBig(t *testing.T) {
 	out := make(chan result, 1)
 	s := serve(t, Config{Handlers: map[string]func(context.Context, net.Conn){MQTT: collect(1, out)}, MaxMessageSize: 1024})
-	ws := dial(t, s.url("/"), "mqtt")
+	ws := wstest.Dial(t, s.url("/"), "mqtt")
 	ws.WriteMessage(gws.BinaryMessage, make([]byte, 1024)) // at the limit: fine
 	// Over it, split in fragments whose sum only is too big.
 	w, _ := ws.NextWriter(gws.BinaryMessage)
 	w.Write(make([]byte, 600))
 	w.Write(make([]byte, 600))
 	w.Close()
-	expectClose(t, ws, gws.CloseMessageTooBig)
+	wstest.ExpectClose(t, ws, gws.CloseMessageTooBig)
 	r := <-out
 	if len(r.data) != 1024 || !errors.Is(r.err, errMessageTooBig) {
 		t.Fatalf("read %d bytes, %v; want 1024, errMessageTooBig", len(r.data), r.err)
@@ -157,10 +159,10 @@ func TestTextOnBinaryProtocol(t *testing.T) {
 	for _, sub := range []string{"mqtt", "amqp"} {
 		out := make(chan result, 1)
 		s := serve(t, Config{Handlers: map[string]func(context.Context, net.Conn){MQTT: collect(1, out), AMQP: collect(1, out)}})
-		ws := dial(t, s.url("/"), sub)
+		ws := wstest.Dial(t, s.url("/"), sub)
 		ws.WriteMessage(gws.BinaryMessage, []byte("ok"))
 		ws.WriteMessage(gws.TextMessage, []byte("text"))
-		expectClose(t, ws, gws.CloseUnsupportedData)
+		wstest.ExpectClose(t, ws, gws.CloseUnsupportedData)
 		r := <-out
 		if string(r.data) != "ok" || !errors.Is(r.err, errTextMessage) {
 			t.Fatalf("%s: read %q, %v; want \"ok\", errTextMessage", sub, r.data, r.err)
@@ -172,7 +174,7 @@ func TestTextOnBinaryProtocol(t *testing.T) {
 // sent, binary when the bytes are not UTF-8; MQTT always in binary.
 func TestWriteKinds(t *testing.T) {
 	s := serve(t, Config{Handlers: allHandlers(echo)})
-	st := dial(t, s.url("/"), "v12.stomp")
+	st := wstest.Dial(t, s.url("/"), "v12.stomp")
 	for _, tt := range []struct {
 		in   int
 		data string
@@ -188,16 +190,16 @@ func TestWriteKinds(t *testing.T) {
 		var typ int
 		for len(got) < len(tt.data) {
 			var p []byte
-			typ, p = readMessage(t, st)
+			typ, p = wstest.ReadMessage(t, st)
 			got = append(got, p...)
 		}
 		if typ != tt.want || string(got) != tt.data {
 			t.Errorf("sent %q as %d: echoed %q as %d, want %d", tt.data, tt.in, got, typ, tt.want)
 		}
 	}
-	mq := dial(t, s.url("/"), "mqtt")
+	mq := wstest.Dial(t, s.url("/"), "mqtt")
 	mq.WriteMessage(gws.BinaryMessage, []byte("abc"))
-	if typ, p := readMessage(t, mq); typ != gws.BinaryMessage || string(p) != "abc" {
+	if typ, p := wstest.ReadMessage(t, mq); typ != gws.BinaryMessage || string(p) != "abc" {
 		t.Errorf("mqtt echo %q as %d, want binary", p, typ)
 	}
 }
@@ -237,9 +239,9 @@ func TestConcurrentWrites(t *testing.T) {
 			<-read // until the client closes
 		},
 	}})
-	ws := dial(t, s.url("/"), "mqtt")
+	ws := wstest.Dial(t, s.url("/"), "mqtt")
 	for n := 0; n < writers*each; n++ {
-		if _, p := readMessage(t, ws); string(p) != "0123456789" {
+		if _, p := wstest.ReadMessage(t, ws); string(p) != "0123456789" {
 			t.Fatalf("message %d: %q", n, p)
 		}
 	}
@@ -251,11 +253,11 @@ func TestCloseCodes(t *testing.T) {
 			nc.Write([]byte("bye"))
 		},
 	}})
-	ws := dial(t, s.url("/stomp"))
-	if _, p := readMessage(t, ws); string(p) != "bye" {
+	ws := wstest.Dial(t, s.url("/stomp"))
+	if _, p := wstest.ReadMessage(t, ws); string(p) != "bye" {
 		t.Fatalf("got %q", p)
 	}
-	expectClose(t, ws, gws.CloseNormalClosure)
+	wstest.ExpectClose(t, ws, gws.CloseNormalClosure)
 }
 
 // TestCloseWaitsForPeer: a handler that ends while the client is still
@@ -268,7 +270,7 @@ func TestCloseWaitsForPeer(t *testing.T) {
 			nc.Write([]byte("last words"))
 		},
 	}})
-	ws := dial(t, s.url("/stomp"))
+	ws := wstest.Dial(t, s.url("/stomp"))
 	done := make(chan struct{})
 	go func() { // keep sending, unread by the server
 		defer close(done)
@@ -278,10 +280,10 @@ func TestCloseWaitsForPeer(t *testing.T) {
 			}
 		}
 	}()
-	if _, p := readMessage(t, ws); string(p) != "last words" {
+	if _, p := wstest.ReadMessage(t, ws); string(p) != "last words" {
 		t.Fatalf("got %q", p)
 	}
-	expectClose(t, ws, gws.CloseNormalClosure) // gorilla answers the close frame while reading it
+	wstest.ExpectClose(t, ws, gws.CloseNormalClosure) // gorilla answers the close frame while reading it
 	<-done
 }
 
@@ -297,7 +299,7 @@ func TestReadDeadline(t *testing.T) {
 			out <- err
 		},
 	}})
-	dial(t, s.url("/"), "mqtt")
+	wstest.Dial(t, s.url("/"), "mqtt")
 	err := <-out
 	var ne net.Error
 	if !errors.Is(err, os.ErrDeadlineExceeded) || !errors.As(err, &ne) || !ne.Timeout() {
@@ -322,7 +324,7 @@ func TestWriteDeadline(t *testing.T) {
 			}
 		},
 	}})
-	dial(t, s.url("/"), "mqtt") // never reads
+	wstest.Dial(t, s.url("/"), "mqtt") // never reads
 	select {
 	case err := <-out:
 		if !errors.Is(err, os.ErrDeadlineExceeded) {
@@ -346,8 +348,8 @@ func TestUseAfterClose(t *testing.T) {
 			out <- [2]error{rerr, werr}
 		},
 	}})
-	ws := dial(t, s.url("/"), "mqtt")
-	expectClose(t, ws, gws.CloseNormalClosure)
+	ws := wstest.Dial(t, s.url("/"), "mqtt")
+	wstest.ExpectClose(t, ws, gws.CloseNormalClosure)
 	errs := <-out
 	if !errors.Is(errs[0], net.ErrClosed) || !errors.Is(errs[1], net.ErrClosed) {
 		t.Fatalf("Read, Write after Close = %v, %v; want net.ErrClosed", errs[0], errs[1])
@@ -361,7 +363,7 @@ func TestPingTimeout(t *testing.T) {
 	s := serve(t, Config{PingInterval: 20 * time.Millisecond, Handlers: map[string]func(context.Context, net.Conn){
 		MQTT: collect(1, out),
 	}})
-	live := dial(t, s.url("/"), "mqtt")
+	live := wstest.Dial(t, s.url("/"), "mqtt")
 	go func() {
 		for {
 			if _, _, err := live.ReadMessage(); err != nil { // answers pings
@@ -370,7 +372,7 @@ func TestPingTimeout(t *testing.T) {
 		}
 	}()
 	begin := time.Now()
-	dial(t, s.url("/"), "mqtt") // never reads
+	wstest.Dial(t, s.url("/"), "mqtt") // never reads
 	select {
 	case r := <-out:
 		if !errors.Is(r.err, errPingTimeout) {
@@ -396,7 +398,7 @@ func TestRemoteAddr(t *testing.T) {
 			addrs <- [2]string{nc.RemoteAddr().String(), nc.LocalAddr().String()}
 		},
 	}})
-	ws, _, err := dialer("mqtt").Dial(s.url("/"), http.Header{"X-Forwarded-For": {"203.0.113.9"}, "X-Real-Ip": {"203.0.113.9"}})
+	ws, _, err := wstest.Dialer("mqtt").Dial(s.url("/"), http.Header{"X-Forwarded-For": {"203.0.113.9"}, "X-Real-Ip": {"203.0.113.9"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -428,7 +430,7 @@ func TestNetConn(t *testing.T) {
 			done <- tcp.Close()
 		},
 	}})
-	ws, _, err := dialer("mqtt").Dial(s.url("/"), nil)
+	ws, _, err := wstest.Dialer("mqtt").Dial(s.url("/"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

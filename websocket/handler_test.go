@@ -13,8 +13,10 @@ import (
 	"time"
 
 	gws "github.com/gorilla/websocket"
-	"github.com/junctionmq/junction/internal/testserve"
 	"github.com/rs/zerolog"
+
+	"github.com/junctionmq/junction/internal/testserve"
+	"github.com/junctionmq/junction/websocket/wstest"
 )
 
 func nop(context.Context, net.Conn) {}
@@ -125,7 +127,7 @@ func TestNegotiateLive(t *testing.T) {
 		{"/mqtt", []string{"mqtt"}, "mqtt"},
 		{"/mqtt", nil, ""},
 	} {
-		ws, resp, err := dialer(tt.offer...).Dial(s.url(tt.path), nil)
+		ws, resp, err := wstest.Dialer(tt.offer...).Dial(s.url(tt.path), nil)
 		if err != nil {
 			t.Fatalf("%s %v: %v", tt.path, tt.offer, err)
 		}
@@ -135,7 +137,7 @@ func TestNegotiateLive(t *testing.T) {
 			t.Errorf("%s %v: subprotocol %q (header %q), want %q", tt.path, tt.offer, got, hdr, tt.want)
 		}
 	}
-	_, resp, err := dialer("chat").Dial(s.url("/"), nil)
+	_, resp, err := wstest.Dialer("chat").Dial(s.url("/"), nil)
 	if err == nil || resp == nil || resp.StatusCode != http.StatusBadRequest {
 		t.Fatalf("offering chat: err %v, resp %v; want a 400", err, resp)
 	}
@@ -231,11 +233,11 @@ func TestOrigins(t *testing.T) {
 
 	// On the wire: 403 for a foreign page, an upgrade for a local one.
 	s := serve(t, Config{Handlers: allHandlers(echo), AllowHost: ourHost})
-	_, resp, err := dialer("mqtt").Dial(s.url("/"), http.Header{"Origin": {"https://evil.example"}})
+	_, resp, err := wstest.Dialer("mqtt").Dial(s.url("/"), http.Header{"Origin": {"https://evil.example"}})
 	if err == nil || resp == nil || resp.StatusCode != http.StatusForbidden {
 		t.Fatalf("foreign origin: err %v, resp %v; want a 403", err, resp)
 	}
-	ws, _, err := dialer("mqtt").Dial(s.url("/"), http.Header{"Origin": {"http://localhost:8161"}})
+	ws, _, err := wstest.Dialer("mqtt").Dial(s.url("/"), http.Header{"Origin": {"http://localhost:8161"}})
 	if err != nil {
 		t.Fatalf("local origin: %v", err)
 	}
@@ -260,7 +262,7 @@ func TestHostRefused(t *testing.T) {
 	s := serve(t, cfg)
 	_, port, _ := net.SplitHostPort(s.addr)
 	evil := "attacker.example:" + port
-	_, resp, err := dialer("v12.stomp").Dial(s.url("/stomp"), http.Header{"Host": {evil}, "Origin": {"http://" + evil}})
+	_, resp, err := wstest.Dialer("v12.stomp").Dial(s.url("/stomp"), http.Header{"Host": {evil}, "Origin": {"http://" + evil}})
 	if err == nil || resp == nil || resp.StatusCode != http.StatusMisdirectedRequest {
 		t.Fatalf("foreign Host: err %v, resp %v; want a 421", err, resp)
 	}
@@ -274,12 +276,12 @@ func TestHostRefused(t *testing.T) {
 	}
 	// The server's own names connect.
 	for _, host := range []string{s.addr, "localhost:" + port, "[::1]:" + port} {
-		ws, _, err := dialer("v12.stomp").Dial(s.url("/stomp"), http.Header{"Host": {host}, "Origin": {"http://" + host}})
+		ws, _, err := wstest.Dialer("v12.stomp").Dial(s.url("/stomp"), http.Header{"Host": {host}, "Origin": {"http://" + host}})
 		if err != nil {
 			t.Fatalf("Host %s: %v", host, err)
 		}
 		ws.WriteMessage(gws.TextMessage, []byte("hi"))
-		if _, p := readMessage(t, ws); string(p) != "hi" {
+		if _, p := wstest.ReadMessage(t, ws); string(p) != "hi" {
 			t.Fatalf("Host %s: echo %q", host, p)
 		}
 		ws.Close()
@@ -297,7 +299,7 @@ func TestHostRefused(t *testing.T) {
 	// upgrades are still checked here.
 	cfg.Fallback = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fellBack.Add(1) })
 	s = serve(t, cfg)
-	if _, resp, err := dialer("v12.stomp").Dial(s.url("/stomp"), http.Header{"Host": {evil}}); err == nil || resp == nil ||
+	if _, resp, err := wstest.Dialer("v12.stomp").Dial(s.url("/stomp"), http.Header{"Host": {evil}}); err == nil || resp == nil ||
 		resp.StatusCode != http.StatusMisdirectedRequest {
 		t.Fatalf("foreign Host with a Fallback: err %v, resp %v; want a 421", err, resp)
 	}
@@ -371,8 +373,8 @@ func (b *syncBuffer) String() string {
 func TestLogging(t *testing.T) {
 	var out syncBuffer
 	s := serve(t, Config{Handlers: allHandlers(nop), Logger: zerolog.New(&out)})
-	ws := dial(t, s.url("/mqtt"))
-	expectClose(t, ws, 1000)
+	ws := wstest.Dial(t, s.url("/mqtt"))
+	wstest.ExpectClose(t, ws, 1000)
 	httpGet(t, "http://"+s.addr+"/")
 	testserve.Eventually(t, "the log lines", func() bool {
 		l := out.String()
@@ -392,5 +394,5 @@ func TestFallbackServesOtherRequests(t *testing.T) {
 		t.Fatalf("GET: %d %q, want the fallback's answer", status, body)
 	}
 	// Upgrades still reach the protocols.
-	dial(t, "ws://"+s.addr+"/", "v12.stomp").Close()
+	wstest.Dial(t, "ws://"+s.addr+"/", "v12.stomp").Close()
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/junctionmq/junction/internal/testserve"
+	"github.com/junctionmq/junction/websocket/wstest"
 )
 
 // The tests of STOMP, MQTT and AMQP over WebSockets need the three
@@ -23,7 +24,7 @@ func TestShutdownForces(t *testing.T) {
 			nc.Read(make([]byte, 1)) // ignores ctx
 		},
 	}})
-	ws := dial(t, s.url("/"), "mqtt")
+	ws := wstest.Dial(t, s.url("/"), "mqtt")
 	testserve.Eventually(t, "the session", func() bool { return s.h.Connections() == 1 })
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()

@@ -12,7 +12,9 @@ import (
 	"time"
 
 	gws "github.com/gorilla/websocket"
+
 	"github.com/junctionmq/junction/internal/testserve"
+	"github.com/junctionmq/junction/websocket/wstest"
 )
 
 // serveOne runs h.ServeConn on nc and reports its return on the channel.
@@ -70,16 +72,16 @@ func TestServeConnLoopback(t *testing.T) {
 	base := runtime.NumGoroutine()
 	h := newHandler(t, Config{Handlers: allHandlers(echo)})
 	addr, done := acceptOne(t, context.Background(), h)
-	ws, _, err := dialer().Dial("ws://"+addr+"/stomp", nil)
+	ws, _, err := wstest.Dialer().Dial("ws://"+addr+"/stomp", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ws.WriteMessage(gws.TextMessage, []byte("ping"))
-	if _, p := readMessage(t, ws); string(p) != "ping" {
+	if _, p := wstest.ReadMessage(t, ws); string(p) != "ping" {
 		t.Fatalf("echo %q", p)
 	}
 	ws.WriteControl(gws.CloseMessage, gws.FormatCloseMessage(gws.CloseNormalClosure, ""), time.Now().Add(time.Second))
-	expectClose(t, ws, gws.CloseNormalClosure)
+	wstest.ExpectClose(t, ws, gws.CloseNormalClosure)
 	ws.Close()
 	waitDone(t, done, "the session ended")
 	h.Close()
@@ -92,14 +94,14 @@ func TestServeConnPipe(t *testing.T) {
 	h := newHandler(t, Config{Handlers: allHandlers(echo)})
 	srvEnd, cliEnd := net.Pipe()
 	done := serveOne(context.Background(), h, srvEnd)
-	d := dialer("mqtt")
+	d := wstest.Dialer("mqtt")
 	d.NetDialContext = func(context.Context, string, string) (net.Conn, error) { return cliEnd, nil }
 	ws, _, err := d.Dial("ws://pipe/", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ws.WriteMessage(gws.BinaryMessage, []byte("over a pipe"))
-	if _, p := readMessage(t, ws); string(p) != "over a pipe" {
+	if _, p := wstest.ReadMessage(t, ws); string(p) != "over a pipe" {
 		t.Fatalf("echo %q", p)
 	}
 	ws.Close() // no close frame: the session still ends
@@ -144,16 +146,16 @@ func TestServeConnCancel(t *testing.T) {
 	}})
 	ctx, cancel := context.WithCancel(context.Background())
 	addr, done := acceptOne(t, ctx, h)
-	ws, _, err := dialer("v12.stomp").Dial("ws://"+addr+"/", nil)
+	ws, _, err := wstest.Dialer("v12.stomp").Dial("ws://"+addr+"/", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	testserve.Eventually(t, "the session", func() bool { return h.Connections() == 1 })
 	cancel()
-	if _, p := readMessage(t, ws); string(p) != "goodbye" {
+	if _, p := wstest.ReadMessage(t, ws); string(p) != "goodbye" {
 		t.Fatalf("got %q", p)
 	}
-	expectClose(t, ws, gws.CloseGoingAway)
+	wstest.ExpectClose(t, ws, gws.CloseGoingAway)
 	waitDone(t, done, "its context was cancelled")
 	ws.Close()
 
@@ -183,7 +185,7 @@ func TestServeConnShutdown(t *testing.T) {
 		t.Fatal(err)
 	}
 	addr, upgraded := acceptOne(t, context.Background(), h)
-	ws, _, err := dialer("mqtt").Dial("ws://"+addr+"/", nil)
+	ws, _, err := wstest.Dialer("mqtt").Dial("ws://"+addr+"/", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -197,7 +199,7 @@ func TestServeConnShutdown(t *testing.T) {
 	if err := h.Shutdown(ctx); err != nil {
 		t.Fatal(err)
 	}
-	expectClose(t, ws, gws.CloseGoingAway)
+	wstest.ExpectClose(t, ws, gws.CloseGoingAway)
 	waitDone(t, upgraded, "Shutdown (upgraded)")
 	waitDone(t, idle, "Shutdown (request unfinished)")
 
@@ -271,12 +273,12 @@ func TestServeConnPrefixed(t *testing.T) {
 		}
 		h.ServeConn(context.Background(), &prefixConn{Conn: nc, prefix: prefix})
 	}()
-	ws, _, err := dialer("amqp").Dial("ws://"+l.Addr().String()+"/", nil)
+	ws, _, err := wstest.Dialer("amqp").Dial("ws://"+l.Addr().String()+"/", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ws.WriteMessage(gws.BinaryMessage, []byte("AMQP\x00\x01\x00\x00"))
-	if _, p := readMessage(t, ws); string(p) != "AMQP\x00\x01\x00\x00" {
+	if _, p := wstest.ReadMessage(t, ws); string(p) != "AMQP\x00\x01\x00\x00" {
 		t.Fatalf("echo %q", p)
 	}
 	ws.Close()

@@ -88,19 +88,42 @@ func firstServed(b *testing.B, addr string) time.Time {
 // directory's journals through core, as a broker would.
 func fillStore(b *testing.B, dir string, n int) {
 	b.Helper()
-	msgs, err := journal.Open(journal.Config{Dir: filepath.Join(dir, "journal"), CompactMinRatio: -1})
-	if err != nil {
-		b.Fatal(err)
-	}
-	bindings, err := journal.Open(journal.Config{Dir: filepath.Join(dir, "bindings"), FileSize: bindingsFileSize, MinFiles: 1, PoolFiles: 2})
-	if err != nil {
-		b.Fatal(err)
-	}
+	msgs, bindings := openStore(b, dir)
 	br, err := core.New(core.Config{Messages: msgs, Bindings: bindings, ExpiryScanInterval: -1})
 	if err != nil {
 		b.Fatal(err)
 	}
 	s, _ := br.NewSession(core.SessionOptions{})
+	err = sendSmallDurable(s, n)
+	s.Close()
+	br.Close()
+	msgs.Close()
+	bindings.Close()
+	if err != nil {
+		b.Fatal(err)
+	}
+}
+
+// openStore opens the journals of the data directory dir as the broker
+// does (bindings in files of bindingsFileSize), the messages' never
+// compacted.
+func openStore(b *testing.B, dir string) (msgs, bindings *journal.Journal) {
+	b.Helper()
+	msgs, err := journal.Open(journal.Config{Dir: filepath.Join(dir, "journal"), CompactMinRatio: -1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	bindings, err = journal.Open(journal.Config{Dir: filepath.Join(dir, "bindings"), FileSize: bindingsFileSize, MinFiles: 1, PoolFiles: 2})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return msgs, bindings
+}
+
+// sendSmallDurable sends n small durable messages on ten queues through
+// s, at most 4096 unconfirmed, and returns once all are confirmed, with
+// an error one of them had.
+func sendSmallDurable(s *core.Session, n int) error {
 	body := []byte("a small durable message body...")
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -121,11 +144,5 @@ func fillStore(b *testing.B, dir string, n int) {
 			})
 	}
 	wg.Wait()
-	s.Close()
-	br.Close()
-	msgs.Close()
-	bindings.Close()
-	if firstErr != nil {
-		b.Fatal(firstErr)
-	}
+	return firstErr
 }

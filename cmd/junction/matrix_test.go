@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"maps"
 	"net"
 	"reflect"
@@ -23,6 +22,8 @@ import (
 	gostomp "github.com/go-stomp/stomp/v3"
 	"github.com/go-stomp/stomp/v3/frame"
 	gws "github.com/gorilla/websocket"
+
+	"github.com/junctionmq/junction/websocket/wstest"
 )
 
 // The cross-protocol matrix: every ordered pair of STOMP, MQTT 3.1.1,
@@ -116,62 +117,6 @@ type mxEndpoint interface {
 	subscribe(ctx context.Context, d mxDest) (<-chan mxIn, func(), error)
 }
 
-// wsConn adapts a gorilla client connection to net.Conn: reads stream
-// the payloads of data messages, each Write is one binary message.
-type wsConn struct {
-	ws  *gws.Conn
-	r   io.Reader // the message being read; only the reading goroutine uses it
-	wmu sync.Mutex
-}
-
-func (c *wsConn) Read(p []byte) (int, error) {
-	for {
-		if c.r != nil {
-			n, err := c.r.Read(p)
-			if err == io.EOF {
-				c.r = nil
-				if n > 0 {
-					return n, nil
-				}
-				continue
-			}
-			return n, err
-		}
-		_, r, err := c.ws.NextReader()
-		if err != nil {
-			var ce *gws.CloseError
-			if errors.As(err, &ce) {
-				return 0, io.EOF
-			}
-			return 0, err
-		}
-		c.r = r
-	}
-}
-
-func (c *wsConn) Write(p []byte) (int, error) {
-	c.wmu.Lock()
-	defer c.wmu.Unlock()
-	if err := c.ws.WriteMessage(gws.BinaryMessage, p); err != nil {
-		return 0, err
-	}
-	return len(p), nil
-}
-
-func (c *wsConn) Close() error {
-	c.ws.WriteControl(gws.CloseMessage, gws.FormatCloseMessage(gws.CloseNormalClosure, ""), time.Now().Add(time.Second))
-	return c.ws.Close()
-}
-
-func (c *wsConn) LocalAddr() net.Addr                { return c.ws.LocalAddr() }
-func (c *wsConn) RemoteAddr() net.Addr               { return c.ws.RemoteAddr() }
-func (c *wsConn) SetReadDeadline(t time.Time) error  { return c.ws.SetReadDeadline(t) }
-func (c *wsConn) SetWriteDeadline(t time.Time) error { return c.ws.SetWriteDeadline(t) }
-func (c *wsConn) SetDeadline(t time.Time) error {
-	c.ws.SetReadDeadline(t)
-	return c.ws.SetWriteDeadline(t)
-}
-
 // mxDialer opens a connection for a protocol over one transport.
 type mxDialer struct {
 	name string // tcp or ws
@@ -201,7 +146,7 @@ func mxDialers() []mxDialer {
 		if c.Subprotocol() != sub {
 			t.Fatalf("subprotocol %q, want %q", c.Subprotocol(), sub)
 		}
-		return &wsConn{ws: c}
+		return wstest.NewConn(c)
 	}}
 	return []mxDialer{tcp, ws}
 }

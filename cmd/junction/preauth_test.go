@@ -17,6 +17,7 @@ import (
 	gws "github.com/gorilla/websocket"
 
 	"github.com/junctionmq/junction/internal/stompclient"
+	"github.com/junctionmq/junction/websocket/wstest"
 )
 
 // liveHeap returns the bytes of live heap objects, after a collection.
@@ -140,6 +141,24 @@ func metric(t *testing.T, in *instance, prefix string) string {
 	return ""
 }
 
+// rawTCP returns a dialer of in's listener of that name.
+func (in *instance) rawTCP(listener string) func() (io.ReadWriteCloser, error) {
+	return func() (io.ReadWriteCloser, error) { return net.Dial("tcp", in.addrs[listener].String()) }
+}
+
+// rawWS returns a dialer of in's WebSocket listener offering subprotocol
+// sub: a connection of binary messages.
+func (in *instance) rawWS(sub string) func() (io.ReadWriteCloser, error) {
+	return func() (io.ReadWriteCloser, error) {
+		d := gws.Dialer{Subprotocols: []string{sub}, HandshakeTimeout: 10 * time.Second}
+		c, _, err := d.Dial("ws://"+in.addrs["websocket"].String()+"/", nil)
+		if err != nil {
+			return nil, err
+		}
+		return wstest.NewConn(c), nil
+	}
+}
+
 // 200 connections that each declare a frame of about 10 MiB before
 // authenticating (MQTT and STOMP, on their ports and over WebSockets;
 // AMQP SASL) make the broker hold next to nothing: each is refused with
@@ -153,19 +172,7 @@ func TestPreAuthHugeDeclarations(t *testing.T) {
 	cfg.LogLevel = "info"
 	cfg.Limits.HandshakeTimeout = 30 * time.Second // the broker, not the timeout, must close them
 	in, _, _ := startLimited(t, cfg)
-	tcp := func(listener string) func() (io.ReadWriteCloser, error) {
-		return func() (io.ReadWriteCloser, error) { return net.Dial("tcp", in.addrs[listener].String()) }
-	}
-	ws := func(sub string) func() (io.ReadWriteCloser, error) {
-		return func() (io.ReadWriteCloser, error) {
-			d := gws.Dialer{Subprotocols: []string{sub}, HandshakeTimeout: 10 * time.Second}
-			c, _, err := d.Dial("ws://"+in.addrs["websocket"].String()+"/", nil)
-			if err != nil {
-				return nil, err
-			}
-			return &wsConn{ws: c}, nil
-		}
-	}
+	tcp, ws := in.rawTCP, in.rawWS
 	const declared = 9 << 20 // under every protocol's own maximum
 	body := bytes.Repeat([]byte{'x'}, 256<<10)
 	stompHello := [][]byte{[]byte(fmt.Sprintf("CONNECT\naccept-version:1.2\ncontent-length:%d\n\n", declared)), body}
@@ -328,19 +335,7 @@ func TestFrameTimeoutFlags(t *testing.T) {
 	cfg.Limits.FrameMinRate = 64 << 10
 	cfg.AMQP.IdleTimeout = 0
 	in, _, _ := startLimited(t, cfg)
-	tcp := func(listener string) func() (io.ReadWriteCloser, error) {
-		return func() (io.ReadWriteCloser, error) { return net.Dial("tcp", in.addrs[listener].String()) }
-	}
-	ws := func(sub string) func() (io.ReadWriteCloser, error) {
-		return func() (io.ReadWriteCloser, error) {
-			d := gws.Dialer{Subprotocols: []string{sub}, HandshakeTimeout: 10 * time.Second}
-			c, _, err := d.Dial("ws://"+in.addrs["websocket"].String()+"/", nil)
-			if err != nil {
-				return nil, err
-			}
-			return &wsConn{ws: c}, nil
-		}
-	}
+	tcp, ws := in.rawTCP, in.rawWS
 	stompHello := "CONNECT\naccept-version:1.2\nheart-beat:0,0\n\n\x00"
 	stompSend := "SEND\ndestination:/queue/slow\n\n" + strings.Repeat("z", 200) + "\x00"
 	mqttHello := "\x10\x0f\x00\x04MQTT\x05\x02\x00\x00\x00\x00\x02v5"

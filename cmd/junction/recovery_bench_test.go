@@ -1,14 +1,10 @@
 package main
 
 import (
-	"fmt"
-	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/junctionmq/junction/core"
-	"github.com/junctionmq/junction/persistence/journal"
 )
 
 // BenchmarkRecovery1M fills a real journal with 1,000,000 small durable
@@ -19,46 +15,15 @@ import (
 func BenchmarkRecovery1M(b *testing.B) {
 	const n = 1_000_000
 	dir := b.TempDir()
-	open := func() (*journal.Journal, *journal.Journal) {
-		m, err := journal.Open(journal.Config{Dir: filepath.Join(dir, "journal"), CompactMinRatio: -1})
-		if err != nil {
-			b.Fatal(err)
-		}
-		bd, err := journal.Open(journal.Config{Dir: filepath.Join(dir, "bindings"), FileSize: 1 << 20, MinFiles: 1, PoolFiles: 2})
-		if err != nil {
-			b.Fatal(err)
-		}
-		return m, bd
-	}
-	msgs, bindings := open()
+	msgs, bindings := openStore(b, dir)
 	br, err := core.New(core.Config{Messages: msgs, Bindings: bindings, ExpiryScanInterval: -1})
 	if err != nil {
 		b.Fatal(err)
 	}
 	s, _ := br.NewSession(core.SessionOptions{})
-	body := []byte("a small durable message body...")
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, 4096)
-	var firstErr error
-	var mu sync.Mutex
 	start := time.Now()
-	for i := range n {
-		sem <- struct{}{}
-		wg.Add(1)
-		s.SendAsync(&core.Message{Address: fmt.Sprintf("q%d", i%10), RoutingType: core.Anycast, Durable: true, Body: body},
-			func(err error) {
-				if err != nil {
-					mu.Lock()
-					firstErr = err
-					mu.Unlock()
-				}
-				<-sem
-				wg.Done()
-			})
-	}
-	wg.Wait()
-	if firstErr != nil {
-		b.Fatal(firstErr)
+	if err := sendSmallDurable(s, n); err != nil {
+		b.Fatal(err)
 	}
 	fill := time.Since(start)
 	s.Close()
@@ -68,7 +33,7 @@ func BenchmarkRecovery1M(b *testing.B) {
 	b.ResetTimer()
 	for range b.N {
 		t0 := time.Now()
-		msgs, bindings = open()
+		msgs, bindings = openStore(b, dir)
 		br, err = core.New(core.Config{Messages: msgs, Bindings: bindings, ExpiryScanInterval: -1})
 		if err != nil {
 			b.Fatal(err)

@@ -6,8 +6,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	paho5 "github.com/eclipse/paho.golang/paho"
-	gws "github.com/gorilla/websocket"
 	"io"
 	"net"
 	"net/http"
@@ -19,11 +17,14 @@ import (
 	"time"
 
 	goamqp "github.com/Azure/go-amqp"
+	paho5 "github.com/eclipse/paho.golang/paho"
 	paho "github.com/eclipse/paho.mqtt.golang"
 	gostomp "github.com/go-stomp/stomp/v3"
+	gws "github.com/gorilla/websocket"
 
 	"github.com/junctionmq/junction/core"
 	"github.com/junctionmq/junction/security"
+	"github.com/junctionmq/junction/websocket/wstest"
 )
 
 // The test users' passwords: distinctive, so the log grep cannot match
@@ -177,7 +178,7 @@ func wsStompLogin(in *instance, login, pass string) error {
 	if login != "" {
 		opts = append(opts, gostomp.ConnOpt.Login(login, pass))
 	}
-	c, err := gostomp.Connect(&wsConn{ws: ws}, opts...)
+	c, err := gostomp.Connect(wstest.NewConn(ws), opts...)
 	if err != nil {
 		ws.Close()
 		return err

@@ -19,6 +19,7 @@ import (
 
 	"github.com/junctionmq/junction/core"
 	"github.com/junctionmq/junction/security"
+	"github.com/junctionmq/junction/websocket/wstest"
 )
 
 // Wildcard subscriptions read only what their user may consume, through
@@ -139,7 +140,7 @@ func wcNets(in *instance) []wcNet {
 		if err != nil {
 			t.Fatalf("%s over WebSocket: %v", proto, err)
 		}
-		return &wsConn{ws: c}
+		return wstest.NewConn(c)
 	}
 	return []wcNet{
 		{name: "tcp", dial: dialTCP(""), mqttURL: "tcp://" + addr("mqtt")},

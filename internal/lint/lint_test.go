@@ -24,6 +24,7 @@ var allowed = map[string][]string{
 	"core":                      {},
 	"transports":                {},
 	"websocket":                 {},
+	"websocket/wstest":          {},
 	"stomp":                     {"core", "internal/inbound", "internal/outbound"},
 	"stomp/stomptest":           {"stomp", "core", "internal/inbound", "internal/outbound", "internal/stompclient"},
 	"mqtt":                      {"core", "internal/inbound", "internal/outbound"},
@@ -53,7 +54,7 @@ var allowed = map[string][]string{
 // persistence, whatever the rest of cluster may; a protocol's test
 // harness (stomp/stomptest) imports the protocol, and is a test helper,
 // which the protocol's production code may not import.
-var subtrees = []string{"cluster/transport", "cluster/raftlog", "stomp/stomptest", "amqp/amqptest", "mqtt/mqtttest", "management/managementtest"}
+var subtrees = []string{"cluster/transport", "cluster/raftlog", "stomp/stomptest", "amqp/amqptest", "mqtt/mqtttest", "management/managementtest", "websocket/wstest"}
 
 // tree returns the top-level tree of one of our import paths
 // ("stomp/internal/wire" → "stomp"; a subtree for paths under one), or
@@ -96,6 +97,7 @@ var testHelpers = map[string]bool{
 	"amqp/amqptest":             true,
 	"mqtt/mqtttest":             true,
 	"management/managementtest": true,
+	"websocket/wstest":          true,
 }
 
 // testShared are trees production code imports by the table, and that

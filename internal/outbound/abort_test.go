@@ -7,6 +7,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/junctionmq/junction/internal/testserve"
 )
 
 // wrapped hides the *net.TCPConn as the TLS and WebSocket wrappers do.
@@ -35,26 +37,6 @@ func fill(t *testing.T, c net.Conn) int {
 	return 0
 }
 
-// pair returns both ends of a loopback TCP connection.
-func pair(t *testing.T) (client, server net.Conn) {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	client, err = net.Dial("tcp", l.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	server, err = l.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { client.Close(); server.Close() })
-	return client, server
-}
-
 // drain reads c until an error and returns how much it read and the
 // error.
 func drain(c net.Conn) (int, error) {
@@ -71,7 +53,7 @@ func drain(c net.Conn) (int, error) {
 }
 
 func TestAbortResetsAndDropsTheSendQueue(t *testing.T) {
-	client, server := pair(t)
+	client, server := testserve.Pair(t)
 	written := fill(t, server)
 	if err := Abort(wrapped{server}); err != nil {
 		t.Fatalf("Abort: %v", err)
@@ -90,7 +72,7 @@ func TestAbortResetsAndDropsTheSendQueue(t *testing.T) {
 
 // The contrast: a plain Close delivers everything queued, then EOF.
 func TestCloseDeliversTheSendQueue(t *testing.T) {
-	client, server := pair(t)
+	client, server := testserve.Pair(t)
 	written := fill(t, server)
 	server.Close()
 	read, err := drain(client)

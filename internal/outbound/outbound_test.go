@@ -5,13 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"runtime"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/junctionmq/junction/internal/testserve"
 )
 
 // fakeConn records each Write. While gate is set, a Write waits for it
@@ -482,26 +483,8 @@ func TestFlusherPendingWrittenWithBurst(t *testing.T) {
 // it gives up in time with the write's error; to a peer that reads, the
 // goodbye arrives whole.
 func TestFinishIdleOverLoopback(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	pair := func() (server, client net.Conn) {
-		client, err := net.Dial("tcp", ln.Addr().String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		server, err = ln.Accept()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return server, client
-	}
-
 	// A peer that reads.
-	server, client := pair()
-	defer client.Close()
+	client, server := testserve.Pair(t)
 	w := New[item](server, &enc{}, Config{})
 	done := make(chan []byte, 1)
 	go func() {
@@ -517,12 +500,10 @@ func TestFinishIdleOverLoopback(t *testing.T) {
 	}
 
 	// A peer that does not read: 32 MiB cannot all be written.
-	server, client = pair()
-	defer client.Close()
-	defer server.Close()
+	client, server = testserve.Pair(t)
 	w = New[item](server, &enc{}, Config{WriteTimeout: time.Minute})
 	start := time.Now()
-	err = w.Finish(item{s: strings.Repeat("x", 32<<20)}, 300*time.Millisecond)
+	err := w.Finish(item{s: strings.Repeat("x", 32<<20)}, 300*time.Millisecond)
 	if err == nil || !errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Fatalf("Finish() = %v, want the write's deadline error", err)
 	}

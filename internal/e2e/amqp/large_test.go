@@ -5,9 +5,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"net"
-	"os"
-	"path/filepath"
-	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -16,50 +13,16 @@ import (
 
 	"github.com/junctionmq/junction/amqp"
 	"github.com/junctionmq/junction/amqp/amqptest"
-	"github.com/junctionmq/junction/core"
+	"github.com/junctionmq/junction/internal/e2e/e2etest"
 	"github.com/junctionmq/junction/internal/testserve"
-	"github.com/junctionmq/junction/persistence/journal"
-	"github.com/junctionmq/junction/persistence/large"
 )
 
 // startLargeBroker starts a broker with a journal and a large-message
 // store (threshold 64 KiB); it returns the store's directory.
 func startLargeBroker(t *testing.T, cfg amqp.Config) (*amqptest.Broker, string) {
 	t.Helper()
-	dir := t.TempDir()
-	msgs, err := journal.Open(journal.Config{Dir: filepath.Join(dir, "journal"), FileSize: 1 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { msgs.Close() })
-	bindings, err := journal.Open(journal.Config{Dir: filepath.Join(dir, "bindings"), FileSize: 64 << 10})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { bindings.Close() })
-	ls, err := large.Open(filepath.Join(dir, "large"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tb := amqptest.Start(t, cfg, core.Config{Messages: msgs, Bindings: bindings, Large: ls, LargeMessageThreshold: 64 << 10})
-	return tb, filepath.Join(dir, "large")
-}
-
-func countFiles(t *testing.T, dir string) int {
-	t.Helper()
-	es, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return len(es)
-}
-
-func pattern(n int) []byte {
-	b := make([]byte, n)
-	for i := range b {
-		b[i] = byte(i*31 + i>>16)
-	}
-	return b
+	bcfg, dir := e2etest.Large(t)
+	return amqptest.Start(t, cfg, bcfg), dir
 }
 
 // A go-amqp message of 6 MiB, more than MaxMessageSize, arrives in
@@ -69,7 +32,7 @@ func pattern(n int) []byte {
 // receiver and not.
 func TestLargeMessageStreamed(t *testing.T) {
 	tb, dir := startLargeBroker(t, amqp.Config{MaxMessageSize: 4 << 20})
-	body := pattern(6<<20 + 3)
+	body := e2etest.Pattern(6<<20 + 3)
 	sess := tb.Session(t, nil)
 	snd := amqptest.NewSender(t, sess, "big", nil)
 	for i, durable := range []bool{true, false} {
@@ -82,7 +45,7 @@ func TestLargeMessageStreamed(t *testing.T) {
 		if err != nil || total != 1 || !msgs[0].Message.Streamed() || msgs[0].Message.Size() != int64(len(body)) {
 			t.Fatalf("durable=%v: browse %d %v", durable, total, err)
 		}
-		if n := countFiles(t, dir); n != 1 {
+		if n := e2etest.CountFiles(t, dir); n != 1 {
 			t.Fatalf("%d files, want 1", n)
 		}
 		opts := &goamqp.ReceiverOptions{}
@@ -112,10 +75,7 @@ func TestLargeMessageStreamed(t *testing.T) {
 		}
 		r.Close(amqptest.Ctx(t))
 		got, msgs = nil, nil
-		testserve.Eventually(t, "the file to go with the message", func() bool {
-			runtime.GC()
-			return countFiles(t, dir) == 0
-		})
+		e2etest.EventuallyGC(t, "the file to go with the message", func() bool { return e2etest.CountFiles(t, dir) == 0 })
 	}
 }
 
@@ -155,7 +115,7 @@ func TestLargeMessageCutAndLimits(t *testing.T) {
 	}
 	snd := amqptest.NewSender(t, sess, "big", nil)
 	cc.limit.Store(3 << 20) // 3 MiB of a 6 MiB message
-	m := goamqp.NewMessage(pattern(6 << 20))
+	m := goamqp.NewMessage(e2etest.Pattern(6 << 20))
 	m.Header = &goamqp.MessageHeader{Durable: true}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	if err := snd.Send(ctx, m, nil); err == nil {
@@ -163,7 +123,7 @@ func TestLargeMessageCutAndLimits(t *testing.T) {
 	}
 	cancel()
 	conn.Close()
-	testserve.Eventually(t, "the cut body's file to go", func() bool { return countFiles(t, dir) == 0 })
+	testserve.Eventually(t, "the cut body's file to go", func() bool { return e2etest.CountFiles(t, dir) == 0 })
 	time.Sleep(50 * time.Millisecond)
 	if q := tb.Core.Queue("big"); q != nil && q.Stats().Depth != 0 {
 		t.Fatalf("a cut message was sent: depth %d", q.Stats().Depth)
@@ -171,18 +131,18 @@ func TestLargeMessageCutAndLimits(t *testing.T) {
 
 	sess = tb.Session(t, nil)
 	snd = amqptest.NewSender(t, sess, "big", nil)
-	if err := snd.Send(amqptest.Ctx(t), goamqp.NewMessage(pattern(9<<20)), nil); err == nil {
+	if err := snd.Send(amqptest.Ctx(t), goamqp.NewMessage(e2etest.Pattern(9<<20)), nil); err == nil {
 		t.Fatal("a message over MaxLargeMessageSize was accepted")
 	}
 	sess = tb.Session(t, nil)
 	snd = amqptest.NewSender(t, sess, "big", nil)
-	small := pattern(1000)
+	small := e2etest.Pattern(1000)
 	amqptest.Send(t, snd, goamqp.NewMessage(small))
 	r := amqptest.NewReceiver(t, sess, "big", nil)
 	if got := amqptest.Receive(t, r); !bytes.Equal(got.GetData(), small) {
 		t.Fatal("small body differs")
 	}
-	if n := countFiles(t, dir); n != 0 {
+	if n := e2etest.CountFiles(t, dir); n != 0 {
 		t.Fatalf("%d files left", n)
 	}
 }

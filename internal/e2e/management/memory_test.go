@@ -13,10 +13,10 @@ import (
 	"time"
 
 	"github.com/junctionmq/junction/core"
+	"github.com/junctionmq/junction/internal/e2e/e2etest"
 	"github.com/junctionmq/junction/management"
 	"github.com/junctionmq/junction/management/managementtest"
 	"github.com/junctionmq/junction/persistence/fs"
-	"github.com/junctionmq/junction/persistence/journal"
 	"github.com/junctionmq/junction/persistence/page"
 )
 
@@ -40,16 +40,7 @@ func (a pagerAdapter) Bytes() int64             { return a.d.Bytes() }
 func limitsEnv(t *testing.T, diskFull *atomic.Bool) *managementtest.Env {
 	t.Helper()
 	dir := t.TempDir()
-	msgs, err := journal.Open(journal.Config{Dir: filepath.Join(dir, "journal"), FileSize: 256 << 10})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { msgs.Close() })
-	bindings, err := journal.Open(journal.Config{Dir: filepath.Join(dir, "bindings"), FileSize: 64 << 10})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { bindings.Close() })
+	bcfg := e2etest.Journals(t, dir, 256<<10)
 	pages, err := page.Open(filepath.Join(dir, "pages"), fs.OS(), page.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -64,9 +55,10 @@ func limitsEnv(t *testing.T, diskFull *atomic.Bool) *managementtest.Env {
 		}
 		return 0, 1 << 40, nil
 	}
-	b, err := core.New(core.Config{Messages: msgs, Bindings: bindings, Pager: pagerAdapter{pages}, MaxMemory: 1 << 20,
-		AddressSettings: []core.AddressSettings{limited("drop", "DROP"), limited("fail", "FAIL"), limited("paged", "PAGE")},
-		Disk:            core.DiskLimits{Usage: usage, MaxUsage: 1000, Interval: 5 * time.Millisecond}})
+	bcfg.Pager, bcfg.MaxMemory = pagerAdapter{pages}, 1<<20
+	bcfg.AddressSettings = []core.AddressSettings{limited("drop", "DROP"), limited("fail", "FAIL"), limited("paged", "PAGE")}
+	bcfg.Disk = core.DiskLimits{Usage: usage, MaxUsage: 1000, Interval: 5 * time.Millisecond}
+	b, err := core.New(bcfg)
 	if err != nil {
 		t.Fatal(err)
 	}

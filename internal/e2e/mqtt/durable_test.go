@@ -14,6 +14,7 @@ import (
 	paho "github.com/eclipse/paho.mqtt.golang"
 
 	"github.com/junctionmq/junction/core"
+	"github.com/junctionmq/junction/internal/e2e/e2etest"
 	"github.com/junctionmq/junction/internal/testserve"
 	"github.com/junctionmq/junction/mqtt"
 	"github.com/junctionmq/junction/mqtt/mqtttest"
@@ -78,21 +79,8 @@ func (d *durable) restart() {
 // A QoS 1 publish (durable) while the store is over its disk limit is
 // answered with reason 0x97.
 func TestDiskFullQuotaExceeded(t *testing.T) {
-	dir := t.TempDir()
-	msgs, err := journal.Open(journal.Config{Dir: filepath.Join(dir, "journal"), FileSize: 256 << 10})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { msgs.Close() })
-	bindings, err := journal.Open(journal.Config{Dir: filepath.Join(dir, "bindings"), FileSize: 64 << 10})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { bindings.Close() })
-	usage := func() (int64, int64, error) { return 2000, 1 << 40, nil }
-	tb := mqtttest.StartFull(t, mqtt.Config{}, core.Config{Messages: msgs, Bindings: bindings,
-		Disk: core.DiskLimits{Usage: usage, MaxUsage: 1000, Interval: 5 * time.Millisecond}}, "orders")
-	testserve.Eventually(t, "the disk limit to be seen", func() bool { return tb.Core.DiskFull() != "" })
+	tb := mqtttest.StartFull(t, mqtt.Config{}, e2etest.DiskFull(t), "orders")
+	e2etest.WaitDiskFull(t, tb.Core)
 	pub := tb.Client5(t, "p", 0)
 	for _, qos := range []byte{1, 2} {
 		if r := pub.Publish(t, &paho5.Publish{Topic: "orders", QoS: qos, Payload: []byte("x")}); r == nil || r.ReasonCode != 0x97 {

@@ -7,8 +7,6 @@ import (
 	"encoding/binary"
 	"io"
 	"net"
-	"os"
-	"path/filepath"
 	"runtime"
 	"testing"
 	"time"
@@ -16,59 +14,28 @@ import (
 	paho5 "github.com/eclipse/paho.golang/paho"
 	paho "github.com/eclipse/paho.mqtt.golang"
 
-	"github.com/junctionmq/junction/core"
+	"github.com/junctionmq/junction/internal/e2e/e2etest"
 	"github.com/junctionmq/junction/mqtt"
 	"github.com/junctionmq/junction/mqtt/mqtttest"
-	"github.com/junctionmq/junction/persistence/journal"
-	"github.com/junctionmq/junction/persistence/large"
 )
 
 // startLargeBroker starts a broker with a journal and a large-message
 // store (threshold 64 KiB); it returns the store's directory.
 func startLargeBroker(t *testing.T, cfg mqtt.Config) (*mqtttest.Broker, string) {
 	t.Helper()
-	dir := t.TempDir()
-	msgs, err := journal.Open(journal.Config{Dir: filepath.Join(dir, "journal"), FileSize: 1 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { msgs.Close() })
-	bindings, err := journal.Open(journal.Config{Dir: filepath.Join(dir, "bindings"), FileSize: 64 << 10})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { bindings.Close() })
-	ls, err := large.Open(filepath.Join(dir, "large"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tb := mqtttest.StartFull(t, cfg, core.Config{Messages: msgs, Bindings: bindings, Large: ls, LargeMessageThreshold: 64 << 10})
-	return tb, filepath.Join(dir, "large")
+	bcfg, dir := e2etest.Large(t)
+	return mqtttest.StartFull(t, cfg, bcfg), dir
 }
 
-func countFiles(t *testing.T, dir string) int {
-	t.Helper()
-	es, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return len(es)
-}
-
-func pattern(n int) []byte {
-	b := make([]byte, n)
-	for i := range b {
-		b[i] = byte(i*31 + i>>16)
-	}
-	return b
-}
-
+// waitNoFiles waits up to 10 s for the large-message store dir to be
+// empty, running the collector (a delivered body's file goes once
+// nothing references its message).
 func waitNoFiles(t *testing.T, dir string) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
-	for countFiles(t, dir) != 0 {
+	for e2etest.CountFiles(t, dir) != 0 {
 		if time.Now().After(deadline) {
-			t.Fatalf("%d large-message files left", countFiles(t, dir))
+			t.Fatalf("%d large-message files left", e2etest.CountFiles(t, dir))
 		}
 		runtime.GC()
 		time.Sleep(10 * time.Millisecond)
@@ -81,7 +48,7 @@ func waitNoFiles(t *testing.T, dir string) {
 // large message reaches a later subscriber. The files go once delivered.
 func TestLargePublishStreamed(t *testing.T) {
 	tb, dir := startLargeBroker(t, mqtt.Config{MaxPacketSize: 1 << 20})
-	body := pattern(12<<20 + 9)
+	body := e2etest.Pattern(12<<20 + 9)
 	sum := sha256.Sum256(body)
 	sub := tb.Client(t, "sub")
 	in := mqtttest.Inbox(t, sub, "big/#", 2)
@@ -191,7 +158,7 @@ func TestLargePublishCutAndLimit(t *testing.T) {
 	in := mqtttest.Inbox(t, sub, "cut", 1)
 	nc := rawConnect(t, tb.Addr, "cutter")
 	nc.Write(publishHead("cut", 5<<20))
-	nc.Write(pattern(2 << 20))
+	nc.Write(e2etest.Pattern(2 << 20))
 	time.Sleep(50 * time.Millisecond)
 	nc.Close()
 	waitNoFiles(t, dir)
@@ -205,7 +172,7 @@ func TestLargePublishCutAndLimit(t *testing.T) {
 	}
 	// A whole one still goes through.
 	pub := tb.Client(t, "pub")
-	mqtttest.Wait(t, pub.Publish("cut", 1, false, pattern(3<<20)))
+	mqtttest.Wait(t, pub.Publish("cut", 1, false, e2etest.Pattern(3<<20)))
 	if m := mqtttest.Next(t, in); len(m.Payload()) != 3<<20 {
 		t.Fatalf("%d bytes", len(m.Payload()))
 	}

@@ -3,14 +3,11 @@
 package stomp_test
 
 import (
-	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/junctionmq/junction/core"
-	"github.com/junctionmq/junction/internal/testserve"
-	"github.com/junctionmq/junction/persistence/journal"
+	"github.com/junctionmq/junction/internal/e2e/e2etest"
 	"github.com/junctionmq/junction/stomp"
 	"github.com/junctionmq/junction/stomp/stomptest"
 )
@@ -18,21 +15,8 @@ import (
 // A persistent SEND while the store is over its disk limit gets an
 // ERROR "disk full" and the connection is closed.
 func TestDiskFullSendsError(t *testing.T) {
-	dir := t.TempDir()
-	msgs, err := journal.Open(journal.Config{Dir: filepath.Join(dir, "journal"), FileSize: 256 << 10})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { msgs.Close() })
-	bindings, err := journal.Open(journal.Config{Dir: filepath.Join(dir, "bindings"), FileSize: 64 << 10})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { bindings.Close() })
-	usage := func() (int64, int64, error) { return 2000, 1 << 40, nil }
-	tb := stomptest.StartWith(t, core.Config{Messages: msgs, Bindings: bindings,
-		Disk: core.DiskLimits{Usage: usage, MaxUsage: 1000, Interval: 5 * time.Millisecond}}, stomp.Config{})
-	testserve.Eventually(t, "the disk limit to be seen", func() bool { return tb.Core.DiskFull() != "" })
+	tb := stomptest.StartWith(t, e2etest.DiskFull(t), stomp.Config{})
+	e2etest.WaitDiskFull(t, tb.Core)
 	r := tb.Raw(t)
 	r.Connect("")
 	r.Write("SEND\ndestination:/queue/orders\nreceipt:1\n\nnon-durable\x00")

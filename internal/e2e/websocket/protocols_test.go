@@ -22,6 +22,7 @@ import (
 	"github.com/junctionmq/junction/mqtt"
 	"github.com/junctionmq/junction/stomp"
 	jws "github.com/junctionmq/junction/websocket"
+	"github.com/junctionmq/junction/websocket/wstest"
 )
 
 // brokerServers are the three protocol servers over one broker.
@@ -73,7 +74,7 @@ func (c *stompClient) next() string {
 			c.buf = c.buf[i+1:]
 			return f
 		}
-		typ, p := readMessage(c.t, c.ws)
+		typ, p := wstest.ReadMessage(c.t, c.ws)
 		c.kinds = append(c.kinds, typ)
 		c.buf = append(c.buf, p...)
 	}
@@ -90,7 +91,7 @@ func (c *stompClient) send(kind int, parts ...string) {
 
 func stompConnect(t *testing.T, url string, kind int) *stompClient {
 	t.Helper()
-	ws := dial(t, url, "v12.stomp", "v11.stomp", "v10.stomp") // as stompjs offers
+	ws := wstest.Dial(t, url, "v12.stomp", "v11.stomp", "v10.stomp") // as stompjs offers
 	if ws.Subprotocol() != "v12.stomp" {
 		t.Fatalf("subprotocol %q, want v12.stomp", ws.Subprotocol())
 	}
@@ -162,7 +163,7 @@ func TestSTOMP(t *testing.T) {
 	if f := c.next(); !strings.Contains(f, "receipt-id:bye") {
 		t.Fatalf("got %q, want RECEIPT bye", f)
 	}
-	expectClose(t, c.ws, gws.CloseNormalClosure)
+	wstest.ExpectClose(t, c.ws, gws.CloseNormalClosure)
 }
 
 func pahoClient(t *testing.T, url, id string, lost chan<- error) paho.Client {
@@ -216,8 +217,8 @@ func TestMQTT(t *testing.T) {
 // wrapped as a net.Conn (binary messages).
 func amqpDial(t *testing.T, url string) *goamqp.Conn {
 	t.Helper()
-	ws := dial(t, url, "amqp")
-	nc := &wsConn{ws: ws}
+	ws := wstest.Dial(t, url, "amqp")
+	nc := wstest.NewConn(ws)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	c, err := goamqp.NewConn(ctx, nc, &goamqp.ConnOptions{SASLType: goamqp.SASLTypeAnonymous()})
@@ -303,7 +304,7 @@ func TestShutdown(t *testing.T) {
 	if f := st.next(); !strings.HasPrefix(f, "ERROR\n") || !strings.Contains(f, "message:server shutting down") {
 		t.Fatalf("STOMP got %q, want ERROR server shutting down", f)
 	}
-	expectClose(t, st.ws, gws.CloseGoingAway)
+	wstest.ExpectClose(t, st.ws, gws.CloseGoingAway)
 
 	// AMQP: a close with amqp:connection:forced.
 	_, err = rcv.Receive(ctx, nil)
@@ -329,7 +330,7 @@ func TestShutdown(t *testing.T) {
 	if err := s.h.Close(); err != nil {
 		t.Fatalf("second Close = %v", err)
 	}
-	if _, _, err := dialer("mqtt").Dial(s.url("/"), nil); err == nil {
+	if _, _, err := wstest.Dialer("mqtt").Dial(s.url("/"), nil); err == nil {
 		t.Fatal("dial after Shutdown succeeded")
 	}
 }
