@@ -13,7 +13,11 @@
 // (groupJournal), so each group is a broker shard whose every write is a
 // Raft entry. Group leaders are spread over the nodes: group g prefers
 // the ((g-1) mod N)-th voter, and a leader hands the group to its
-// preferred node once that node is caught up (balanceLeaders).
+// preferred node once that node is caught up (balanceLeaders). A
+// handover elects the new leader at once, while the old one still hears
+// from a majority: the old leader flags what it delivers from the
+// handover's start, and the new one serves only a lease later
+// (lease.go).
 //
 // # State and activation
 //

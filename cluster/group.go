@@ -32,9 +32,14 @@ type group struct {
 	leading    bool
 	activateAt uint64 // leader: activate once applied reaches it
 	activating bool
-	inflight   map[uint64][]func(error) // proposal id → completions
-	proposed   map[uint64]proposal      // proposal id → what was proposed (as inflight)
-	nextProp   uint64
+	// timeoutNowAt is when this node was last told to campaign at once
+	// (a leader handing it the group, MsgTimeoutNow); a leader so
+	// elected activates no earlier than a lease after it (lease.go).
+	timeoutNowAt  time.Time
+	activateAfter time.Time
+	inflight      map[uint64][]func(error) // proposal id → completions
+	proposed      map[uint64]proposal      // proposal id → what was proposed (as inflight)
+	nextProp      uint64
 	// rejoining: this node came back with an empty log (Config.Join) and
 	// may have been a member that lost its data. Until it has applied
 	// what the group had committed when it heard from a leader
@@ -53,6 +58,9 @@ type group struct {
 	applied  atomic.Uint64
 	commit   atomic.Uint64
 	isActive atomic.Bool // this node's group broker serves the group
+	// transferring: this node, leading the group, is handing it to
+	// another (lease.go); set and cleared by the loop.
+	transferring atomic.Bool
 
 	// mu guards what the group broker proposes.
 	mu        sync.Mutex
@@ -266,10 +274,17 @@ func (g *group) onSoftState(ss *raft.SoftState, term uint64) {
 		g.leading = true
 		last, _ := g.storage.LastIndex()
 		g.activateAt = last
+		g.activateAfter = time.Time{}
+		if now := time.Now(); now.Sub(g.timeoutNowAt) < 2*g.n.electionTimeout() {
+			// Elected at once, on the old leader's word: it may have
+			// handed out, unflagged, deliveries still on their way.
+			g.activateAfter = g.timeoutNowAt.Add(g.n.lease())
+		}
 		g.n.log.Info().Uint64("group", g.id).Uint64("term", term).Msg("leading group")
 	case !leading && g.leading:
 		g.leading = false
 		g.activating = false
+		g.transferring.Store(false)
 		g.stopAccepting()
 		g.failInflight()
 		g.n.log.Info().Uint64("group", g.id).Uint64("term", term).Uint64("leader", ss.Lead).Msg("no longer leading group")
@@ -287,7 +302,7 @@ func (g *group) stopAccepting() {
 // maybeActivate starts the group broker once this new leader has applied
 // every entry committed before its term (loop).
 func (g *group) maybeActivate() {
-	if !g.leading || g.activating || g.applied.Load() < g.activateAt {
+	if !g.leading || g.activating || g.applied.Load() < g.activateAt || time.Now().Before(g.activateAfter) {
 		return
 	}
 	g.activating = true

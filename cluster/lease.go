@@ -16,6 +16,20 @@ import "time"
 // and handed out while this node has heard from the source within half
 // of it (heardRecently), cannot have been made by another leader too.
 // Any other goes out flagged redelivered: a possible duplicate, said.
+//
+// A leader may also hand its group over (balanceLeaders; a follower that
+// lost its log): raft's MsgTimeoutNow makes the chosen follower campaign
+// at once, and the voters grant it their votes within the lease, so the
+// old leader is replaced while it still hears from a majority. So a
+// group is sure only while this node's group broker serves it and is
+// not handing it over (group.sure); from the moment a transfer starts
+// its deliveries are flagged. And a leader elected at once waits a
+// lease from the MsgTimeoutNow before its group broker serves: what the
+// old leader handed out unflagged before the transfer has reached its
+// consumers (or the access nodes have learnt of the new term and dropped
+// what they had not handed out yet) before the new leader delivers the
+// same messages again, flagged. A handover costs the group's clients a
+// pause of half an election timeout, once.
 
 // A node that was stopped or starved (SIGSTOP, a long pause) has not
 // run its Raft loop: on waking it may still take itself for a leader,
@@ -37,6 +51,12 @@ func (n *Node) stalled(now time.Time) bool {
 		return true
 	}
 	return now.UnixNano() < n.stalledUntil.Load()
+}
+
+// electionTimeout is the least time a follower waits without hearing
+// from its leader before it campaigns.
+func (n *Node) electionTimeout() time.Duration {
+	return time.Duration(n.cfg.ElectionTicks) * n.cfg.Tick
 }
 
 // lease is how recently contact must have been for a delivery to be
@@ -133,7 +153,31 @@ func (u *upstream) Doubtful(tag uint64) bool {
 	case 0:
 		return true
 	case n.cfg.NodeID:
-		return !n.leaseHeld()
+		return !n.leaseHeld() || !n.group(u.parts[idx].group).sure()
 	}
 	return !n.heardRecently(leader)
+}
+
+// sure reports whether this node's group broker serves the group with
+// no handover under way: with the node's lease (leaseHeld), no other
+// node can be delivering the group's messages.
+func (g *group) sure() bool {
+	return g != nil && g.isActive.Load() && !g.transferring.Load() && g.stillLeading()
+}
+
+// transferLeader hands the group to node to (loop): from now on its
+// deliveries are flagged (see above), until the transfer ends (this node
+// no longer leads) or raft gives it up (transferEnded).
+func (g *group) transferLeader(to uint64) {
+	g.transferring.Store(true)
+	g.rn.TransferLeader(to)
+}
+
+// transferEnded clears transferring once raft has given a transfer up
+// (the target was not elected within an election timeout) while this
+// node still leads (loop).
+func (g *group) transferEnded() {
+	if g.transferring.Load() && g.leading && g.rn.BasicStatus().LeadTransferee == 0 {
+		g.transferring.Store(false)
+	}
 }

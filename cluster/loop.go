@@ -57,6 +57,7 @@ func (n *Node) run() {
 				if !g.rejoining {
 					g.rn.Tick()
 				}
+				g.transferEnded()
 			}
 		case <-balance.C:
 			n.balanceLeaders()
@@ -143,6 +144,9 @@ func (n *Node) stepInbox() {
 		if t == pb.MsgAppResp && m.GetReject() && g.leading {
 			g.checkLostLog(m)
 		}
+		if t == pb.MsgTimeoutNow {
+			g.timeoutNowAt = time.Now()
+		}
 		if err := g.rn.Step(m); err != nil && err != raft.ErrStepPeerNotFound {
 			n.log.Debug().Err(err).Uint64("group", x.group).Msg("raft step")
 		}
@@ -199,7 +203,7 @@ func (g *group) checkLostLog(m *pb.Message) {
 	}
 	g.n.log.Warn().Uint64("group", g.id).Uint64("follower", from).Uint64("to", best).
 		Msg("a follower lost its log: handing the group to another voter, whose term starts it over")
-	g.rn.TransferLeader(best)
+	g.transferLeader(best)
 }
 
 // maybeRejoined ends a group's rejoining once it has applied what the
@@ -410,7 +414,7 @@ func (n *Node) balanceLeaders() {
 		// (lease.go) says the same without that blind spot.
 		if pr, ok := st.Progress[pref]; ok && n.heardRecently(pref) && pr.Match+8 >= last {
 			n.log.Info().Uint64("group", g.id).Uint64("to", pref).Msg("handing the group's leadership to its preferred node")
-			g.rn.TransferLeader(pref)
+			g.transferLeader(pref)
 			return // one at a time
 		}
 	}

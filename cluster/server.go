@@ -365,7 +365,7 @@ func (s remoteSink) Deliver(tag uint64, m *core.Message, count uint32, redeliver
 func (s remoteSink) DeliverMarked(tag uint64, m *core.Message, count uint32, redelivered bool, mark uint32) {
 	// A leader that may have been replaced (lease.go) says that the
 	// message may have been delivered by its successor too.
-	redelivered = redelivered || !s.n.leaseHeld()
+	redelivered = redelivered || !s.n.leaseHeld() || !s.n.group(s.group).sure()
 	s.n.links.send(s.origin, &rpcMsg{kind: kDeliver, group: s.group, cid: s.cid, tag: tag, count: count, redelivered: redelivered, mark: mark, msg: m})
 }
 

@@ -533,7 +533,71 @@ func (n *Node) Terminate() {
 		n.signal(syscall.SIGKILL)
 		<-done
 	}
-	n.c.T.Errorf("node %d did not exit within 30s of SIGTERM; SIGQUIT sent, its goroutines are in %s", n.ID, n.Log)
+	n.c.T.Errorf("node %d did not exit within 30s of SIGTERM; SIGQUIT sent, its goroutines are in %s\n%s", n.ID, n.Log, Goroutines(n.Log, 40))
+}
+
+// Goroutines digests the goroutine dump at the end of a log (a Go
+// process's answer to SIGQUIT): the goroutines running Junction's code,
+// those with the same state and stack counted once, each with the
+// first lines of its stack, at most max of them. A shutdown that hangs
+// in CI shows where without the log, which the test's temporary
+// directory takes with it.
+func Goroutines(path string, max int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	dump := string(b)
+	if i := strings.LastIndex(dump, "SIGQUIT: quit"); i >= 0 {
+		dump = dump[i:]
+	} else {
+		return "(no goroutine dump in the log)"
+	}
+	type kind struct {
+		head string
+		n    int
+	}
+	var order []string
+	kinds := map[string]*kind{}
+	for _, block := range strings.Split(dump, "\n\n") {
+		if !strings.HasPrefix(block, "goroutine ") || !strings.Contains(block, "junctionmq/junction") {
+			continue
+		}
+		lines := strings.Split(block, "\n")
+		state := lines[0]
+		if i, j := strings.Index(state, "["), strings.Index(state, "]"); i >= 0 && j > i {
+			state = state[i : j+1]
+		}
+		var frames []string
+		for _, l := range lines[1:] {
+			if !strings.HasPrefix(l, "\t") { // function lines; files are indented
+				if i := strings.LastIndex(l, "("); i > 0 && strings.HasSuffix(l, ")") {
+					l = l[:i] // without the arguments, which differ
+				}
+				frames = append(frames, l)
+			}
+			if len(frames) == 8 {
+				break
+			}
+		}
+		key := state + " " + strings.Join(frames, " < ")
+		k := kinds[key]
+		if k == nil {
+			k = &kind{head: state + "\n    " + strings.Join(frames, "\n    ")}
+			kinds[key] = k
+			order = append(order, key)
+		}
+		k.n++
+	}
+	var out strings.Builder
+	for i, key := range order {
+		if i == max {
+			fmt.Fprintf(&out, "... %d more kinds\n", len(order)-max)
+			break
+		}
+		fmt.Fprintf(&out, "%d× %s\n", kinds[key].n, kinds[key].head)
+	}
+	return out.String()
 }
 
 // Tail returns the last n lines of a file.

@@ -201,7 +201,7 @@ func (l *Ledger) Deliver(body []byte, redelivered bool, via string) (key string,
 		l.corrupt = append(l.corrupt, key+" via "+via)
 	}
 	if len(l.deliveries[key]) > 0 && !redelivered {
-		l.unflagged = append(l.unflagged, key+" via "+via+" (before: "+strings.Join(l.deliveries[key], ", ")+")")
+		l.unflagged = append(l.unflagged, key+" via "+via+" at "+time.Now().Format("15:04:05.000")+" (before: "+strings.Join(l.deliveries[key], ", ")+")")
 	}
 	l.order = append(l.order, delivery{via, key, seq, redelivered})
 	flag := ""
