@@ -83,6 +83,12 @@ type Config struct {
 	PreAuthBudget int64
 	// Events publishes broker events as messages (events.go).
 	Events EventsConfig
+	// EventsTo, when set with Events.Enabled, takes this broker's events
+	// instead of a publisher of its own: a cluster's group broker hands
+	// them to its node's access broker (Broker.ForwardEvent), which
+	// publishes them. It is called with core locks held and must not
+	// block.
+	EventsTo func(Event)
 	// Diverts copy or move what reaches an address to others, and
 	// VirtualTopics turns on ActiveMQ's virtual topics (divert.go).
 	Diverts       []Divert
