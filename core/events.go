@@ -177,8 +177,11 @@ type dropWindow struct {
 	n    atomic.Int64 // drops since
 }
 
-// startEvents creates the notification address and the publisher, after
-// recovery (b.ev is nil until then: recovered queues are not news).
+// startEvents creates the notification address (on a single broker)
+// and the publisher, after recovery (b.ev is nil until then: recovered
+// queues are not news); a cluster's group broker gets no publisher
+// (Config.EventsTo), and an access broker one that sends through an
+// internal session.
 func (b *Broker) startEvents(cfg EventsConfig) {
 	if !cfg.Enabled {
 		return
