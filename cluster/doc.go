@@ -78,6 +78,23 @@
 // it then does not vote for four election timeouts, so that it cannot
 // vote twice in a term it voted in before it lost its log.
 //
+// # Broker events
+//
+// Each node's access broker publishes its own events (connections,
+// consumers, failed logins) and those of the group brokers this node
+// runs (addresses, queues, messages dead-lettered, expired or dropped,
+// slow consumers, full addresses), which hand them to it
+// (core.Config.EventsTo, core.Broker.ForwardEvent) instead of publishing
+// them, whichever group holds the notification address: one path, one
+// bounded buffer and one count of dropped events per node. It sends
+// each, stamped with the node's id (core.PropEventNode), through an
+// internal session as a client's non-durable multicast send to the
+// notification address's group, whose broker creates the address when
+// it becomes active. A group broker drops its events about sessions and
+// consumers (those the access brokers open on it: their own events
+// tell of them, once), and every broker drops events about the
+// notification address itself, so publishing events makes none (events.go).
+//
 // # What a cluster does not do (yet)
 //
 //   - A transaction may touch one group only (core.ErrCrossGroupTx).
@@ -86,4 +103,9 @@
 //     its groups' live messages in memory.
 //   - The dead-letter and expiry addresses are kept per group; a consumer
 //     of one reads every group.
+//   - Diverts and virtual topics: a divert acts where a send is routed,
+//     on the group broker of its address, and nothing replicates it in
+//     that group nor forwards its copies to other groups; an access
+//     broker refuses them (core.ErrNotInCluster), and so does cmd's
+//     configuration check, rather than ignoring them.
 package cluster

@@ -331,6 +331,7 @@ func (g *group) activate(term uint64) {
 	cfg.VisibleWhenStored = true
 	cfg.TemporaryQueueTag = tempTag(g.id)
 	cfg.Logger = g.n.log.With().Uint64("group", g.id).Logger()
+	g.n.groupEvents(&cfg)
 	b, err := core.New(cfg)
 	if err != nil {
 		g.stopAccepting()
@@ -345,6 +346,7 @@ func (g *group) activate(term uint64) {
 	}
 	g.broker = b
 	g.epoch++
+	g.n.groupEventsStarted(g, b)
 	g.isActive.Store(true)
 	rs := b.Recovered()
 	g.n.log.Info().Uint64("group", g.id).Uint64("term", term).Int("queues", rs.Queues).Int("messages", rs.Messages).

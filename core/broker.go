@@ -83,6 +83,12 @@ type Config struct {
 	PreAuthBudget int64
 	// Events publishes broker events as messages (events.go).
 	Events EventsConfig
+	// EventsTo, when set with Events.Enabled, takes this broker's events
+	// instead of a publisher of its own: a cluster's group broker hands
+	// them to its node's access broker (Broker.ForwardEvent), which
+	// publishes them. It is called with core locks held and must not
+	// block.
+	EventsTo func(Event)
 	// Diverts copy or move what reaches an address to others, and
 	// VirtualTopics turns on ActiveMQ's virtual topics (divert.go).
 	Diverts       []Divert
@@ -234,6 +240,9 @@ func New(cfg Config) (*Broker, error) {
 	}
 	if b.cluster != nil && (b.msgs != nil || b.bindings != nil || b.large != nil || b.pager != nil) {
 		return nil, errors.New("core: an access broker (Config.Cluster) keeps no journals or page stores: its groups do")
+	}
+	if b.cluster != nil && (len(cfg.Diverts) > 0 || cfg.VirtualTopics) {
+		return nil, fmt.Errorf("%w: diverts and virtual topics", ErrNotInCluster)
 	}
 	rs, err := b.recover()
 	if err != nil {

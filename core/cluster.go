@@ -215,6 +215,14 @@ type TxAck struct {
 // transaction could not be atomic.
 var ErrCrossGroupTx = errors.New("core: a transaction in a cluster may touch the addresses of one group only")
 
+// ErrNotInCluster refuses, on a cluster node's access broker, what a
+// cluster does not do (yet). Diverts and virtual topics are refused
+// rather than ignored: they act where a send is routed, which in a
+// cluster is the group broker of the source address, and their copies
+// would have to be forwarded to the groups of their target addresses
+// (divert.go).
+var ErrNotInCluster = errors.New("core: not available on a cluster node")
+
 // ErrUnavailable is returned when a cluster group cannot be reached: it
 // has no leader (an election is under way, or the group has lost its
 // majority) or its leader did not answer in time. A send that fails with

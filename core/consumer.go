@@ -57,6 +57,7 @@ type Consumer struct {
 	sel       *selector.Selector // consumer-side selector (anycast queues); nil = everything
 	noLocal   bool               // set q.noLocal while attached
 	rd        *readAuthz         // q.rd when the session is checked: its user may consume each message's address
+	ev        mirrorEvent        // a mirror's consumer (cluster.go): what its events say of its queue
 
 	// Guarded by q.mu:
 	credit   int

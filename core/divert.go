@@ -43,6 +43,14 @@ var (
 	ErrDivertNotFound = errors.New("core: divert not found")
 )
 
+// errDivertsInCluster refuses the API's diverts on a cluster node. A
+// divert would have to be a binding of the group broker that holds its
+// source address (of every group, for a pattern), and its copies sent on
+// to the groups of their targets; until then a cluster node refuses
+// diverts rather than keeping one that nothing applies.
+var errDivertsInCluster = fmt.Errorf("%w: diverts are applied where a send is routed, on the group broker of its address, "+
+	"and a cluster does not yet forward their copies to other groups", ErrNotInCluster)
+
 // Divert copies or moves what reaches an address to other addresses.
 type Divert struct {
 	// Name identifies the divert.
@@ -200,6 +208,9 @@ func (b *Broker) VirtualTopics() bool {
 // there first (synced), so it is in force again after a restart, as the
 // configuration file's are; without one it lasts until the broker stops.
 func (b *Broker) CreateDivert(d Divert) error {
+	if b.cluster != nil {
+		return errDivertsInCluster
+	}
 	if err := d.Validate(); err != nil {
 		return fmt.Errorf("%w: %v", ErrInvalidAddress, err)
 	}
@@ -224,6 +235,9 @@ func (b *Broker) CreateDivert(d Divert) error {
 // the API). A divert of the configuration file comes back with the next
 // reload or restart unless the file no longer names it.
 func (b *Broker) DeleteDivert(name string) error {
+	if b.cluster != nil {
+		return errDivertsInCluster
+	}
 	b.divMu.Lock()
 	defer b.divMu.Unlock()
 	cur := b.divertsLocked()
@@ -242,6 +256,9 @@ func (b *Broker) DeleteDivert(name string) error {
 // of the configuration's replaces an API divert of that name, and its
 // record).
 func (b *Broker) ReloadDiverts(list []Divert, vt bool) error {
+	if b.cluster != nil && (len(list) > 0 || vt) {
+		return errDivertsInCluster
+	}
 	for i := range list {
 		if err := list[i].Validate(); err != nil {
 			return err

@@ -1,6 +1,7 @@
 package core
 
 import (
+	"context"
 	"encoding/json"
 	"strings"
 	"sync"
@@ -21,6 +22,20 @@ import (
 // them, so a flood of events costs messaging a failed channel send each.
 // Events about the notification address and the advisory topics
 // themselves are never emitted: a subscriber cannot make a loop.
+//
+// In a cluster (package cluster) each node's access broker publishes
+// its own events (connections, consumers, failed logins) and those of
+// the group brokers of the groups the node leads (addresses, queues,
+// messages dead-lettered, expired or dropped, slow consumers, full
+// addresses), which hand them over (Config.EventsTo, ForwardEvent)
+// instead of publishing them: a group broker's connection and consumer
+// events are dropped, since they are the access brokers' sessions and
+// consumers seen again. The access broker sends each event through an
+// internal session, as a client's non-durable multicast send, to the
+// notification address's group, whose subscribers, on every node, get
+// every node's events; each says its node (PropEventNode). The same
+// bounded buffer takes every event of the node, so a flood of them
+// costs messaging a failed channel send each, there too.
 
 // EventsConfig configures broker events. The zero value publishes none.
 type EventsConfig struct {
@@ -83,6 +98,9 @@ const (
 	// PropEventCount is Junction's: the messages a coalesced
 	// MESSAGE_DROPPED event stands for.
 	PropEventCount = "_AMQ_Count"
+	// PropEventNode is Junction's: in a cluster, the id of the node whose
+	// broker the event happened on (a string, as Artemis's node ids are).
+	PropEventNode = "_AMQ_NodeID"
 )
 
 // Event is one broker event. Empty fields do not apply to its type.
@@ -106,6 +124,17 @@ type Event struct {
 	// Multicast says the address of a consumer or queue event takes
 	// multicast sends (an ActiveMQ topic), for the advisory's name.
 	Multicast bool `json:"-"`
+	// Node is, in a cluster, the node the event happened on.
+	Node string `json:"node,omitempty"`
+	// countless: ConsumerCount is not known here (the consumer of a
+	// cluster's mirror queue: the queue and its count are its group's).
+	countless bool
+}
+
+// EventCluster is implemented by a Cluster whose access broker names
+// its node in the events it publishes (PropEventNode).
+type EventCluster interface {
+	NodeName() string
 }
 
 // EventStats counts events.
@@ -117,6 +146,14 @@ type EventStats struct {
 type events struct {
 	cfg EventsConfig
 	ch  chan Event
+
+	// forward, on a cluster's group broker, takes the events instead
+	// of ch (Config.EventsTo).
+	forward func(Event)
+	// On a cluster's access broker: the node's name, and the internal
+	// session the events are sent through.
+	node string
+	sess *Session
 
 	published, dropped atomic.Uint64
 
@@ -140,10 +177,13 @@ type dropWindow struct {
 	n    atomic.Int64 // drops since
 }
 
-// startEvents creates the notification address and the publisher, after
-// recovery (b.ev is nil until then: recovered queues are not news).
+// startEvents creates the notification address (on a single broker)
+// and the publisher, after recovery (b.ev is nil until then: recovered
+// queues are not news); a cluster's group broker gets no publisher
+// (Config.EventsTo), and an access broker one that sends through an
+// internal session.
 func (b *Broker) startEvents(cfg EventsConfig) {
-	if !cfg.Enabled || b.cluster != nil {
+	if !cfg.Enabled {
 		return
 	}
 	if cfg.Address == "" {
@@ -152,11 +192,31 @@ func (b *Broker) startEvents(cfg EventsConfig) {
 	if cfg.Buffer <= 0 {
 		cfg.Buffer = DefaultEventBuffer
 	}
-	b.mu.Lock()
-	a := b.addressLocked(cfg.Address, false)
-	b.addRoutingLocked(a, Multicast)
-	b.mu.Unlock()
-	ev := &events{cfg: cfg, ch: make(chan Event, cfg.Buffer), fullSeen: make(map[string]time.Time)}
+	ev := &events{cfg: cfg, fullSeen: make(map[string]time.Time)}
+	switch {
+	case b.cfg.EventsTo != nil:
+		// A group broker: its node's access broker publishes.
+		ev.forward = b.cfg.EventsTo
+		b.ev.Store(ev)
+		return
+	case b.cluster != nil:
+		// An access broker: the notification address is its group's.
+		s, err := b.NewSession(SessionOptions{})
+		if err != nil {
+			b.log.Error().Err(err).Msg("broker events not published: no session to send them")
+			return
+		}
+		ev.sess = s
+		if nc, ok := b.cluster.(EventCluster); ok {
+			ev.node = nc.NodeName()
+		}
+	default:
+		b.mu.Lock()
+		a := b.addressLocked(cfg.Address, false)
+		b.addRoutingLocked(a, Multicast)
+		b.mu.Unlock()
+	}
+	ev.ch = make(chan Event, cfg.Buffer)
 	b.ev.Store(ev)
 	b.wg.Add(1)
 	go b.publishEvents(ev)
@@ -203,6 +263,11 @@ func (ev *events) about(address string) bool {
 	return address == ev.cfg.Address || strings.HasPrefix(address, AdvisoryPrefix)
 }
 
+// ForwardEvent publishes e, an event of another broker of this process
+// (a cluster's group broker, Config.EventsTo), as one of this broker's
+// own: without waiting, dropped and counted when the buffer is full.
+func (b *Broker) ForwardEvent(e Event) { b.emit(e) }
+
 // emit offers e to the publisher without waiting; callable with any lock
 // held. A full buffer drops e, counted.
 func (b *Broker) emit(e Event) {
@@ -212,6 +277,16 @@ func (b *Broker) emit(e Event) {
 	}
 	if e.Time.IsZero() {
 		e.Time = time.Now()
+	}
+	if ev.forward != nil {
+		switch e.Type {
+		case EventConnectionCreated, EventConnectionDestroyed, EventConsumerCreated, EventConsumerClosed:
+			// The access brokers' sessions and consumers, seen again
+			// upstream: their own events say it.
+		default:
+			ev.forward(e)
+		}
+		return
 	}
 	select {
 	case ev.ch <- e:
@@ -238,12 +313,34 @@ func (b *Broker) emitConsumer(typ string, c *Consumer, q *Queue) {
 	e := Event{Type: typ, Address: q.address, Queue: q.name, User: s.opts.User, RemoteAddr: s.opts.RemoteAddr,
 		ClientID: s.opts.ClientID, Protocol: s.opts.Protocol, ConnectionID: s.id,
 		ConsumerCount: q.stats.consumers.Load(), Multicast: q.routing == Multicast}
-	if c.sel != nil {
+	switch {
+	case q.up != nil:
+		// A mirror (cluster.go): the queue is its group's.
+		e.Queue, e.Filter, e.ConsumerCount, e.countless = c.ev.queue, c.ev.filter, 0, true
+	case c.sel != nil:
 		e.Filter = c.sel.String()
-	} else if q.filter != nil {
+	case q.filter != nil:
 		e.Filter = q.filter.String()
 	}
 	b.emit(e)
+}
+
+// mirrorEvent is what the events of a mirror's consumer say of the
+// queue it reads, which lives in a group: its name when the consumer's
+// options tell it (a queue, an anycast address, a durable subscription),
+// and the consumer's selector.
+type mirrorEvent struct{ queue, filter string }
+
+func mirrorEventOf(o ConsumerOptions, clientID string) mirrorEvent {
+	e := mirrorEvent{queue: o.Queue, filter: strings.TrimSpace(o.Selector)}
+	switch {
+	case e.queue != "":
+	case o.RoutingType == Anycast:
+		e.queue = o.Address
+	case o.SubscriptionName != "" && clientID != "":
+		e.queue = durableName(clientID, o.SubscriptionName)
+	}
+	return e
 }
 
 // emitQueue emits a queue event (BINDING_ADDED, BINDING_REMOVED,
@@ -309,11 +406,24 @@ func (b *Broker) emitDrop(q *Queue, m *Message, s *Session, full bool, reason st
 // publishEvents routes the events until the broker closes.
 func (b *Broker) publishEvents(ev *events) {
 	defer b.wg.Done()
+	if ev.sess != nil {
+		defer ev.sess.Close()
+	}
 	for {
 		select {
 		case <-b.done:
 			return
 		case e := <-ev.ch:
+			select {
+			case <-b.done:
+				// Closing: a cluster send may wait for its group's
+				// leader, so none is begun.
+				return
+			default:
+			}
+			if ev.node != "" {
+				e.Node = ev.node
+			}
 			ev.mu.Lock()
 			if len(ev.recent) < recentEvents {
 				ev.recent = append(ev.recent, e)
@@ -355,12 +465,26 @@ func (b *Broker) publishEvent(ev *events, e Event, address string) {
 	if e.Count != 0 {
 		p[PropEventCount] = e.Count
 	}
+	if e.Node != "" {
+		p[PropEventNode] = e.Node
+	}
 	switch e.Type {
 	case EventConsumerCreated, EventConsumerClosed, EventBindingAdded, EventBindingRemoved, EventConsumerSlow:
-		p[PropConsumerCount] = e.ConsumerCount
+		if !e.countless {
+			p[PropConsumerCount] = e.ConsumerCount
+		}
 	}
 	m := &Message{Address: address, RoutingType: Multicast, Properties: p, Body: body, ContentType: "application/json",
 		Priority: DefaultPriority}
+	if ev.sess != nil {
+		// A cluster's access broker: a non-durable send to the address's
+		// group, as a client's (an advisory topic is made there as any
+		// address is, by auto-creation). Nothing waits for it.
+		if err := ev.sess.send(context.Background(), m, nil); err != nil {
+			b.log.Debug().Err(err).Str("address", address).Str("event", e.Type).Msg("event not published")
+		}
+		return
+	}
 	now := time.Now()
 	if err := b.prepare(m, "", now); err != nil {
 		return

@@ -373,6 +373,9 @@ func (s *Session) Subscribe(o ConsumerOptions) (*Consumer, error) {
 		return nil, err
 	}
 	c := &Consumer{q: q, s: s, handler: o.Handler, exclusive: o.Exclusive}
+	if q.up != nil {
+		c.ev = mirrorEventOf(o, s.opts.ClientID)
+	}
 	if q.rd != nil && !s.trusted() {
 		c.rd = q.rd // a wildcard subscription: each message is checked for c's user
 	}

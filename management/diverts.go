@@ -28,6 +28,8 @@ func (s *Server) createDivert(w http.ResponseWriter, r *http.Request) {
 			writeError(w, http.StatusConflict, err.Error())
 		case errors.Is(err, core.ErrInvalidAddress):
 			writeError(w, http.StatusBadRequest, err.Error())
+		case errors.Is(err, core.ErrNotInCluster):
+			writeError(w, http.StatusNotImplemented, err.Error())
 		default:
 			s.fail(w, r, err)
 		}
@@ -41,8 +43,12 @@ func (s *Server) createDivert(w http.ResponseWriter, r *http.Request) {
 func (s *Server) deleteDivert(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
 	if err := s.b.DeleteDivert(name); err != nil {
-		if errors.Is(err, core.ErrDivertNotFound) {
+		switch {
+		case errors.Is(err, core.ErrDivertNotFound):
 			writeError(w, http.StatusNotFound, err.Error())
+			return
+		case errors.Is(err, core.ErrNotInCluster):
+			writeError(w, http.StatusNotImplemented, err.Error())
 			return
 		}
 		s.fail(w, r, err)

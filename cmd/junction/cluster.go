@@ -263,6 +263,9 @@ func (in *instance) openCluster(cfg Config, bcfg core.Config) error {
 	bcfg.MaxMemory = memoryBudget(cfg.MaxMemory)
 	softMemoryLimit(bcfg.MaxMemory)
 	bcfg.MaxAutoCreatedQueuesPerUser = cfg.Limits.MaxAutoCreatedQueues
+	// The group brokers hand their events to the access broker, which
+	// publishes them with its own (cluster/events.go).
+	bcfg.Events = cfg.Notifications
 	node, err := startCluster(cfg, bcfg, os.Getenv, in.log.With().Str("component", "cluster").Logger())
 	if err != nil {
 		return err
@@ -270,7 +273,7 @@ func (in *instance) openCluster(cfg Config, bcfg core.Config) error {
 	acfg := core.Config{AddressSettings: cfg.AddressSettings, Logger: bcfg.Logger, Cluster: node.Cluster(),
 		Authenticator: bcfg.Authenticator, Authorizer: bcfg.Authorizer,
 		// The access broker is the one the clients log in to.
-		PreAuthBudget: int64(cfg.Limits.PreAuthBudget)}
+		PreAuthBudget: int64(cfg.Limits.PreAuthBudget), Events: cfg.Notifications}
 	b, err := core.New(acfg)
 	if err != nil {
 		node.Close()

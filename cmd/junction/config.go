@@ -729,6 +729,15 @@ func (c *Config) validate() []fieldError {
 		}
 		names[c.Diverts[i].Name] = true
 	}
+	if c.Cluster.enabled() {
+		// Refused rather than ignored (core.ErrNotInCluster).
+		if len(c.Diverts) > 0 {
+			bad("diverts", "a cluster node does not apply diverts yet: their copies would have to be forwarded from the group of their address to the groups of their targets")
+		}
+		if c.VirtualTopics {
+			bad("virtual-topics", "a cluster node does not apply virtual topics yet: the consumer queues of a virtual topic live in other groups than the topic")
+		}
+	}
 	switch c.HA {
 	case "off":
 	case haSharedStore:

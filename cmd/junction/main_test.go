@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -14,6 +15,7 @@ import (
 
 	gostomp "github.com/go-stomp/stomp/v3"
 
+	"github.com/junctionmq/junction/core"
 	"github.com/junctionmq/junction/internal/stompclient"
 )
 
@@ -282,5 +284,24 @@ func TestPersistenceOffNeverTouchesTheDisk(t *testing.T) {
 	}
 	if len(entries) != 0 {
 		t.Fatalf("persistence off, yet the data dir holds %d entries", len(entries))
+	}
+}
+
+// A cluster node refuses diverts and virtual topics in its configuration
+// rather than ignoring them (its groups would not apply them).
+func TestConfigValidateRefusesDivertsOnACluster(t *testing.T) {
+	cfg := defaultConfig()
+	cfg.Diverts = []core.Divert{{Name: "d", Address: "a", ForwardingAddress: "b"}}
+	cfg.VirtualTopics = true
+	has := func(errs []fieldError, path string) bool {
+		return slices.ContainsFunc(errs, func(e fieldError) bool { return e.path == path })
+	}
+	if errs := cfg.validate(); has(errs, "diverts") || has(errs, "virtual-topics") {
+		t.Fatalf("a single broker refuses diverts: %v", errs)
+	}
+	cfg.Cluster.NodeID = 1
+	errs := cfg.validate()
+	if !has(errs, "diverts") || !has(errs, "virtual-topics") {
+		t.Fatalf("a cluster node takes diverts and virtual topics: %v", errs)
 	}
 }
