@@ -790,16 +790,20 @@ type QueueStats struct {
 	OldestMessage time.Time
 	ClientID      string // a durable subscription's client id; "" otherwise
 	Selector      string // a subscription's selector; "" for none and for queues (selectors are their consumers')
+	// NonDestructive: consumers leave the messages queued (the address
+	// setting non-destructive, nondestructive.go).
+	NonDestructive bool
 }
 
 // Stats returns a snapshot of q's counters. It holds q's lock only to
 // find OldestMessage, for a look per priority and per message in flight.
 func (q *Queue) Stats() QueueStats {
 	return QueueStats{
-		OldestMessage: q.oldest(),
-		ClientID:      q.clientID,
-		Selector:      q.filter.String(),
-		Name:          q.name, Address: q.address, RoutingType: q.routing,
+		OldestMessage:  q.oldest(),
+		NonDestructive: q.up == nil && q.settings().NonDestructive,
+		ClientID:       q.clientID,
+		Selector:       q.filter.String(),
+		Name:           q.name, Address: q.address, RoutingType: q.routing,
 		Durable: q.durable, Temporary: q.temporary || q.owner != nil,
 		Depth:        q.stats.depth.Load(),
 		InFlight:     q.stats.inflight.Load(),
