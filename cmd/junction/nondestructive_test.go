@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	goamqp "github.com/Azure/go-amqp"
+	paho5 "github.com/eclipse/paho.golang/paho"
 	gostomp "github.com/go-stomp/stomp/v3"
 
 	"github.com/junctionmq/junction/core"
@@ -270,5 +272,80 @@ func TestNonDestructiveLastValueQueue(t *testing.T) {
 		if got := snapshotStomp(t, stompAddr, dest, keys); !maps.Equal(got, want) {
 			t.Fatalf("after a restart a consumer got %v, want %v", got, want)
 		}
+	}
+}
+
+// MQTT 5: a device's persistent subscription on a non-destructive
+// last-value topic is given the latest value of each key each time it
+// comes back, though it acknowledged them before. (A topic's new
+// subscription starts empty as usual: non-destructive keeps what a
+// queue holds, and a subscription's queue holds what was published
+// since it was made.)
+func TestNonDestructiveMQTT(t *testing.T) {
+	startServe(t, artemisConfig(t, core.AddressSettings{Match: "nd.#", NonDestructive: ptr(true)}))
+	in := lastInstance
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	expiry := uint32(300)
+	dev := func(id string, clean bool) (*paho5.Client, chan string) {
+		got := make(chan string, 100)
+		mc := paho5.NewClient(paho5.ClientConfig{ClientID: id, Conn: dialTCP(t, in.addrs["mqtt"].String()),
+			OnPublishReceived: []func(paho5.PublishReceived) (bool, error){func(r paho5.PublishReceived) (bool, error) {
+				got <- string(r.Packet.Payload)
+				return true, nil
+			}}})
+		if _, err := mc.Connect(ctx, &paho5.Connect{ClientID: id, KeepAlive: 30, CleanStart: clean,
+			Properties: &paho5.ConnectProperties{SessionExpiryInterval: &expiry}}); err != nil {
+			t.Fatal(err)
+		}
+		if clean {
+			if _, err := mc.Subscribe(ctx, &paho5.Subscribe{Subscriptions: []paho5.SubscribeOptions{{Topic: "nd/device/#", QoS: 1}}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return mc, got
+	}
+	collect := func(got chan string) []string {
+		var out []string
+		for {
+			select {
+			case b := <-got:
+				out = append(out, b)
+			case <-time.After(500 * time.Millisecond):
+				slices.Sort(out)
+				return out
+			}
+		}
+	}
+	d1, got1 := dev("nd-dev1", true)
+	pub := paho5.NewClient(paho5.ClientConfig{ClientID: "nd-pub", Conn: dialTCP(t, in.addrs["mqtt"].String())})
+	if _, err := pub.Connect(ctx, &paho5.Connect{ClientID: "nd-pub", KeepAlive: 30, CleanStart: true}); err != nil {
+		t.Fatal(err)
+	}
+	defer pub.Disconnect(&paho5.Disconnect{})
+	for i := range 12 {
+		p := &paho5.Publish{Topic: fmt.Sprintf("nd/device/%d", i%3), QoS: 1, Payload: []byte(fmt.Sprint("v", i)), Properties: &paho5.PublishProperties{}}
+		p.Properties.User.Add(core.PropLastValue, fmt.Sprint(i%3))
+		if _, err := pub.Publish(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The device online was given all twelve (each replacement is a new
+	// message), and acknowledged them.
+	if got := collect(got1); len(got) != 12 {
+		t.Fatalf("device online got %q, want the 12 values", got)
+	}
+	d1.Disconnect(&paho5.Disconnect{})
+	d1, got1 = dev("nd-dev1", false)
+	defer d1.Disconnect(&paho5.Disconnect{})
+	if got := strings.Join(collect(got1), ","); got != "v10,v11,v9" {
+		t.Errorf("device back got %q, want the latest value of each key again [v10 v11 v9]", got)
+	}
+	// A device subscribing afterwards has only what comes next: a topic
+	// subscription starts empty; non-destructive is per queue.
+	d2, got2 := dev("nd-dev2", true)
+	defer d2.Disconnect(&paho5.Disconnect{})
+	if got := collect(got2); len(got) != 0 {
+		t.Errorf("a new subscription got %q, want nothing", got)
 	}
 }
