@@ -314,3 +314,39 @@ func TestNonDestructiveReload(t *testing.T) {
 		t.Fatalf("stats %+v, want empty", st)
 	}
 }
+
+// BenchmarkNonDestructiveLastValue is BenchmarkSendDispatchAck on a
+// non-destructive last-value queue of 100 keys: each send replaces a
+// value and is given to the consumer as a copy, whose ack writes
+// nothing.
+func BenchmarkNonDestructiveLastValue(b *testing.B) {
+	br, _ := New(Config{ExpiryScanInterval: -1, AddressSettings: []AddressSettings{ndSettings("bench")}})
+	defer br.Close()
+	s, _ := br.NewSession(SessionOptions{})
+	var last uint64
+	c, err := s.Subscribe(ConsumerOptions{Address: "bench", RoutingType: Anycast, Credit: 1000,
+		Handler: func(d Delivery) { last = d.ID }})
+	if err != nil {
+		b.Fatal(err)
+	}
+	payload := make([]byte, 1024)
+	keys := make([]string, 100)
+	for i := range keys {
+		keys[i] = fmt.Sprint("k", i)
+	}
+	ctx := context.Background()
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		m := &Message{Address: "bench", RoutingType: Anycast, Body: payload, Properties: map[string]any{PropLastValue: keys[i%len(keys)]}}
+		i++
+		if err := s.Send(ctx, m); err != nil {
+			b.Fatal(err)
+		}
+		if err := c.Ack(last); err != nil {
+			b.Fatal(err)
+		}
+		c.Flow(1)
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
+}
