@@ -64,6 +64,11 @@ func TestNonDestructiveLastValues(t *testing.T) {
 		}
 		col.none(t, 30*time.Millisecond)
 	}
+	// Browsing lists what the queue holds, not the copies in flight.
+	if page, total, err := b.Browse("nd.prices", 0, 10); err != nil || total != 2 || len(page) != 2 ||
+		string(page[0].Message.Body) != "b=1" || string(page[1].Message.Body) != "a=3" || page[0].InFlight {
+		t.Fatalf("browse: %d of %d, %v", len(page), total, err)
+	}
 	q := b.Queue("nd.prices")
 	if st := q.Stats(); st.Depth != 2 || st.Replaced != 2 || st.Dequeued != 2 || st.InFlight != 4 {
 		t.Fatalf("stats %+v, want depth 2, 2 replaced, 2 acked, 4 in flight (c1's a=3, c2's three)", st)

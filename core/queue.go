@@ -839,6 +839,9 @@ func (q *Queue) oldest() time.Time {
 		}
 	}
 	for _, c := range q.consumers {
+		if q.nd {
+			break // its deliveries are copies of what it holds
+		}
 		for _, sl := range c.inflight { // bounded by the consumer's credit
 			if sl.r != nil {
 				see(sl.r.msg)
