@@ -1,9 +1,12 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"maps"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -347,5 +350,99 @@ func TestNonDestructiveMQTT(t *testing.T) {
 	defer d2.Disconnect(&paho5.Disconnect{})
 	if got := collect(got2); len(got) != 0 {
 		t.Errorf("a new subscription got %q, want nothing", got)
+	}
+}
+
+// junction config reload switches an existing queue to non-destructive
+// and back; the API shows the setting in force.
+func TestNonDestructiveReload(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "junction.yaml")
+	conf := func(nd bool) {
+		t.Helper()
+		y := fmt.Sprintf(`data-dir: %s
+config-watch-interval: 0s
+stomp: {listen: "127.0.0.1:0", heart-beat-min: 0s}
+mqtt: {listen: ""}
+amqp: {listen: ""}
+websocket: {listen: ""}
+all: {listen: ""}
+console: {listen: "127.0.0.1:0"}
+address-settings:
+  - {match: "nd.#", non-destructive: %v}
+`, filepath.Join(dir, "data"), nd)
+		if err := os.WriteFile(file, []byte(y), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	conf(false)
+	cfg, err := loadConfig([]string{"--config", file}, noEnv, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stompAddr, _ := startServe(t, cfg)
+	console := lastInstance.addrs["console"].String()
+	reload := func() {
+		t.Helper()
+		var out bytes.Buffer
+		if err := run(context.Background(), []string{"config", "reload", "--console", console}, noEnv, &out, &out); err != nil ||
+			!strings.Contains(out.String(), "address-settings") {
+			t.Fatalf("junction config reload: %v\n%s", err, out.String())
+		}
+	}
+	c, err := gostomp.Dial("tcp", stompAddr, gostomp.ConnOpt.HeartBeat(0, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Disconnect()
+	for i := range 3 {
+		if err := c.Send("/queue/nd.q", "text/plain", []byte(fmt.Sprint("m", i)), gostomp.SendOpt.Receipt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	take := func() []string {
+		t.Helper()
+		sub, err := c.Subscribe("/queue/nd.q", gostomp.AckAuto)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sub.Unsubscribe()
+		return drainStomp(t, sub, 400*time.Millisecond)
+	}
+	// Destructive: m0 is consumed for good (acked; what the window lets
+	// through after it goes back when the subscription ends).
+	sub, err := c.Subscribe("/queue/nd.q", gostomp.AckClientIndividual, gostomp.SubscribeOpt.Header("activemq.prefetchSize", "1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := <-sub.C
+	if m.Err != nil || string(m.Body) != "m0" {
+		t.Fatalf("got %v %q", m.Err, m.Body)
+	}
+	if err := c.Ack(m); err != nil {
+		t.Fatal(err)
+	}
+	sub.Unsubscribe()
+	waitFor(t, "m0 consumed", func() bool {
+		q := apiQueue(t, console, "nd.q")
+		return q["depth"] == float64(2) && q["consumers"] == float64(0)
+	})
+	conf(true)
+	reload()
+	if q := apiQueue(t, console, "nd.q"); q["nonDestructive"] != true {
+		t.Fatalf("after the reload: %v", q)
+	}
+	for range 2 {
+		if got := take(); !slices.Equal(got, []string{"m1", "m2"}) {
+			t.Fatalf("non-destructive consumer got %q, want [m1 m2]", got)
+		}
+	}
+	conf(false)
+	reload()
+	if got := take(); !slices.Equal(got, []string{"m1", "m2"}) {
+		t.Fatalf("got %q", got)
+	}
+	if q := apiQueue(t, console, "nd.q"); q["depth"] != float64(0) || q["nonDestructive"] != nil {
+		t.Fatalf("switched back and consumed: %v", q)
 	}
 }
