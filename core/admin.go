@@ -531,8 +531,12 @@ func (b *Broker) Browse(name string, offset, limit int) ([]BrowsedMessage, int, 
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	inflight := 0
+	// A non-destructive queue's deliveries are copies of the messages it
+	// holds, which are listed as ready.
 	for _, c := range q.consumers {
-		inflight += c.live
+		if !q.nd {
+			inflight += c.live
+		}
 	}
 	total := inflight + q.nready + len(q.sched)
 	if offset >= total {

@@ -68,6 +68,12 @@ type Consumer struct {
 	// seen[p] is the seq up to which the ready list of priority p holds
 	// nothing this consumer may take (see Queue.scanForLocked).
 	seen [MaxPriority + 1]uint64
+	// On a non-destructive queue (nondestructive.go): given[p] is the seq
+	// up to which the ready list of priority p has been given to (or
+	// passed by) this consumer, and again holds its deliveries returned
+	// to be offered again.
+	given [MaxPriority + 1]uint64
+	again []*ref
 }
 
 // Queue returns the queue the consumer reads.
@@ -293,6 +299,11 @@ func (c *Consumer) Reject(id uint64) error {
 		q.mu.Unlock()
 		return ErrUnknownDelivery
 	}
+	if r.of != nil {
+		q.ndSettleLocked(r, false) // the message stays, for the others
+		q.mu.Unlock()
+		return nil
+	}
 	r.consumer = nil
 	q.stats.inflight.Add(-1)
 	q.mu.Unlock()
@@ -373,6 +384,8 @@ func (c *Consumer) close(countFailure bool) {
 		}
 	}
 	c.inflight, c.live = nil, 0
+	clear(c.again)
+	c.again = nil
 	drop := q.temporary && len(q.consumers) == 0
 	if !drop {
 		moves = q.dispatchLocked(now, moves)

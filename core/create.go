@@ -121,6 +121,7 @@ func (b *Broker) unregisteredQueue(name, addr string, rt RoutingType, durable, t
 	}
 	st := b.settings.resolve(addr)
 	q.st.Store(&st)
+	q.nd = st.NonDestructive
 	q.maxBytes.Store(st.MaxSizeBytes)
 	return q
 }

@@ -117,6 +117,8 @@
 //     sync for many producers).
 //     On each queue a last-value key replaces the waiting message with
 //     the same key, and a full ring drops its oldest (lvq.go).
+//     A non-destructive queue gives each consumer a copy of each message
+//     and keeps it (nondestructive.go).
 //  5. A queue hands it to a consumer with credit; the consumer's front-end
 //     writes it to its client.
 //  6. The ack deletes its reference; with the last durable reference the

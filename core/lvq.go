@@ -95,7 +95,13 @@ func (q *Queue) lastValueLocked(r *ref) {
 		}
 	}
 	if max := q.settings().RingSize; max > 0 {
-		for int64(q.nready+len(q.sched))+q.stats.inflight.Load() > max {
+		// A non-destructive queue's deliveries are copies of messages
+		// still waiting: they hold no room of their own.
+		inflight := q.stats.inflight.Load()
+		if q.nd {
+			inflight = 0
+		}
+		for int64(q.nready+len(q.sched))+inflight > max {
 			old := q.oldestWaitingLocked(r)
 			if old == nil || !q.unqueueLocked(old) {
 				break // only r, or messages in flight: over for now

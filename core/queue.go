@@ -28,6 +28,11 @@ type ref struct {
 
 	// tag is a mirror queue's upstream delivery tag (cluster.go).
 	tag uint64
+
+	// of is, for a delivery from a non-destructive queue, the queued ref
+	// it was made from, which stays queued (nondestructive.go); nil for
+	// every other ref.
+	of *ref
 }
 
 // effectKind says what must follow a change made under a queue lock.
@@ -137,6 +142,10 @@ type Queue struct {
 
 	// lv is the last-value and ring state (lvq.go), guarded by mu.
 	lv lastValues
+	// nd (guarded by mu) says consumers are given copies of the messages
+	// and leave them queued (non-destructive, nondestructive.go). From
+	// the settings at creation and at each reload; never on a mirror.
+	nd bool
 
 	maxBytes    atomic.Int64 // bound on bytes; 0 = none (settings, or the consumer that created it)
 	capped      atomic.Bool  // maxBytes is a front-end's per-client budget (ConsumerOptions.MaxBytes)
@@ -381,6 +390,9 @@ func (q *Queue) readyLocked(r *ref) {
 // not blocking the others. Expired messages found on the way are
 // collected for the expiry address.
 func (q *Queue) dispatchLocked(now time.Time, moves []move) []move {
+	if q.nd {
+		return q.ndDispatchLocked(now, moves)
+	}
 	// Whatever the pass below leaves, nobody can take: clean.
 	q.clean = true
 	clear(q.fresh)
@@ -423,7 +435,7 @@ func (q *Queue) dispatchLocked(now time.Time, moves []move) []move {
 // dispatchFreshLocked dispatches after refs were made ready and nothing
 // else changed: on a clean queue it offers only them.
 func (q *Queue) dispatchFreshLocked(now time.Time, moves []move) []move {
-	if !q.clean {
+	if !q.clean || q.nd {
 		return q.dispatchLocked(now, moves)
 	}
 	fresh := q.fresh
@@ -491,6 +503,9 @@ func (q *Queue) offerLocked(r *ref, now time.Time, moves []move) []move {
 // only c can take anything new, so only c looks, from where it stopped.
 func (q *Queue) creditedLocked(c *Consumer, now time.Time, moves []move) []move {
 	q.kickDepageLocked()
+	if q.nd {
+		return q.ndScanLocked(c, now, moves)
+	}
 	if q.clean && len(q.fresh) == 0 {
 		return q.scanForLocked(c, now, moves)
 	}
@@ -636,6 +651,10 @@ func (q *Queue) deliverLocked(c *Consumer, r *ref) {
 // attempts the message is dead-lettered, otherwise it waits out the
 // redelivery delay.
 func (q *Queue) returnLocked(r *ref, failed bool, now time.Time, moves []move) []move {
+	if r.of != nil {
+		q.ndReturnLocked(r, failed)
+		return moves
+	}
 	r.consumer = nil
 	q.stats.inflight.Add(-1)
 	if q.up != nil {
@@ -671,6 +690,10 @@ func (q *Queue) returnLocked(r *ref, failed bool, now time.Time, moves []move) [
 // ackedLocked counts a message consumed for good; a durable one is
 // journaled after the lock is released.
 func (q *Queue) ackedLocked(r *ref, moves []move) []move {
+	if r.of != nil {
+		q.ndSettleLocked(r, true)
+		return moves
+	}
 	r.consumer = nil
 	q.stats.inflight.Add(-1)
 	q.gone(r)
@@ -767,16 +790,20 @@ type QueueStats struct {
 	OldestMessage time.Time
 	ClientID      string // a durable subscription's client id; "" otherwise
 	Selector      string // a subscription's selector; "" for none and for queues (selectors are their consumers')
+	// NonDestructive: consumers leave the messages queued (the address
+	// setting non-destructive, nondestructive.go).
+	NonDestructive bool
 }
 
 // Stats returns a snapshot of q's counters. It holds q's lock only to
 // find OldestMessage, for a look per priority and per message in flight.
 func (q *Queue) Stats() QueueStats {
 	return QueueStats{
-		OldestMessage: q.oldest(),
-		ClientID:      q.clientID,
-		Selector:      q.filter.String(),
-		Name:          q.name, Address: q.address, RoutingType: q.routing,
+		OldestMessage:  q.oldest(),
+		NonDestructive: q.up == nil && q.settings().NonDestructive,
+		ClientID:       q.clientID,
+		Selector:       q.filter.String(),
+		Name:           q.name, Address: q.address, RoutingType: q.routing,
 		Durable: q.durable, Temporary: q.temporary || q.owner != nil,
 		Depth:        q.stats.depth.Load(),
 		InFlight:     q.stats.inflight.Load(),
@@ -812,6 +839,9 @@ func (q *Queue) oldest() time.Time {
 		}
 	}
 	for _, c := range q.consumers {
+		if q.nd {
+			break // its deliveries are copies of what it holds
+		}
 		for _, sl := range c.inflight { // bounded by the consumer's credit
 			if sl.r != nil {
 				see(sl.r.msg)

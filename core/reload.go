@@ -8,7 +8,8 @@ package core
 // and queue resolves its settings again (dead-letter and expiry
 // addresses, delivery attempts, redelivery delays, size limits and full
 // policy, slow-consumer threshold and policy, auto-create, default
-// routing type, duplicate-id cache size). A queue whose consumer gave it
+// routing type, duplicate-id cache size, last-value key, ring size,
+// non-destructive consumption). A queue whose consumer gave it
 // its own size limit (ConsumerOptions.MaxBytes) keeps that limit. On an
 // invalid list nothing changes.
 func (b *Broker) SetAddressSettings(list []AddressSettings) error {
@@ -31,6 +32,7 @@ func (b *Broker) SetAddressSettings(list []AddressSettings) error {
 		if !q.capped.Load() {
 			q.maxBytes.Store(st.MaxSizeBytes)
 		}
+		q.setNonDestructive(st.NonDestructive)
 	}
 	// A raised limit may make room: producers waiting on a BLOCK queue
 	// look again (they also do every roomWaitMax).

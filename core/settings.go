@@ -55,6 +55,10 @@ type Settings struct {
 	// it is full the oldest waiting one is dropped (counted, lvq.go).
 	// 0 = no bound.
 	RingSize int64
+	// NonDestructive makes consumers of the address's queues leave the
+	// messages queued: each consumer is given each message once, and an
+	// ack removes nothing (nondestructive.go).
+	NonDestructive bool
 }
 
 // FullPolicy is what happens to a message sent to a full queue.
@@ -96,6 +100,7 @@ func (p FullPolicy) valid() bool {
 //	duplicate-id-from-message-id false
 //	last-value-key         "" (only _AMQ_LVQ_NAME keys)
 //	ring-size              0 (off)
+//	non-destructive        false
 func DefaultSettings() Settings {
 	return Settings{
 		DeadLetterAddress:    "DLQ",
@@ -135,6 +140,7 @@ type AddressSettings struct {
 	DuplicateIDFromMessageID *bool   `yaml:"duplicate-id-from-message-id"`
 	LastValueKey             *string `yaml:"last-value-key"`
 	RingSize                 *int64  `yaml:"ring-size"`
+	NonDestructive           *bool   `yaml:"non-destructive"`
 }
 
 // Validate checks the pattern and the values.
@@ -229,6 +235,9 @@ func (a *AddressSettings) applyTo(s *Settings) {
 	}
 	if a.RingSize != nil {
 		s.RingSize = *a.RingSize
+	}
+	if a.NonDestructive != nil {
+		s.NonDestructive = *a.NonDestructive
 	}
 }
 

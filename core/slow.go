@@ -26,7 +26,8 @@ func (p SlowConsumerPolicy) valid() bool { return p == SlowNotify || p == SlowKi
 // subscription drains below half the threshold.
 func (q *Queue) checkSlowLocked() []func() {
 	max := q.settings().SlowConsumerThreshold
-	if max <= 0 || !q.temporary || q.durable {
+	// A non-destructive queue's depth is not what its consumer lags by.
+	if max <= 0 || !q.temporary || q.durable || q.nd {
 		return nil
 	}
 	depth := q.stats.depth.Load()

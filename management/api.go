@@ -414,27 +414,29 @@ func (s *Server) deleteAddress(w http.ResponseWriter, r *http.Request) {
 // ---- queues ----
 
 type queueJSON struct {
-	Name          string     `json:"name"`
-	Address       string     `json:"address"`
-	RoutingType   string     `json:"routingType"`
-	Durable       bool       `json:"durable"`
-	Temporary     bool       `json:"temporary"`
-	ClientID      string     `json:"clientId,omitempty"`
-	Selector      string     `json:"selector,omitempty"`
-	Depth         int64      `json:"depth"`
-	InFlight      int64      `json:"inFlight"`
-	Scheduled     int64      `json:"scheduled"`
-	Consumers     int64      `json:"consumers"`
-	Enqueued      uint64     `json:"enqueued"`
-	Dequeued      uint64     `json:"dequeued"`
-	Expired       uint64     `json:"expired"`
-	DeadLettered  uint64     `json:"deadLettered"`
-	Dropped       uint64     `json:"dropped"`
-	Replaced      uint64     `json:"replaced"`
-	Paged         int64      `json:"paged"`
-	Bytes         int64      `json:"bytes"`
-	MaxBytes      int64      `json:"maxBytes"`
-	OldestMessage *time.Time `json:"oldestMessage,omitempty"`
+	Name         string `json:"name"`
+	Address      string `json:"address"`
+	RoutingType  string `json:"routingType"`
+	Durable      bool   `json:"durable"`
+	Temporary    bool   `json:"temporary"`
+	ClientID     string `json:"clientId,omitempty"`
+	Selector     string `json:"selector,omitempty"`
+	Depth        int64  `json:"depth"`
+	InFlight     int64  `json:"inFlight"`
+	Scheduled    int64  `json:"scheduled"`
+	Consumers    int64  `json:"consumers"`
+	Enqueued     uint64 `json:"enqueued"`
+	Dequeued     uint64 `json:"dequeued"`
+	Expired      uint64 `json:"expired"`
+	DeadLettered uint64 `json:"deadLettered"`
+	Dropped      uint64 `json:"dropped"`
+	Replaced     uint64 `json:"replaced"`
+	// NonDestructive: consumers leave the messages queued; absent when not.
+	NonDestructive bool       `json:"nonDestructive,omitempty"`
+	Paged          int64      `json:"paged"`
+	Bytes          int64      `json:"bytes"`
+	MaxBytes       int64      `json:"maxBytes"`
+	OldestMessage  *time.Time `json:"oldestMessage,omitempty"`
 }
 
 func queueOf(q core.QueueStats) queueJSON {
@@ -442,7 +444,7 @@ func queueOf(q core.QueueStats) queueJSON {
 		Temporary: q.Temporary, ClientID: q.ClientID, Selector: q.Selector, Depth: q.Depth, InFlight: q.InFlight, Scheduled: q.Scheduled,
 		Consumers: q.Consumers, Enqueued: q.Enqueued, Dequeued: q.Dequeued, Expired: q.Expired,
 		DeadLettered: q.DeadLettered, Dropped: q.Dropped, Replaced: q.Replaced, Paged: q.Paged, Bytes: q.Bytes, MaxBytes: q.MaxBytes,
-		OldestMessage: timePtr(q.OldestMessage)}
+		OldestMessage: timePtr(q.OldestMessage), NonDestructive: q.NonDestructive}
 }
 
 // queueTotals sums every queue, whatever the filter: the console derives

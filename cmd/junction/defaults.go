@@ -50,6 +50,7 @@ var keyComments = map[string]string{
 	"address-settings[].duplicate-id-from-message-id": "an AMQP message-id is the duplicate id of a message without _AMQ_DUPL_ID",
 	"address-settings[].last-value-key":               "property keying a last-value queue besides _AMQ_LVQ_NAME; empty: only that",
 	"address-settings[].ring-size":                    "messages each queue holds, the oldest waiting one dropped (counted) when full; 0 = no bound",
+	"address-settings[].non-destructive":              "consumers leave messages queued: each gets each message once, an ack removes nothing (expiry, replacement, ring and purge do)",
 }
 
 // defaultsConfig is the configuration in force when nothing is given,

@@ -214,10 +214,11 @@ func TestConfigValidate(t *testing.T) {
 		"line 7: field colour not found",
 		"line 9: address-settings.0",
 		"line 10: address-settings.1",
-		"line 13: notifications.buffer",
-		"line 14: config-watch-interval",
-		"line 16: diverts.0", // forwards to its own address
-		"line 19: diverts.1", // a bad selector
+		"line 13: cannot unmarshal !!str `maybe` into bool", // non-destructive
+		"line 15: notifications.buffer",
+		"line 16: config-watch-interval",
+		"line 18: diverts.0", // forwards to its own address
+		"line 21: diverts.1", // a bad selector
 	} {
 		if !strings.Contains(report, want) {
 			t.Errorf("report lacks %q:\n%s", want, report)

@@ -231,7 +231,7 @@ function renderOverview(b, totals) {
 
 function queueCells(tr, q) {
   const cells = [
-    ["name", q.name], ["address", q.address], ["routing", q.routingType], ["durable", q.durable ? "yes" : ""],
+    ["name", q.name], ["address", q.address], ["routing", q.routingType + (q.nonDestructive ? ", non-destructive" : "")], ["durable", q.durable ? "yes" : ""],
     ["depth num", fmtNum(q.depth)], ["inflight num", fmtNum(q.inFlight)], ["paged num", fmtNum(q.paged || 0)],
     ["scheduled num", fmtNum(q.scheduled || 0)],
     ["consumers num", fmtNum(q.consumers)],
