@@ -17,10 +17,10 @@ build: ## build bin/junction (its load generator is `junction bench`)
 	$(GO) build -o bin/junction ./cmd/junction
 
 test: ## run every test (short fuzz seeds included)
-	$(GO) test -count=1 $(PKGS)
+	$(GO) test -count=1 -timeout 30m $(PKGS)
 
 race: ## run every test under the race detector
-	$(GO) test -race -count=1 $(PKGS)
+	$(GO) test -race -count=1 -timeout 30m $(PKGS)
 
 crash-test: ## kill -9 the broker under durable load ROUNDS times, restart, count lost/unexpected/corrupt
 	JUNCTION_CRASH_ROUNDS=$(ROUNDS) $(GO) test -count=1 -run '^TestCrashKill9(MQTT|AMQP|Paging|Duplicates|RepeatingMessage|Large|PagingLarge)?$$' -v -timeout 60m ./cmd/junction/
