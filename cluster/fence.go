@@ -43,7 +43,7 @@ import (
 // out after it is flagged anyway, lease.go). Contact, here, is a frame
 // of any lane: a node that leads no group hears no Raft message while
 // its groups have no leader (between a leader's loss and the next
-// election), but the forwarding lane's pings, twice per lease, still
+// election), but the forwarding lane's pings, four times per lease, still
 // come from the peers in touch. Peers that all go silent for the lease
 // (stalled) look like a cut: the node then resets its clients
 // needlessly, and they reconnect. Not covered: a network that cuts a

@@ -91,7 +91,8 @@ func TestClusterFence(t *testing.T) {
 // nothing to tell it): the forwarding lane's pings show the fence that
 // the node is still in touch with a majority, and it resets nothing.
 func TestClusterFenceSparesTheFollowersOfALostLeader(t *testing.T) {
-	c := startClusterWith(t, 3, 1, func(cfg *Config) { cfg.Tick = 50 * time.Millisecond })
+	// The default tick: a lease of 500ms, pings every 125ms.
+	c := startCluster(t, 3, 1)
 	c.waitLeaders()
 	const addr = "fenced"
 	l := c.leaderOf(addr)

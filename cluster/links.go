@@ -183,11 +183,12 @@ func (l *links) receive(from uint64, m *rpcMsg) bool {
 
 // run pings every peer and resets the links of peers not heard from.
 func (l *links) run(done <-chan struct{}) {
-	// Twice per lease at least: the pings also show the fence that the
-	// peer is in touch when no Raft message comes from it (neither
+	// Four times per lease at least: the pings also show the fence that
+	// the peer is in touch when no Raft message comes from it (neither
 	// leads a group the other follows, between a leader's loss and the
-	// next election).
-	t := time.NewTicker(min(pingInterval, l.n.lease()/2))
+	// next election), and a ping or two late on a busy machine must not
+	// look like a cut.
+	t := time.NewTicker(min(pingInterval, l.n.lease()/4))
 	defer t.Stop()
 	for {
 		select {
