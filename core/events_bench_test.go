@@ -4,8 +4,8 @@ import (
 	"context"
 	"runtime"
 	"sync/atomic"
-	"time"
 	"testing"
+	"time"
 )
 
 // BenchmarkSendDispatchAckEvents is BenchmarkSendDispatchAck with broker
