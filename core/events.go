@@ -444,7 +444,31 @@ func (b *Broker) publishEvents(ev *events) {
 }
 
 // publishEvent sends e as a non-durable multicast message to address.
+// When nobody would receive it (see unheard), the message is not made:
+// the event counts as routed to nobody, as its send would have.
 func (b *Broker) publishEvent(ev *events, e Event, address string) {
+	if address != ev.cfg.Address {
+		if validAddress(address) != nil {
+			return // refused by prepare: nothing made
+		}
+		// An advisory topic is made on first use, whatever the address
+		// settings say about auto-creating.
+		b.mu.RLock()
+		a := b.addresses[address]
+		made := a != nil && a.isMulti
+		b.mu.RUnlock()
+		if !made {
+			b.mu.Lock()
+			if !b.closed {
+				a := b.addressLocked(address, true)
+				b.addRoutingLocked(a, Multicast)
+			}
+			b.mu.Unlock()
+		}
+	}
+	if b.unheard(address) {
+		return
+	}
 	body, _ := json.Marshal(e)
 	p := map[string]any{
 		PropNotifType:      e.Type,
@@ -489,25 +513,31 @@ func (b *Broker) publishEvent(ev *events, e Event, address string) {
 	if err := b.prepare(m, "", now); err != nil {
 		return
 	}
-	if address != ev.cfg.Address {
-		// An advisory topic is made on first use, whatever the address
-		// settings say about auto-creating.
-		b.mu.RLock()
-		a := b.addresses[address]
-		made := a != nil && a.isMulti
-		b.mu.RUnlock()
-		if !made {
-			b.mu.Lock()
-			if !b.closed {
-				a := b.addressLocked(address, true)
-				b.addRoutingLocked(a, Multicast)
-			}
-			b.mu.Unlock()
-		}
-	}
 	if _, err := b.route(m, now, nil); err != nil {
 		b.log.Debug().Err(err).Str("address", address).Str("event", e.Type).Msg("event not published")
 	}
+}
+
+// unheard reports whether an event sent to address, an existing
+// multicast address, would reach no queue: no divert may take it, and no
+// subscription is bound to the address or matches it with wildcards. It
+// then counts the send unrouted, as routing the event would have, so
+// that an event nobody listens to costs no encoding and no routing (two
+// per connection: opened, closed). A subscriber whose selector refuses
+// the event is a listener here: routing decides.
+func (b *Broker) unheard(address string) bool {
+	if b.diverts.Load() != nil {
+		return false
+	}
+	b.mu.RLock()
+	a := b.addresses[address]
+	ok := a != nil && a.isMulti && !b.closed
+	b.mu.RUnlock()
+	if !ok || len(b.multicastRoutes(a)) > 0 {
+		return false
+	}
+	a.unrouted.Add(1)
+	return true
 }
 
 // advisoryTopic names the ActiveMQ advisory topic of e, or "" when

@@ -216,3 +216,77 @@ func TestEventFloodIsDroppedNotWaitedFor(t *testing.T) {
 	}
 	t.Logf("%d sends dropped by 300 subscriptions in %v: %d events published, %d dropped", n, time.Since(start), st.Published, st.Dropped)
 }
+
+// addressUnrouted returns the sends to address that reached no queue.
+func addressUnrouted(b *Broker, address string) uint64 {
+	for _, a := range b.AddressStats() {
+		if a.Name == address {
+			return a.Unrouted
+		}
+	}
+	return 0
+}
+
+// waitPublished waits until n events have been published.
+func waitPublished(t *testing.T, b *Broker, n uint64) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for b.EventStats().Published < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("events %+v: %d not published within 5s", b.EventStats(), n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// An event nobody listens to is not encoded or routed, but it is still
+// published as far as anyone can tell: counted, kept among the recent
+// events, and counted unrouted on the notification address as a send
+// to an address without queues is. Listeners reached by a wildcard
+// subscription or through a divert get every event as before.
+func TestEventsWithoutListenersStillCountAndReachLateListeners(t *testing.T) {
+	b := newEventBroker(t, EventsConfig{})
+	open := func(id string) {
+		t.Helper()
+		s, err := b.NewSession(SessionOptions{Protocol: "stomp", User: "alice", ClientID: id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Close()
+	}
+	open("nobody")
+	waitPublished(t, b, 2)
+	if n := addressUnrouted(b, DefaultNotificationAddress); n != 2 {
+		t.Fatalf("unrouted events %d, want 2", n)
+	}
+	if r := b.RecentEvents(); len(r) != 2 || r[0].Type != EventConnectionCreated || r[1].Type != EventConnectionDestroyed || r[0].ClientID != "nobody" {
+		t.Fatalf("recent events %+v", r)
+	}
+
+	// A wildcard subscription matching the notification address.
+	watch := newSession(t, b, "")
+	wc, wild := subscribe(t, watch, ConsumerOptions{Address: "activemq.#", RoutingType: Multicast, Credit: 100})
+	open("wild")
+	if e, m := waitEvent(t, wild, EventConnectionCreated); e.ClientID != "wild" || m.Properties[PropClientID] != "wild" || m.Address != DefaultNotificationAddress {
+		t.Fatalf("event through a wildcard subscription %+v %v", e, m.Properties)
+	}
+	waitEvent(t, wild, EventConnectionDestroyed)
+	wc.Close()
+
+	// A divert of the notification address to a queue.
+	if err := b.CreateDivert(Divert{Name: "ev", Address: DefaultNotificationAddress, ForwardingAddress: "queue://kept"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.CreateQueue("kept", Anycast); err != nil {
+		t.Fatal(err)
+	}
+	open("diverted")
+	_, kept := subscribe(t, watch, ConsumerOptions{Address: "kept", RoutingType: Anycast, Credit: 100})
+	if e, _ := waitEvent(t, kept, EventConnectionCreated); e.ClientID != "diverted" {
+		t.Fatalf("diverted event %+v", e)
+	}
+	waitEvent(t, kept, EventConnectionDestroyed)
+	if st := b.EventStats(); st.Dropped != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+}

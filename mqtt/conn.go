@@ -95,6 +95,8 @@ type conn struct {
 	// working waits for the worker doing the connection's work (inWorker).
 	working sync.WaitGroup
 	err     error // why the connection ends (errIdle: it has nothing to read for now)
+	opened  bool  // open has run (in the first worker)
+	closed  bool  // nothing more to do at the end: close has run, or open refused
 
 	// Set by the handshake, then read-only:
 	connectBy time.Time // the CONNECT's deadline; zero once handled
@@ -202,8 +204,7 @@ func (c *conn) closing() bool { return c.stopped.Load() }
 // goroutine, the CONNECT's work alone would leave every idle connection
 // with a stack of 4 or 8 KiB, where waiting fits in 2 KiB.
 const (
-	workOpen  = iota // conn.open
-	workRun          // conn.work, its error in c.err
+	workRun   = iota // conn.open first, then conn.work, its error in c.err
 	workClose        // conn.close
 )
 
@@ -219,25 +220,40 @@ func (c *conn) inWorker(kind int) {
 func (c *conn) worker(kind int) {
 	defer c.working.Done()
 	switch kind {
-	case workOpen:
-		c.open()
 	case workRun:
+		if !c.opened {
+			// The first worker sets the connection up, and goes on with
+			// the CONNECT if it has arrived: a goroutine less per
+			// connection.
+			c.opened = true
+			if c.open(); c.err != nil {
+				c.closed = true // refused: the server is closing
+				return
+			}
+			if c.rd.yield && !c.rd.wait.Ready() {
+				// Wait for the CONNECT in the connection's goroutine,
+				// not in a worker.
+				c.err = errIdle
+				return
+			}
+		}
 		c.err = c.work()
+		if c.err != errIdle {
+			// The end, at once: a goroutine less to start before the
+			// goodbye leaves.
+			c.close()
+			c.closed = true
+		}
 	case workClose:
 		c.close()
 	}
 }
 
-// serve runs the connection until it ends; c.err then says why. A
-// connection that is not plain TCP cannot wait without a buffer: its
-// worker reads until the end.
+// serve runs the connection until it ends; c.err then says why, and
+// c.closed whether the end's work is done. A connection that is not
+// plain TCP cannot wait without a buffer: its worker reads until the
+// end.
 func (c *conn) serve() {
-	if c.rd.yield = c.rd.raw != nil; c.rd.yield {
-		// Wait for the CONNECT here, not in a worker.
-		if c.err = c.rd.waitIdle(); c.err != nil {
-			return
-		}
-	}
 	for {
 		c.inWorker(workRun)
 		if c.err != errIdle {
@@ -258,6 +274,9 @@ func (c *conn) work() error {
 			return err
 		}
 		c.readPhase()
+		// The CONNECT was read exactly, and the client waits for its
+		// CONNACK: no read to look for more.
+		c.rd.answered = true
 	}
 	for {
 		first, body, owned, err := c.rd.next()

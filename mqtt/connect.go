@@ -187,11 +187,15 @@ func (c *conn) handshake() error {
 			p.ServerKeepAlive, p.ServerKeepAliveFlag = uint16(min(c.keepAlive/time.Second, 65535)), true
 		}
 	}
-	c.out.Push(outItem{kind: itemRaw, b: encodePacket(&ack)})
+	// Written by this worker (Flush) rather than a writer's goroutine
+	// started for it; what the resumed session queues starts one, which
+	// writes the CONNACK first.
+	c.out.PushLater(outItem{kind: itemRaw, b: encodePacket(&ack)})
 	c.connected = true
 	if present {
 		c.resume(state)
 	}
+	c.out.Flush()
 	return nil
 }
 

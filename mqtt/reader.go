@@ -80,6 +80,11 @@ type packetReader struct {
 	// when every byte read has been handed out and the socket has no
 	// more (plain TCP only): the caller waits with waitIdle.
 	yield bool
+	// answered: the client most likely waits for the answer to what was
+	// just read (CONNACK), so the next fill of a yielding reader yields
+	// without a read that would find nothing; the wait looks before it
+	// sleeps (waitIdle).
+	answered bool
 	// rule bounds how long a packet may take to arrive once begun; the
 	// clock applying it is made when first needed.
 	rule    guard.Rule
@@ -268,6 +273,13 @@ func (pr *packetReader) fill() error {
 		pr.release()
 		pr.r, pr.w = 0, 0
 		if pr.raw != nil {
+			if pr.yield && pr.answered {
+				pr.answered = false
+				if err := pr.setDeadline(); err != nil {
+					return err
+				}
+				return errIdle
+			}
 			if pr.yield {
 				return pr.tryRaw()
 			}

@@ -208,18 +208,18 @@ func (s *Server) ServeConn(ctx context.Context, nc net.Conn) {
 	c := &conn{s: s, nc: nc, ctx: ctx}
 	// This goroutine only waits (see conn.serve); the work runs in
 	// workers.
-	c.inWorker(workOpen)
-	if c.err != nil {
-		return // refused: the server is closing
-	}
 	c.serve()
-	c.inWorker(workClose)
+	if !c.closed {
+		c.inWorker(workClose)
+	}
 }
 
-// open prepares a connection and registers it.
+// open prepares a connection and registers it; c.err is set if it is
+// refused (the server is closing).
 func (c *conn) open() {
 	s := c.s
 	c.init()
+	c.rd.yield = c.rd.raw != nil
 	c.rd.setDeadline() // the CONNECT's, for the wait to come
 	s.mu.Lock()
 	if s.closing || c.ctx.Err() != nil {

@@ -9,7 +9,9 @@
 # e.g. scripts/bench-conns.sh 3 10000 /tmp/junction-main bin/junction
 # Every client comes from 127.0.0.1, so the per-IP limits are lifted.
 # PROTOS="stomp amqp mqtt" adds MQTT (junction bench mqtt, paho client);
-# the default is "stomp amqp".
+# the default is "stomp amqp". SCENARIOS picks among "idle churn
+# connect" (the default, all three). JB is the junction binary whose
+# bench client runs (default bin/junction).
 set -eu
 rounds=$1 conns=$2
 shift 2
@@ -37,8 +39,12 @@ run() { # binary proto scenario args...
 }
 for r in $(seq "$rounds"); do
 	for proto in ${PROTOS:-stomp amqp}; do
-		for b in "$@"; do run "$b" "$proto" -scenario idle -conns "$conns"; done
-		for b in "$@"; do run "$b" "$proto" -scenario idle -conns "$conns" -churn 2; done
-		for b in "$@"; do run "$b" "$proto" -scenario connect -duration 10s -warmup 2s; done
+		for sc in ${SCENARIOS:-idle churn connect}; do
+			case $sc in
+			idle) for b in "$@"; do run "$b" "$proto" -scenario idle -conns "$conns"; done ;;
+			churn) for b in "$@"; do run "$b" "$proto" -scenario idle -conns "$conns" -churn 2; done ;;
+			connect) for b in "$@"; do run "$b" "$proto" -scenario connect -duration 10s -warmup 2s; done ;;
+			esac
+		done
 	done
 done

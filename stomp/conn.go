@@ -116,6 +116,7 @@ type conn struct {
 	yield   bool
 	woken   bool // Wait has just seen data: the next worker reads without looking
 	working sync.WaitGroup
+	started bool  // open has run (in the first worker)
 	closed  bool  // close has run (in the worker that met the end)
 	err     error // why the read loop ended (errIdle: nothing more to read for now)
 	opened  time.Time
@@ -183,8 +184,7 @@ const maxPendingSends = 4096
 // WebSocket, the one-port listener's) cannot wait without a buffer: its
 // worker reads until the end.
 const (
-	workOpen  = iota // conn.open
-	workRun          // conn.readLoop, its error in c.err
+	workRun   = iota // conn.open first, then conn.readLoop, its error in c.err
 	workClose        // conn.close
 )
 
@@ -204,9 +204,14 @@ func (c *conn) inWorker(kind int) {
 func (c *conn) worker(kind int) {
 	defer c.working.Done()
 	switch kind {
-	case workOpen:
-		c.open()
 	case workRun:
+		if !c.started {
+			// The first worker sets the connection up, and reads the
+			// CONNECT if it has arrived: a goroutine less per
+			// connection.
+			c.started = true
+			c.open()
+		}
 		c.err = c.readLoop()
 		if c.err != errIdle {
 			// The end, at once: a goroutine less to start before the

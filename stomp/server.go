@@ -172,7 +172,6 @@ func (s *Server) ServeConn(ctx context.Context, nc net.Conn) {
 	c := &conn{s: s, nc: nc, ctx: ctx}
 	// This goroutine only waits (see conn.serve); the work runs in
 	// workers.
-	c.inWorker(workOpen)
 	c.serve()
 	if !c.closed {
 		c.inWorker(workClose)
