@@ -516,8 +516,12 @@ func TestHeartBeatNegotiationAndTimeout(t *testing.T) {
 	if err != nil || b != '\n' {
 		t.Fatalf("heart-beat: %q %v", b, err)
 	}
-	// A client that beats stays connected.
-	c := tb.Dial(t, gostomp.ConnOpt.HeartBeat(50*time.Millisecond, 0))
+	// A client that beats stays connected: four beats and more, to a
+	// server that cuts a silent client after ten missed ones (go-stomp's
+	// beats come from a goroutine of its own, which a loaded machine may
+	// run a couple of hundred milliseconds late).
+	patient := stomptest.Start(t, stomp.Config{HeartBeatReceive: 100 * time.Millisecond, HeartBeatGrace: 10})
+	c := patient.Dial(t, gostomp.ConnOpt.HeartBeat(50*time.Millisecond, 0))
 	time.Sleep(400 * time.Millisecond)
 	stomptest.Send(t, c, "/queue/alive", "x", gostomp.SendOpt.Receipt)
 }
