@@ -118,11 +118,27 @@ type mxEndpoint interface {
 
 // wsConn adapts a gorilla client connection to net.Conn: reads stream
 // the payloads of data messages, each Write is one binary message.
+//
+// It is also a sync.Locker, held across the writes of one packet by a
+// client that writes a packet in several Writes and takes the lock when
+// its connection offers one: paho.golang writes an MQTT 5 packet as its
+// fixed header and then each part, and its pinger writes the first
+// PINGREQ from another goroutine as soon as the client is connected.
+// Over TCP a packet's parts go out in one writev; here each is a
+// message, and without the lock a PINGREQ landed inside a SUBSCRIBE,
+// which the broker rightly refused as malformed
+// (TestMQTT5OverWebSocketKeepsPacketsWhole).
 type wsConn struct {
 	ws  *gws.Conn
-	r   io.Reader // the message being read; only the reading goroutine uses it
-	wmu sync.Mutex
+	r   io.Reader  // the message being read; only the reading goroutine uses it
+	wmu sync.Mutex // one message at a time (gorilla allows one writer)
+	pmu sync.Mutex // one packet at a time: Lock and Unlock
 }
+
+var _ sync.Locker = (*wsConn)(nil)
+
+func (c *wsConn) Lock()   { c.pmu.Lock() }
+func (c *wsConn) Unlock() { c.pmu.Unlock() }
 
 func (c *wsConn) Read(p []byte) (int, error) {
 	for {
