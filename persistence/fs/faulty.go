@@ -38,12 +38,21 @@ func injected(op Op, name string, errno syscall.Errno) error {
 }
 
 // FailNth fails the n-th (1-based) operation of kind op with errno, and only
-// that one.
+// that one. Operations of every goroutine count, in the order they reach the
+// file system: when a background goroutine (a journal's preparer) may do the
+// same kind of operation, FailNthMatching picks out the one meant.
 func FailNth(op Op, n int, errno syscall.Errno) Injector {
+	return FailNthMatching(func(o Op, _ string) bool { return o == op }, n, errno)
+}
+
+// FailNthMatching fails the n-th (1-based) operation for which pred returns
+// true with errno, and only that one. Operations pred rejects are not
+// counted.
+func FailNthMatching(pred func(op Op, name string) bool, n int, errno syscall.Errno) Injector {
 	var mu sync.Mutex
 	count := 0
 	return func(o Op, name string) error {
-		if o != op {
+		if !pred(o, name) {
 			return nil
 		}
 		mu.Lock()

@@ -39,8 +39,7 @@ func (j *Journal) maybeCompact() {
 	j.wg.Add(1)
 	go func() {
 		defer j.wg.Done()
-		defer j.compacting.Store(false)
-		j.Compact()
+		j.compact(func() { j.compacting.Store(false) })
 	}()
 }
 
@@ -52,9 +51,17 @@ func (j *Journal) maybeCompact() {
 // retried by a later run. Every step is crash safe: a copy supersedes the
 // original only at a higher LSN, and files are reclaimed only after the
 // copies are durable.
-func (j *Journal) Compact() error {
+func (j *Journal) Compact() error { return j.compact(func() {}) }
+
+// compact runs one compaction. over runs once the run is over, however it
+// ends, and before Events.OnCompact reports it: an automatic run clears
+// j.compacting there, so that the journal may start the next run by the
+// time OnCompact runs.
+func (j *Journal) compact(over func()) error {
 	j.compactMu.Lock()
 	defer j.compactMu.Unlock()
+	over = sync.OnceFunc(over)
+	defer over()
 	select {
 	case <-j.stop:
 		return ErrClosed
@@ -149,6 +156,7 @@ func (j *Journal) Compact() error {
 	j.stats.Compactions++
 	j.stats.CopiedRecs += uint64(n)
 	j.smu.Unlock()
+	over()
 	if j.cfg.Events.OnCompact != nil {
 		j.cfg.Events.OnCompact(nfiles, int(n), time.Since(t))
 	}

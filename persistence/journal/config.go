@@ -58,7 +58,8 @@ type EventListener struct {
 	OnRoll func(sealed, next string)
 	// OnReclaim runs when a dead file is re-headered into the pool.
 	OnReclaim func(file string)
-	// OnCompact runs when a compaction run finishes.
+	// OnCompact runs when a compaction run finishes. An automatic run is
+	// over by then: the journal may already start the next one.
 	OnCompact func(files, copied int, d time.Duration)
 	// OnTornTail runs during Open when an unsynced tail was discarded: bytes
 	// is an estimate (up to the next zero record slot or end of file).

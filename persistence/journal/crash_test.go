@@ -176,21 +176,39 @@ func TestMidLogCorruption(t *testing.T) {
 	}
 }
 
+// TestFaultInjection: an I/O error on the write path fails the journal:
+// the append that met it and every later one get ErrFailed wrapping the
+// errno, and everything confirmed before it is recovered.
+//
+// The datasync and write faults target the writer's active file. Counting
+// every datasync or write instead let the preparer, still headering the
+// pool's files after Open, take the n-th one: it drops a file it failed to
+// prepare (the writer makes its own when it needs one), so nothing failed.
 func TestFaultInjection(t *testing.T) {
+	onActive := func(op fs.Op, n int, errno syscall.Errno) func(active string) fs.Injector {
+		return func(active string) fs.Injector {
+			return fs.FailNthMatching(func(o fs.Op, name string) bool { return o == op && name == active }, n, errno)
+		}
+	}
 	for _, tc := range []struct {
 		desc  string
-		inj   fs.Injector
+		inj   func(active string) fs.Injector
 		errno syscall.Errno
 	}{
-		{"datasync EIO", fs.FailNth(fs.OpDatasync, 5, syscall.EIO), syscall.EIO},
-		{"write ENOSPC", fs.FailNth(fs.OpWrite, 7, syscall.ENOSPC), syscall.ENOSPC},
-		{"preallocate ENOSPC", fs.FailMatching(func(op fs.Op, _ string) bool { return op == fs.OpPreallocate }, syscall.ENOSPC), syscall.ENOSPC},
+		{"datasync EIO", onActive(fs.OpDatasync, 5, syscall.EIO), syscall.EIO},
+		{"write ENOSPC", onActive(fs.OpWrite, 7, syscall.ENOSPC), syscall.ENOSPC},
+		{"preallocate ENOSPC", func(string) fs.Injector {
+			return fs.FailMatching(func(op fs.Op, _ string) bool { return op == fs.OpPreallocate }, syscall.ENOSPC)
+		}, syscall.ENOSPC},
 	} {
 		t.Run(tc.desc, func(t *testing.T) {
 			mem := fs.NewCrashableMem()
 			faulty := fs.NewFaulty(mem, nil)
 			j := mustOpen(t, testConfig(faulty))
-			faulty.SetInjector(tc.inj)
+			j.smu.Lock()
+			active := j.st.files[j.activeSeq].name
+			j.smu.Unlock()
+			faulty.SetInjector(tc.inj(active))
 			m := newModel()
 			var firstErr error
 			id := uint64(1)

@@ -106,11 +106,28 @@ func ExpectClose(t testing.TB, ws *gws.Conn, code int) {
 // close frame reads as io.EOF), each Write is one binary message, Close
 // sends a normal close frame first. One reader at a time; writers are
 // serialised.
+//
+// It is also a sync.Locker, held across the writes of one packet by a
+// client that writes a packet in several Writes and takes the lock when
+// its connection offers one: paho.golang writes an MQTT 5 packet as its
+// fixed header and then each part, and its pinger writes the first
+// PINGREQ from another goroutine as soon as the client is connected.
+// Over TCP a packet's parts go out in one writev; here each is a
+// message, and without the lock a PINGREQ landed inside a SUBSCRIBE,
+// which the broker rightly refused as malformed (cmd/junction's
+// TestMQTT5OverWebSocketKeepsPacketsWhole).
 type Conn struct {
 	ws  *gws.Conn
-	r   io.Reader // the message being read; only the reading goroutine uses it
-	wmu sync.Mutex
+	r   io.Reader  // the message being read; only the reading goroutine uses it
+	wmu sync.Mutex // one message at a time (gorilla allows one writer)
+	pmu sync.Mutex // one packet at a time: Lock and Unlock
 }
+
+var _ sync.Locker = (*Conn)(nil)
+
+// Lock and Unlock hold the connection for one packet's writes.
+func (c *Conn) Lock()   { c.pmu.Lock() }
+func (c *Conn) Unlock() { c.pmu.Unlock() }
 
 // NewConn returns ws as a net.Conn.
 func NewConn(ws *gws.Conn) *Conn { return &Conn{ws: ws} }
