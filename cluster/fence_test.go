@@ -34,28 +34,7 @@ func TestClusterFence(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	c.waitLeaders()
-	const addr = "fenced"
-	l := c.leaderOf(addr)
-	ci, x := (l+1)%3, (l+2)%3
-	prod := session(t, c.access[x], "")
-	for i := range 3 {
-		m := &core.Message{Address: addr, RoutingType: core.Anycast, Durable: true, Body: []byte(fmt.Sprint(i)), Priority: core.DefaultPriority}
-		if err := prod.Send(context.Background(), m); err != nil {
-			t.Fatal(err)
-		}
-	}
-	var aborts atomic.Int32
-	s, err := c.access[ci].NewSession(core.SessionOptions{Protocol: "test", Abort: func() { aborts.Add(1) }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Close)
-	_, col := subscribe(t, s, core.ConsumerOptions{Address: addr, RoutingType: core.Anycast, Credit: 3})
-	for range 3 {
-		if d := col.next(t); d.Redelivered() {
-			t.Fatalf("%q flagged in a healthy cluster", d.Message.Body)
-		}
-	}
+	l, ci, x, aborts := fenceSetup(t, c)
 	n := c.nodes[ci]
 	lease := n.lease()
 	quiet := func(what string) {
@@ -94,28 +73,7 @@ func TestClusterFenceSparesTheFollowersOfALostLeader(t *testing.T) {
 	// The default tick: a lease of 500ms, pings every 125ms.
 	c := startCluster(t, 3, 1)
 	c.waitLeaders()
-	const addr = "fenced"
-	l := c.leaderOf(addr)
-	ci, x := (l+1)%3, (l+2)%3
-	prod := session(t, c.access[x], "")
-	for i := range 3 {
-		m := &core.Message{Address: addr, RoutingType: core.Anycast, Durable: true, Body: []byte(fmt.Sprint(i)), Priority: core.DefaultPriority}
-		if err := prod.Send(context.Background(), m); err != nil {
-			t.Fatal(err)
-		}
-	}
-	var aborts atomic.Int32
-	s, err := c.access[ci].NewSession(core.SessionOptions{Protocol: "test", Abort: func() { aborts.Add(1) }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Close)
-	_, col := subscribe(t, s, core.ConsumerOptions{Address: addr, RoutingType: core.Anycast, Credit: 3})
-	for range 3 {
-		if d := col.next(t); d.Redelivered() {
-			t.Fatalf("%q flagged in a healthy cluster", d.Message.Body)
-		}
-	}
+	l, ci, _, aborts := fenceSetup(t, c)
 	n := c.nodes[ci]
 	c.crash(l)
 	// Until a new leader is elected (one to two election timeouts, each
@@ -127,4 +85,35 @@ func TestClusterFenceSparesTheFollowersOfALostLeader(t *testing.T) {
 	if g := n.groups[0]; g.lead.Load() == 0 {
 		t.Fatalf("no new leader after %v", 12*n.lease())
 	}
+}
+
+// fenceSetup sends three messages to the address "fenced" through one
+// node (x) and has a session on another (ci), neither the leader (l) of
+// its group, take them: three unflagged deliveries held, the session's
+// connection aborts counted.
+func fenceSetup(t *testing.T, c *testCluster) (l, ci, x int, aborts *atomic.Int32) {
+	t.Helper()
+	const addr = "fenced"
+	l = c.leaderOf(addr)
+	ci, x = (l+1)%3, (l+2)%3
+	prod := session(t, c.access[x], "")
+	for i := range 3 {
+		m := &core.Message{Address: addr, RoutingType: core.Anycast, Durable: true, Body: []byte(fmt.Sprint(i)), Priority: core.DefaultPriority}
+		if err := prod.Send(context.Background(), m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	aborts = new(atomic.Int32)
+	s, err := c.access[ci].NewSession(core.SessionOptions{Protocol: "test", Abort: func() { aborts.Add(1) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	_, col := subscribe(t, s, core.ConsumerOptions{Address: addr, RoutingType: core.Anycast, Credit: 3})
+	for range 3 {
+		if d := col.next(t); d.Redelivered() {
+			t.Fatalf("%q flagged in a healthy cluster", d.Message.Body)
+		}
+	}
+	return l, ci, x, aborts
 }
