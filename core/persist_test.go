@@ -28,6 +28,10 @@ type memJournal struct {
 	// hold, when set, holds back every completion until it is closed (a
 	// sync that takes its time).
 	hold chan struct{}
+	// commitsLeft, when positive, is how many more transactions commit:
+	// the ones after it fail (a journal that stops taking them), until
+	// it is set to zero again.
+	commitsLeft int
 }
 
 type memRec struct {
@@ -121,6 +125,16 @@ func (j *memJournal) Commit(tx uint64, done func(error)) {
 	if j.fail != nil {
 		delete(j.txs, tx)
 		j.complete(done, j.fail)
+		return
+	}
+	switch {
+	case j.commitsLeft == 1:
+		j.commitsLeft = -1
+	case j.commitsLeft > 1:
+		j.commitsLeft--
+	case j.commitsLeft < 0:
+		delete(j.txs, tx)
+		j.complete(done, errors.New("transactions stopped"))
 		return
 	}
 	for _, f := range j.txs[tx] {

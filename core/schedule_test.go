@@ -95,6 +95,11 @@ func TestScheduledPropertiesOneShot(t *testing.T) {
 
 func TestRepeatingMessageSurvivesRestart(t *testing.T) {
 	msgs, bindings := newMemJournal(), newMemJournal()
+	// Three transactions: the job's, then its first two copies (each
+	// with the job's state); the third copy's commit fails and is tried
+	// again a second later, so two copies, exactly, are sent before the
+	// restart however slow the machine.
+	msgs.commitsLeft = 3
 	b1 := durableBroker(t, msgs, bindings)
 	s1 := newSession(t, b1, "")
 	ctx := context.Background()
@@ -111,33 +116,40 @@ func TestRepeatingMessageSurvivesRestart(t *testing.T) {
 		t.Fatalf("copy %q %v", body(d), d.Message.Properties)
 	}
 	col.next(t)
+	// The commit that sends a copy delivers it; the job's state in
+	// memory follows once that commit returns.
 	jobs := b1.ScheduledJobs()
+	for deadline := time.Now().Add(5 * time.Second); len(jobs) == 1 && jobs[0].Sent < 2 && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+		jobs = b1.ScheduledJobs()
+	}
 	if len(jobs) != 1 || jobs[0].Sent != 2 || jobs[0].Repeat != 4 || jobs[0].Period != 100*time.Millisecond {
 		t.Fatalf("jobs %+v", jobs)
 	}
 	s1.Close()
 	b1.Close()
-	// The rest after a restart: three more, no repeat of the first two.
+	msgs.mu.Lock()
+	msgs.commitsLeft = 0
+	msgs.mu.Unlock()
+	// The rest after a restart: those unacked before it come back (they
+	// were journaled), then the three copies left, none twice: 2 + 3.
 	b2 := durableBroker(t, msgs, bindings)
 	s2 := newSession(t, b2, "")
 	_, col2 := subscribe(t, s2, ConsumerOptions{Address: "rep", RoutingType: Anycast, Credit: 100})
-	n := 0
-	for ; n < 10; n++ {
-		select {
-		case <-col2.ch:
-			continue
-		case <-time.After(600 * time.Millisecond):
+	for range 5 {
+		col2.next(t)
+	}
+	// The job ends with the commit of its last copy: no copy can follow
+	// it, and the queue holds (in flight, unacked) every copy there is.
+	for deadline := time.Now().Add(5 * time.Second); len(b2.ScheduledJobs()) != 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("jobs left: %+v", b2.ScheduledJobs())
 		}
-		break
 	}
-	// Those unacked before the restart come back too (they were
-	// journaled): 2 + 3.
-	if n != 5 {
-		t.Fatalf("%d delivered after the restart, want 5 (2 unacked, 3 left to send)", n)
+	if st := b2.Queue("rep").Stats(); st.Depth != 5 || st.InFlight != 5 {
+		t.Fatalf("after the restart: %+v, want 5 copies, all delivered (2 unacked, 3 left to send)", st)
 	}
-	if jobs := b2.ScheduledJobs(); len(jobs) != 0 {
-		t.Fatalf("jobs left: %+v", jobs)
-	}
+	col2.none(t, 50*time.Millisecond)
 }
 
 func TestCronJobCancelled(t *testing.T) {

@@ -87,7 +87,13 @@ func recoveredMessages(t *testing.T, p *brokerProc) int {
 	return int(n + paged)
 }
 
-type journalEvents struct{ rolls, reclaims, compactions, pagings atomic.Int64 }
+type journalEvents struct {
+	rolls, reclaims, compactions, pagings atomic.Int64
+	// rolled, when not nil, is signalled (without blocking) at each roll
+	// of the message journal, for a round that waits for one
+	// (crashOpts.roll).
+	rolled chan struct{}
+}
 
 func startProc(t *testing.T, bin, dataDir, configFile string, ev *journalEvents) *brokerProc {
 	t.Helper()
@@ -139,6 +145,12 @@ func startProcWith(t *testing.T, bin, dataDir, configFile string, ev *journalEve
 				ready <- ev
 			case "journal file rolled":
 				p.events.rolls.Add(1)
+				if ev["journal"] == "messages" {
+					select {
+					case p.events.rolled <- struct{}{}:
+					default:
+					}
+				}
 			case "dead journal file returned to the pool":
 				p.events.reclaims.Add(1)
 			case "journal compacted":
@@ -211,13 +223,15 @@ func crashSetup(t *testing.T, extra string) (bin, data, conf string, rounds int,
 	if err := os.WriteFile(conf, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	return bin, data, conf, crashRounds(t), &journalEvents{}
+	return bin, data, conf, crashRounds(t), &journalEvents{rolled: make(chan struct{}, 1)}
 }
 
 func TestCrashKill9(t *testing.T) {
 	// Compaction too; a third of the bodies are over the large-message
-	// threshold.
-	ev := runCrashRounds(t, "  compact-min-ratio: 0.5\n  compact-min-files: 3\n  large-message-threshold: 2KiB\n")
+	// threshold. Each round keeps its load on until the journal has
+	// rolled a file: on a slow machine a few hundred milliseconds of
+	// load can fit in one 256 KiB file.
+	ev := runCrashRoundsWith(t, "  compact-min-ratio: 0.5\n  compact-min-files: 3\n  large-message-threshold: 2KiB\n", crashOpts{roll: true})
 	t.Logf("the journal rolled %d files, reused %d and compacted %d times", ev.rolls.Load(), ev.reclaims.Load(), ev.compactions.Load())
 	if ev.rolls.Load() == 0 || ev.reclaims.Load() == 0 {
 		t.Fatal("the journal never rolled or reused a file: the test did not exercise them")
@@ -286,7 +300,14 @@ type crashOpts struct {
 	unackedEvery    int                     // the consumer leaves one message in this many unacked: 50
 	minRun, randRun int                     // ms before the kill: 300 + up to 1500
 	large           bool                    // check the large-message files after the restart
+	// roll: when the message journal has not rolled a file in the round
+	// by minRun+randRun, the load goes on until it does (up to
+	// crashRollWait), and the kill comes a random part of minRun later.
+	roll bool
 }
+
+// crashRollWait bounds a round's wait for a roll (crashOpts.roll).
+const crashRollWait = time.Minute
 
 func (o crashOpts) withDefaults() crashOpts {
 	if o.body == nil {
@@ -337,6 +358,13 @@ func crashRound(t *testing.T, bin, data, conf string, round int, ev *journalEven
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), uint64(round)))
 	dest := "/queue/crash"
 	p := startProc(t, bin, data, conf, ev)
+	// Every line up to "junction started" has been read: a roll signalled
+	// so far is not this round's load.
+	select {
+	case <-ev.rolled:
+	default:
+	}
+	rolls0 := ev.rolls.Load()
 
 	var mu sync.Mutex
 	sent := map[string]bool{}      // every key a producer tried (its body is o.body's)
@@ -383,8 +411,30 @@ func crashRound(t *testing.T, bin, data, conf string, round int, ev *journalEven
 		defer wg.Done()
 		consumeUntilKill(&wg, p.addr, dest, o.prefetch, o.unackedEvery, stop, &mu, seen, acked)
 	}()
+	began := time.Now()
 	time.Sleep(time.Duration(o.minRun+rng.IntN(o.randRun)) * time.Millisecond)
+	select {
+	case <-ev.rolled: // the round has rolled already
+	default:
+		if !o.roll {
+			break
+		}
+		select {
+		case <-ev.rolled:
+			time.Sleep(time.Duration(rng.IntN(o.minRun)) * time.Millisecond)
+		case <-time.After(crashRollWait):
+			p.kill(t)
+			close(stop)
+			wg.Wait()
+			mu.Lock()
+			n := len(confirmed)
+			mu.Unlock()
+			t.Fatalf("round %d: the journal rolled no file in %v of load (%d messages confirmed)\n%s",
+				round, time.Since(began).Round(time.Millisecond), n, p.log())
+		}
+	}
 	p.kill(t)
+	ran, rolled := time.Since(began), ev.rolls.Load()-rolls0
 	close(stop)
 	wg.Wait()
 
@@ -447,8 +497,8 @@ drain:
 	if left, _ := filepath.Glob(filepath.Join(data, "large", "*.msg")); len(left) > 0 {
 		t.Fatalf("round %d: %d large-message files left after the queue was drained: %v\nbroker log after restart:\n%s", round, len(left), left, p2.log())
 	}
-	t.Logf("round %d: %d sent, %d confirmed, %d delivered before the kill (%d acked), %d delivered after restart",
-		round, len(sent), len(confirmed), len(seen), len(acked), len(drained))
+	t.Logf("round %d: %d sent, %d confirmed, %d delivered before the kill (%d acked) in %v of load (%d journal files rolled), %d delivered after restart",
+		round, len(sent), len(confirmed), len(seen), len(acked), ran.Round(time.Millisecond), rolled, len(drained))
 	if lost+unexpected+corrupt+unflagged > 0 {
 		t.Fatalf("round %d: lost=%d unexpected=%d corrupt=%d unflagged=%d\nbroker log after restart:\n%s",
 			round, lost, unexpected, corrupt, unflagged, p2.log())
