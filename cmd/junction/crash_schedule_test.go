@@ -30,7 +30,8 @@ func TestCrashKill9RepeatingMessage(t *testing.T) {
 			gostomp.SendOpt.Header(core.PropScheduledRepeat, "29"), gostomp.SendOpt.Header(core.PropScheduledPeriod, "60")); err != nil {
 			t.Fatal(err)
 		}
-		later := time.Now().Add(3 * time.Second)
+		// The header carries whole milliseconds: that is the time due.
+		later := time.UnixMilli(time.Now().Add(3 * time.Second).UnixMilli())
 		if err := c.Send(dest, "text/plain", []byte("later"), gostomp.SendOpt.Receipt, gostomp.SendOpt.Header("persistent", "true"),
 			gostomp.SendOpt.Header(core.PropScheduledTime, strconv.FormatInt(later.UnixMilli(), 10))); err != nil {
 			t.Fatal(err)
