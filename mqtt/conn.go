@@ -637,7 +637,7 @@ func (c *conn) onPublish(pk *packets.Packet) error {
 	}
 	switch {
 	case qos == 0:
-		err := c.sess.Send(context.Background(), m)
+		err := c.sess.Send(c.s.sends, m)
 		if err == nil && pk.FixedHeader.Retain {
 			err = c.s.b.Retain(m)
 		}
@@ -648,7 +648,7 @@ func (c *conn) onPublish(pk *packets.Packet) error {
 	case pk.FixedHeader.Retain:
 		// The retained value is journaled by itself after the send:
 		// both before the answer.
-		err := c.sess.Send(context.Background(), m)
+		err := c.sess.Send(c.s.sends, m)
 		if err == nil {
 			err = c.s.b.Retain(m)
 		}
@@ -736,7 +736,7 @@ func (c *conn) qos2(pk *packets.Packet, m *core.Message) error {
 	case c.persistent:
 		done(c.sendWithRecord(m, qos2Key(id)))
 	case retain:
-		done(c.sess.Send(context.Background(), m))
+		done(c.sess.Send(c.s.sends, m))
 	default:
 		c.sess.SendAsync(m, done)
 	}
@@ -758,11 +758,11 @@ func (c *conn) sendWithRecord(m *core.Message, key string) error {
 		return err
 	}
 	tx.SetClientRecord(key, []byte{1})
-	err = tx.Commit(context.Background())
+	err = tx.Commit(c.s.sends)
 	if !errors.Is(err, core.ErrCrossGroupTx) {
 		return err
 	}
-	if err := c.sess.Send(context.Background(), m); err != nil {
+	if err := c.sess.Send(c.s.sends, m); err != nil {
 		return err
 	}
 	ch := make(chan error, 1)

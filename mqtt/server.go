@@ -176,8 +176,13 @@ type Server struct {
 	ctxs map[context.Context]*ctxWatch // guarded by mu
 	wg   sync.WaitGroup                // ServeConn calls, timers' work and the $SYS loop
 
-	done      chan struct{} // closed by Close
-	closeOnce sync.Once
+	done chan struct{} // closed by Close
+	// sends is the context of the connections' sends, cancelled by
+	// Close: a send waiting (for a cluster group's leader, say) ends at
+	// once, so that a connection's handler returns and Close with it.
+	sends       context.Context
+	cancelSends context.CancelFunc
+	closeOnce   sync.Once
 }
 
 // New starts an MQTT front-end over broker b: it picks up the sessions a
@@ -191,6 +196,7 @@ func New(cfg Config, b *core.Broker) (*Server, error) {
 		ctxs: make(map[context.Context]*ctxWatch),
 		done: make(chan struct{}),
 	}
+	s.sends, s.cancelSends = context.WithCancel(context.Background())
 	if err := s.restore(); err != nil {
 		return nil, err
 	}
@@ -305,6 +311,7 @@ func (s *Server) Close() error {
 		}
 		s.mu.Unlock()
 		close(s.done)
+		s.cancelSends()
 		for _, c := range conns {
 			c.stop(stopShutdown)
 		}
