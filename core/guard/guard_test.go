@@ -179,6 +179,34 @@ func TestClockSparesSteadyUpload(t *testing.T) {
 	}
 }
 
+// A peer's close ends the stream with io.EOF even when the read's
+// deadline must be set anew, which net.Pipe refuses once its peer has
+// closed (seen as "read/write on closed pipe" at the end of the steady
+// upload above, when its last read came to move the deadline).
+func TestClockPeerCloseIsEOF(t *testing.T) {
+	for _, rule := range []Rule{{}, {Timeout: time.Second}, {Timeout: time.Second, MinRate: 1}} {
+		server, client := pipe(t)
+		clk := NewClock(server, rule)
+		clk.SetReadDeadline(time.Now().Add(time.Minute))
+		closed := make(chan struct{})
+		go func() {
+			client.Write([]byte("ab"))
+			client.Close()
+			close(closed)
+		}()
+		buf := make([]byte, 2)
+		if _, err := io.ReadFull(clk, buf); err != nil || string(buf) != "ab" {
+			t.Fatalf("rule %+v: read %q, %v", rule, buf, err)
+		}
+		<-closed
+		// A deadline moved: the next read must set it on the pipe.
+		clk.SetReadDeadline(time.Now().Add(2 * time.Minute))
+		if n, err := clk.Read(buf); n != 0 || err != io.EOF {
+			t.Fatalf("rule %+v: read after the peer's close: %d, %v; want io.EOF", rule, n, err)
+		}
+	}
+}
+
 // Between frames only the owner's deadline applies; its expiry is the
 // owner's timeout, not a frame timeout.
 func TestClockOwnerDeadlineBetweenFrames(t *testing.T) {
