@@ -439,7 +439,7 @@ func (p *part) attachRetrying() error {
 			return err
 		}
 		select {
-		case <-n.stop:
+		case <-n.draining:
 			return err
 		case <-time.After(delay):
 		}
@@ -979,7 +979,7 @@ func (a *access) ask(g uint64, what uint8, arg string) ([]byte, error) {
 		}
 		select {
 		case <-time.After(askRetryPause):
-		case <-a.n.stop:
+		case <-a.n.draining:
 			return nil, err
 		}
 	}

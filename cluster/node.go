@@ -188,6 +188,9 @@ type Node struct {
 	stop    chan struct{}
 	wg      sync.WaitGroup
 	once    sync.Once
+
+	draining  chan struct{} // closed by Drain (or Close): waits for a leader end
+	drainOnce sync.Once
 }
 
 type inbound struct {
@@ -211,6 +214,7 @@ func New(cfg Config) (*Node, error) {
 		changed:  make(chan struct{}),
 		failed:   make(chan struct{}),
 		stop:     make(chan struct{}),
+		draining: make(chan struct{}),
 		trSet:    make(chan struct{}),
 	}
 	if n.peers == nil {
@@ -341,6 +345,7 @@ func (n *Node) openGroup(id uint64) (*group, bool, error) {
 func (n *Node) Close() error {
 	var err error
 	n.once.Do(func() {
+		n.Drain()
 		for _, g := range n.groups {
 			g.stopAccepting()
 			g.deactivate()
@@ -356,6 +361,19 @@ func (n *Node) Close() error {
 		err = n.rlog.Close()
 	})
 	return err
+}
+
+// Drain tells the node that its broker is shutting down, before the
+// front-ends drain their connections: from then on an operation that
+// would wait for a group to elect a leader fails at once with
+// core.ErrUnavailable, and the retries of forwarded requests stop. A
+// group that has a leader goes on serving, so work under way finishes;
+// one without (the rest of the cluster already gone) would otherwise
+// hold each handler for up to LeaderWait per message, and the shutdown
+// past any bound (seen in CI: a node still in waitLeader 30 s after
+// SIGTERM, its cluster's other nodes stopped first). Close follows.
+func (n *Node) Drain() {
+	n.drainOnce.Do(func() { close(n.draining) })
 }
 
 // Failed is closed when the node stops by itself on a fatal error (its
@@ -531,7 +549,7 @@ func (n *Node) waitLeader(ctx context.Context, gid uint64) (uint64, error) {
 			return 0, ctx.Err()
 		case <-deadline.C:
 			return 0, fmt.Errorf("%w: group %d has no leader (waited %v)", core.ErrUnavailable, gid, n.cfg.LeaderWait)
-		case <-n.stop:
+		case <-n.draining:
 			return 0, fmt.Errorf("%w: node stopping", core.ErrUnavailable)
 		}
 	}

@@ -150,6 +150,8 @@ func (s *remoteSession) writeRecord(stop <-chan struct{}, op recordOp) error {
 		select {
 		case <-stop:
 			return err
+		case <-n.draining:
+			return err
 		case <-time.After(delay):
 		}
 		delay = min(delay*2, 500*time.Millisecond)

@@ -558,6 +558,11 @@ func journalStats(j *journal.Journal) func() management.JournalStats {
 // stop shuts the listeners down gracefully within ctx, then the broker.
 func (in *instance) stop(ctx context.Context) error {
 	var errs []error
+	if in.cluster != nil {
+		// Before the front-ends drain: a handler waiting for a group
+		// without a leader gives up at once rather than hold the drain.
+		in.cluster.Drain()
+	}
 	for _, p := range in.protocols {
 		errs = append(errs, p.Close())
 	}

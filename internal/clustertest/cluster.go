@@ -505,25 +505,28 @@ func (n *Node) Wipe() {
 
 // Terminate stops the node with SIGTERM; a node still running 30 s later
 // gets SIGQUIT, so that its goroutine stacks land in its log, then
-// SIGKILL. It fails the test in that case, or on a non-zero exit.
-func (n *Node) Terminate() {
+// SIGKILL. It fails the test in that case, or on a non-zero exit. It
+// returns the time from SIGTERM to the exit.
+func (n *Node) Terminate() time.Duration {
 	n.mu.Lock()
 	done := n.done
 	n.mu.Unlock()
 	if done == nil || !n.Running() {
-		return
+		return 0
 	}
 	n.signal(syscall.SIGCONT)
+	start := time.Now()
 	n.signal(syscall.SIGTERM)
 	select {
 	case <-done:
+		took := time.Since(start)
 		n.mu.Lock()
 		err := n.err
 		n.mu.Unlock()
 		if err != nil {
 			n.c.T.Errorf("node %d exited with %v after SIGTERM:\n%s", n.ID, err, Tail(n.Log, 30))
 		}
-		return
+		return took
 	case <-time.After(30 * time.Second):
 	}
 	n.signal(syscall.SIGQUIT)
@@ -534,6 +537,7 @@ func (n *Node) Terminate() {
 		<-done
 	}
 	n.c.T.Errorf("node %d did not exit within 30s of SIGTERM; SIGQUIT sent, its goroutines are in %s\n%s", n.ID, n.Log, Goroutines(n.Log, 40))
+	return time.Since(start)
 }
 
 // Goroutines digests the goroutine dump at the end of a log (a Go
