@@ -64,7 +64,7 @@ func startClusterWith(t *testing.T, size, groups int, tweak func(*Config)) *test
 		if err != nil {
 			t.Fatal(err)
 		}
-		b, err := core.New(core.Config{Cluster: n.Cluster(), Events: cfg.Broker.Events})
+		b, err := core.New(core.Config{Cluster: n.Cluster(), Events: cfg.Broker.Events, Diverts: cfg.Broker.Diverts})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -552,7 +552,7 @@ func (c *testCluster) restart(i int, wipe bool) {
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	b, err := core.New(core.Config{Cluster: n.Cluster(), Events: cfg.Broker.Events})
+	b, err := core.New(core.Config{Cluster: n.Cluster(), Events: cfg.Broker.Events, Diverts: cfg.Broker.Diverts})
 	if err != nil {
 		c.t.Fatal(err)
 	}

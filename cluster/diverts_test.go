@@ -1,15 +1,105 @@
 package cluster
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/junctionmq/junction/core"
 )
 
-// A cluster node refuses diverts, saying why, rather than keeping one
-// that nothing applies.
-func TestClusterRefusesDiverts(t *testing.T) {
+// Diverts of the nodes' configuration apply where a send enters the
+// cluster: a copy (or, exclusive, the message itself) goes to the group
+// of its forwarding address, durable and confirmed like any send, with
+// the original address in _AMQ_ORIG_ADDRESS; a selector picks what is
+// diverted. Every address here is in a group of its own, so each copy
+// crosses groups.
+func TestClusterDiverts(t *testing.T) {
+	const orders, audit, raw, clean = "orders", "audit", "raw", "clean"
+	c := startClusterWith(t, 3, 4, func(cfg *Config) {
+		cfg.Broker.Diverts = []core.Divert{
+			{Name: "copy", Address: orders, ForwardingAddress: audit},
+			{Name: "move", Address: raw, ForwardingAddress: clean, Exclusive: true, Filter: "kind = 'x'"},
+		}
+	})
+	c.waitBalanced()
+	var groups []uint64
+	for _, a := range []string{orders, audit, raw, clean} {
+		groups = append(groups, c.nodes[0].groupOf(a))
+	}
+	slices.Sort(groups)
+	if len(slices.Compact(groups)) < 3 {
+		t.Fatalf("the test's addresses share groups: %v", groups)
+	}
+	for _, q := range []string{orders, audit, raw, clean} {
+		if err := c.access[0].CreateQueue(q, core.Anycast); err != nil {
+			t.Fatal(err)
+		}
+	}
+	prod := session(t, c.access[1], "")
+	send := func(addr, kind string, i int) {
+		t.Helper()
+		m := &core.Message{Address: addr, RoutingType: core.Anycast, Durable: true, Priority: core.DefaultPriority,
+			Body: []byte(fmt.Sprintf("%s %s %d", addr, kind, i)), Properties: map[string]any{"kind": kind}}
+		if err := prod.Send(context.Background(), m); err != nil {
+			t.Fatalf("send to %s: %v", addr, err)
+		}
+	}
+	const n = 5
+	for i := range n {
+		send(orders, "x", i)
+		send(raw, "x", i)
+		send(raw, "y", i)
+	}
+	// What each queue holds, read through the third node.
+	cons := session(t, c.access[2], "")
+	read := func(q string, want int) []core.Delivery {
+		t.Helper()
+		cn, col := subscribe(t, cons, core.ConsumerOptions{Address: q, RoutingType: core.Anycast, Credit: 100})
+		var got []core.Delivery
+		for range want {
+			d := col.next(t)
+			if err := cn.Ack(d.ID); err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, d)
+		}
+		select {
+		case d := <-col.ch:
+			t.Fatalf("%s: one more than %d: %q", q, want, d.Message.Body)
+		case <-time.After(300 * time.Millisecond):
+		}
+		return got
+	}
+	for i, d := range read(orders, n) {
+		if want := fmt.Sprintf("orders x %d", i); string(d.Message.Body) != want {
+			t.Fatalf("orders: %q, want %q", d.Message.Body, want)
+		}
+	}
+	for i, d := range read(audit, n) {
+		if want := fmt.Sprintf("orders x %d", i); string(d.Message.Body) != want || d.Message.Properties[core.PropOriginalAddress] != orders {
+			t.Fatalf("audit: %q from %v, want %q from orders", d.Message.Body, d.Message.Properties[core.PropOriginalAddress], want)
+		}
+	}
+	// The exclusive divert took the x ones away from raw.
+	for i, d := range read(raw, n) {
+		if want := fmt.Sprintf("raw y %d", i); string(d.Message.Body) != want {
+			t.Fatalf("raw: %q, want %q", d.Message.Body, want)
+		}
+	}
+	for i, d := range read(clean, n) {
+		if want := fmt.Sprintf("raw x %d", i); string(d.Message.Body) != want || d.Message.Properties[core.PropOriginalAddress] != raw {
+			t.Fatalf("clean: %q from %v, want %q from raw", d.Message.Body, d.Message.Properties[core.PropOriginalAddress], want)
+		}
+	}
+}
+
+// Diverts made through the API and virtual topics are refused on a
+// cluster node, saying why, rather than kept where nothing applies them.
+func TestClusterRefusesAPIDiverts(t *testing.T) {
 	c := startCluster(t, 3, 2)
 	err := c.access[0].CreateDivert(core.Divert{Name: "d", Address: "a", ForwardingAddress: "b"})
 	if !errors.Is(err, core.ErrNotInCluster) {
@@ -20,5 +110,8 @@ func TestClusterRefusesDiverts(t *testing.T) {
 	}
 	if _, err := core.New(core.Config{Cluster: c.nodes[0].Cluster(), VirtualTopics: true}); !errors.Is(err, core.ErrNotInCluster) {
 		t.Fatalf("an access broker with virtual topics: %v, want ErrNotInCluster", err)
+	}
+	if err := c.access[0].ReloadDiverts(nil, true); !errors.Is(err, core.ErrNotInCluster) {
+		t.Fatalf("reloading virtual topics on a cluster node: %v, want ErrNotInCluster", err)
 	}
 }

@@ -103,9 +103,12 @@
 //     its groups' live messages in memory.
 //   - The dead-letter and expiry addresses are kept per group; a consumer
 //     of one reads every group.
-//   - Diverts and virtual topics: a divert acts where a send is routed,
-//     on the group broker of its address, and nothing replicates it in
-//     that group nor forwards its copies to other groups; an access
-//     broker refuses them (core.ErrNotInCluster), and so does cmd's
-//     configuration check, rather than ignoring them.
+//   - Diverts apply where a send enters the cluster: each node's access
+//     broker applies those of its configuration file (the same on every
+//     node), and forwards each copy to the group of its address like a
+//     send of its own; group brokers apply none. Diverts made through
+//     the API are refused (core.ErrNotInCluster): they would apply on
+//     one node only. Virtual topics are refused too, by the access
+//     broker and by cmd's configuration check: the queues
+//     Consumer.*.VirtualTopic.X of a topic live in other groups.
 package cluster

@@ -326,6 +326,10 @@ func (g *group) activate(term uint64) {
 	cfg.Messages = groupJournal{g: g, ns: nsMessages}
 	cfg.Bindings = groupJournal{g: g, ns: nsBindings}
 	cfg.Large, cfg.Pager, cfg.Cluster = nil, nil, nil
+	// Diverts are the access brokers' (core.Session.clusterSendDiverted):
+	// applied again here, their copies would be stored in this group
+	// whatever their address's group.
+	cfg.Diverts, cfg.VirtualTopics = nil, false
 	// A message is handed out once committed, never before: see
 	// core.Config.VisibleWhenStored (and completer for the order).
 	cfg.VisibleWhenStored = true

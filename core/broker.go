@@ -241,8 +241,8 @@ func New(cfg Config) (*Broker, error) {
 	if b.cluster != nil && (b.msgs != nil || b.bindings != nil || b.large != nil || b.pager != nil) {
 		return nil, errors.New("core: an access broker (Config.Cluster) keeps no journals or page stores: its groups do")
 	}
-	if b.cluster != nil && (len(cfg.Diverts) > 0 || cfg.VirtualTopics) {
-		return nil, fmt.Errorf("%w: diverts and virtual topics", ErrNotInCluster)
+	if b.cluster != nil && cfg.VirtualTopics {
+		return nil, errVirtualTopicsInCluster
 	}
 	rs, err := b.recover()
 	if err != nil {

@@ -397,14 +397,52 @@ func (s *Session) clusterSend(m *Message, done func(error)) error {
 		return err
 	}
 	s.countIn(1, len(m.Body))
+	if dt := s.b.diverts.Load(); dt != nil {
+		if copies, exclusive := dt.divert(s.b, m); len(copies) > 0 || exclusive {
+			return s.clusterSendDiverted(m, copies, exclusive, done)
+		}
+	}
+	s.clusterForward(m, done)
+	return nil
+}
+
+// clusterForward hands a checked message to its group.
+func (s *Session) clusterForward(m *Message, done func(error)) {
 	if !m.Durable && done != nil {
 		// As on a single broker, a message nothing journals is confirmed
 		// at once; it follows the session's earlier sends upstream.
 		s.remote.Send(m, nil)
 		done(nil)
-		return nil
+		return
 	}
 	s.remote.Send(m, done)
+}
+
+// clusterSendDiverted forwards m (unless an exclusive divert took it)
+// and its diverted copies, each to the group of its address, and
+// confirms once all are confirmed. A cluster applies diverts where a
+// send enters it, on the access broker, from the node's configuration:
+// the group of the source address could not store copies for the groups
+// of their targets. As on a single broker the copies are the broker's
+// own sends (not authorized as the producer's) and are not diverted
+// again, and the whole is not atomic (divert.go): a part's failure
+// fails the send while the parts already forwarded stay.
+func (s *Session) clusterSendDiverted(m *Message, copies []*Message, exclusive bool, done func(error)) error {
+	f := &fan{done: done}
+	if !exclusive {
+		s.clusterForward(m, f.part())
+	}
+	for _, c := range copies {
+		if err := validAddress(c.Address); err != nil {
+			f.abort()
+			return fmt.Errorf("diverting to %q: %w", c.Address, err)
+		}
+		c.UserID = m.UserID
+		s.clusterForward(c, f.part())
+	}
+	if !f.seal() && done != nil {
+		done(nil)
+	}
 	return nil
 }
 

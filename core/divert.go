@@ -44,12 +44,18 @@ var (
 )
 
 // errDivertsInCluster refuses the API's diverts on a cluster node. A
-// divert would have to be a binding of the group broker that holds its
-// source address (of every group, for a pattern), and its copies sent on
-// to the groups of their targets; until then a cluster node refuses
-// diverts rather than keeping one that nothing applies.
-var errDivertsInCluster = fmt.Errorf("%w: diverts are applied where a send is routed, on the group broker of its address, "+
-	"and a cluster does not yet forward their copies to other groups", ErrNotInCluster)
+// cluster applies diverts where a send enters it, on the node's access
+// broker, from the node's configuration file (which every node must
+// share, as it shares address settings). One made through the API would
+// be in force on that node only, and lost with its process: an access
+// broker keeps no journal.
+var errDivertsInCluster = fmt.Errorf("%w: a cluster node takes its diverts from its configuration file, the same on every node; "+
+	"one made through the API would apply on this node only", ErrNotInCluster)
+
+// errVirtualTopicsInCluster refuses virtual topics on a cluster node: a
+// send to VirtualTopic.X would have to find the queues
+// Consumer.*.VirtualTopic.X of every group where it enters the cluster.
+var errVirtualTopicsInCluster = fmt.Errorf("%w: virtual topics (the consumer queues of a topic live in other groups than the topic)", ErrNotInCluster)
 
 // Divert copies or moves what reaches an address to other addresses.
 type Divert struct {
@@ -256,8 +262,8 @@ func (b *Broker) DeleteDivert(name string) error {
 // of the configuration's replaces an API divert of that name, and its
 // record).
 func (b *Broker) ReloadDiverts(list []Divert, vt bool) error {
-	if b.cluster != nil && (len(list) > 0 || vt) {
-		return errDivertsInCluster
+	if b.cluster != nil && vt {
+		return errVirtualTopicsInCluster
 	}
 	for i := range list {
 		if err := list[i].Validate(); err != nil {

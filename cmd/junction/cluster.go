@@ -273,7 +273,10 @@ func (in *instance) openCluster(cfg Config, bcfg core.Config) error {
 	acfg := core.Config{AddressSettings: cfg.AddressSettings, Logger: bcfg.Logger, Cluster: node.Cluster(),
 		Authenticator: bcfg.Authenticator, Authorizer: bcfg.Authorizer,
 		// The access broker is the one the clients log in to.
-		PreAuthBudget: int64(cfg.Limits.PreAuthBudget), Events: cfg.Notifications}
+		PreAuthBudget: int64(cfg.Limits.PreAuthBudget), Events: cfg.Notifications,
+		// And the one that applies diverts, where a send enters the
+		// cluster (core.Session.clusterSendDiverted).
+		Diverts: cfg.Diverts}
 	b, err := core.New(acfg)
 	if err != nil {
 		node.Close()

@@ -731,9 +731,6 @@ func (c *Config) validate() []fieldError {
 	}
 	if c.Cluster.enabled() {
 		// Refused rather than ignored (core.ErrNotInCluster).
-		if len(c.Diverts) > 0 {
-			bad("diverts", "a cluster node does not apply diverts yet: their copies would have to be forwarded from the group of their address to the groups of their targets")
-		}
 		if c.VirtualTopics {
 			bad("virtual-topics", "a cluster node does not apply virtual topics yet: the consumer queues of a virtual topic live in other groups than the topic")
 		}

@@ -288,9 +288,11 @@ func TestPersistenceOffNeverTouchesTheDisk(t *testing.T) {
 	}
 }
 
-// A cluster node refuses diverts and virtual topics in its configuration
-// rather than ignoring them (its groups would not apply them).
-func TestConfigValidateRefusesDivertsOnACluster(t *testing.T) {
+// A cluster node takes diverts in its configuration (its access broker
+// applies them where a send enters the cluster) and refuses virtual
+// topics rather than ignoring them (their consumer queues live in other
+// groups than the topic).
+func TestConfigValidateRefusesVirtualTopicsOnACluster(t *testing.T) {
 	cfg := defaultConfig()
 	cfg.Diverts = []core.Divert{{Name: "d", Address: "a", ForwardingAddress: "b"}}
 	cfg.VirtualTopics = true
@@ -302,7 +304,7 @@ func TestConfigValidateRefusesDivertsOnACluster(t *testing.T) {
 	}
 	cfg.Cluster.NodeID = 1
 	errs := cfg.validate()
-	if !has(errs, "diverts") || !has(errs, "virtual-topics") {
-		t.Fatalf("a cluster node takes diverts and virtual topics: %v", errs)
+	if has(errs, "diverts") || !has(errs, "virtual-topics") {
+		t.Fatalf("a cluster node: %v; want virtual-topics refused, diverts taken", errs)
 	}
 }

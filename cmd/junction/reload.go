@@ -186,16 +186,13 @@ func (lc *liveConfig) reload(trigger string) ReloadResult {
 	}
 	b := lc.in.broker
 	if next.Cluster.enabled() {
-		// The access broker's settings are not its groups': those are
-		// set when a node starts.
-		refuse("a cluster node's groups keep theirs until a restart", "address-settings", "diverts", "virtual-topics")
+		// The access broker's address settings are not its groups':
+		// those are set when a node starts. Its diverts are its own
+		// (core applies them where a send enters the cluster), and
+		// reload below as a single broker's do.
+		refuse("a cluster node's groups keep theirs until a restart", "address-settings")
 		changed = slices.DeleteFunc(changed, func(p string) bool {
-			for _, n := range []string{"address-settings", "diverts", "virtual-topics"} {
-				if p == n || strings.HasPrefix(p, n+".") {
-					return true
-				}
-			}
-			return false
+			return p == "address-settings" || strings.HasPrefix(p, "address-settings.")
 		})
 	}
 	if apply("log-level") {

@@ -258,6 +258,7 @@ type Cluster struct {
 	Dir   string // logs, data directories and the timeline
 
 	bin      string
+	config   string // a YAML file every node reads (--config), or ""
 	http     *http.Client
 	timeline *os.File
 	tmu      sync.Mutex
@@ -276,7 +277,25 @@ func Start(t testing.TB, nw Network) *Cluster {
 // StartBinary is Start with the junction binary at bin.
 func StartBinary(t testing.TB, nw Network, bin string) *Cluster {
 	t.Helper()
+	return start(t, nw, bin, "")
+}
+
+// StartConfig is Start with every node reading the configuration file
+// yaml (besides the harness's flags, which win).
+func StartConfig(t testing.TB, nw Network, yaml string) *Cluster {
+	t.Helper()
+	return start(t, nw, Binary(t), yaml)
+}
+
+func start(t testing.TB, nw Network, bin, yaml string) *Cluster {
+	t.Helper()
 	c := &Cluster{T: t, Net: nw, Nodes: map[uint64]*Node{}, Dir: t.TempDir(), bin: bin}
+	if yaml != "" {
+		c.config = filepath.Join(c.Dir, "junction.yaml")
+		if err := os.WriteFile(c.config, []byte(yaml), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
 	c.http = &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{
 		DialContext:       func(ctx context.Context, _, addr string) (net.Conn, error) { return nw.Dial(ctx, addr) },
 		DisableKeepAlives: true,
@@ -377,6 +396,9 @@ func (n *Node) launch(join bool) {
 		// Every test client connects from one IP: the per-IP connection
 		// rate limit would throttle their failover as if one host did.
 		"--connection-rate-per-ip", "0"}
+	if n.c.config != "" {
+		args = append(args, "--config", n.c.config)
+	}
 	if join {
 		args = append(args, "--cluster-join")
 	}
