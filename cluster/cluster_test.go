@@ -64,7 +64,7 @@ func startClusterWith(t *testing.T, size, groups int, tweak func(*Config)) *test
 		if err != nil {
 			t.Fatal(err)
 		}
-		b, err := core.New(core.Config{Cluster: n.Cluster(), Events: cfg.Broker.Events, Diverts: cfg.Broker.Diverts})
+		b, err := core.New(accessConfig(n, cfg))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -74,6 +74,12 @@ func startClusterWith(t *testing.T, size, groups int, tweak func(*Config)) *test
 	t.Cleanup(c.close)
 	c.waitLeaders()
 	return c
+}
+
+// accessConfig is the configuration of node n's access broker, from
+// what its groups' brokers take, as cmd's is.
+func accessConfig(n *Node, cfg Config) core.Config {
+	return core.Config{Cluster: n.Cluster(), Events: cfg.Broker.Events, Diverts: cfg.Broker.Diverts, AddressSettings: cfg.Broker.AddressSettings}
 }
 
 func testLogger(t *testing.T, id uint64) zerolog.Logger {
@@ -552,7 +558,7 @@ func (c *testCluster) restart(i int, wipe bool) {
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	b, err := core.New(core.Config{Cluster: n.Cluster(), Events: cfg.Broker.Events, Diverts: cfg.Broker.Diverts})
+	b, err := core.New(accessConfig(n, cfg))
 	if err != nil {
 		c.t.Fatal(err)
 	}
