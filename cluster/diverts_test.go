@@ -115,3 +115,62 @@ func TestClusterRefusesAPIDiverts(t *testing.T) {
 		t.Fatalf("reloading virtual topics on a cluster node: %v, want ErrNotInCluster", err)
 	}
 }
+
+// ActiveMQ's virtual topics on a cluster: each consumer group's queue
+// Consumer.NAME.VirtualTopic.X lives in the group of VirtualTopic.X,
+// whose broker copies every send to the topic to each of them; they are
+// read through any node, and a send straight to one of them reaches
+// that one only.
+func TestClusterVirtualTopics(t *testing.T) {
+	const topic = "VirtualTopic.orders"
+	queues := []string{"Consumer.A." + topic, "Consumer.B." + topic}
+	c := startClusterWith(t, 3, 4, func(cfg *Config) { cfg.Broker.VirtualTopics = true })
+	c.waitBalanced()
+	for _, q := range queues {
+		if g, tg := c.nodes[0].groupOf(q), c.nodes[0].groupOf(topic); g != tg {
+			t.Fatalf("%s is in group %d, its topic in %d", q, g, tg)
+		}
+		if err := c.access[0].CreateQueue(q, core.Anycast); err != nil {
+			t.Fatal(err)
+		}
+	}
+	prod := session(t, c.access[1], "")
+	send := func(addr string, rt core.RoutingType, body string) {
+		t.Helper()
+		m := &core.Message{Address: addr, RoutingType: rt, Durable: true, Priority: core.DefaultPriority, Body: []byte(body)}
+		if err := prod.Send(context.Background(), m); err != nil {
+			t.Fatalf("send to %s: %v", addr, err)
+		}
+	}
+	const n = 5
+	for i := range n {
+		send(topic, core.Multicast, fmt.Sprint(i))
+	}
+	send(queues[1], core.Anycast, "B only")
+	for i, q := range queues {
+		s := session(t, c.access[2-i], "")
+		cn, col := subscribe(t, s, core.ConsumerOptions{Address: q, RoutingType: core.Anycast, Credit: 100})
+		want := n
+		if i == 1 {
+			want++
+		}
+		for j := range want {
+			d := col.next(t)
+			body := fmt.Sprint(j)
+			if j == n {
+				body = "B only"
+			}
+			if string(d.Message.Body) != body {
+				t.Fatalf("%s: %q, want %q", q, d.Message.Body, body)
+			}
+			if err := cn.Ack(d.ID); err != nil {
+				t.Fatal(err)
+			}
+		}
+		select {
+		case d := <-col.ch:
+			t.Fatalf("%s: one more: %q", q, d.Message.Body)
+		case <-time.After(300 * time.Millisecond):
+		}
+	}
+}

@@ -108,7 +108,6 @@
 //     node), and forwards each copy to the group of its address like a
 //     send of its own; group brokers apply none. Diverts made through
 //     the API are refused (core.ErrNotInCluster): they would apply on
-//     one node only. Virtual topics are refused too, by the access
-//     broker and by cmd's configuration check: the queues
-//     Consumer.*.VirtualTopic.X of a topic live in other groups.
+//     one node only. Virtual topics are the groups' brokers': groupOf
+//     places a queue Consumer.NAME.VirtualTopic.X with its topic.
 package cluster

@@ -328,8 +328,9 @@ func (g *group) activate(term uint64) {
 	cfg.Large, cfg.Pager, cfg.Cluster = nil, nil, nil
 	// Diverts are the access brokers' (core.Session.clusterSendDiverted):
 	// applied again here, their copies would be stored in this group
-	// whatever their address's group.
-	cfg.Diverts, cfg.VirtualTopics = nil, false
+	// whatever their address's group. Virtual topics are the groups':
+	// a topic's consumer queues are in its group (Node.groupOf).
+	cfg.Diverts = nil
 	// A message is handed out once committed, never before: see
 	// core.Config.VisibleWhenStored (and completer for the order).
 	cfg.VisibleWhenStored = true

@@ -415,6 +415,10 @@ func (n *Node) groupOf(address string) uint64 {
 	if g, ok := tempGroup(address); ok && g <= uint64(n.cfg.Groups) {
 		return g
 	}
+	if topic, ok := core.VirtualTopicOf(address); ok {
+		// With its topic, whose group broker copies to it.
+		address = topic
+	}
 	h := fnv.New32a()
 	h.Write([]byte(address))
 	return 1 + uint64(h.Sum32())%uint64(n.cfg.Groups)

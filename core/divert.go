@@ -52,10 +52,10 @@ var (
 var errDivertsInCluster = fmt.Errorf("%w: a cluster node takes its diverts from its configuration file, the same on every node; "+
 	"one made through the API would apply on this node only", ErrNotInCluster)
 
-// errVirtualTopicsInCluster refuses virtual topics on a cluster node: a
-// send to VirtualTopic.X would have to find the queues
-// Consumer.*.VirtualTopic.X of every group where it enters the cluster.
-var errVirtualTopicsInCluster = fmt.Errorf("%w: virtual topics (the consumer queues of a topic live in other groups than the topic)", ErrNotInCluster)
+// errVirtualTopicsInCluster refuses virtual topics on a cluster node's
+// access broker: they are its groups' (a consumer queue lives in its
+// topic's group, whose broker copies to it; see VirtualTopicOf).
+var errVirtualTopicsInCluster = fmt.Errorf("%w: virtual topics are set on a cluster node's groups, not its access broker", ErrNotInCluster)
 
 // Divert copies or moves what reaches an address to other addresses.
 type Divert struct {
@@ -164,6 +164,27 @@ const (
 	VirtualTopicPrefix         = "VirtualTopic."
 	VirtualTopicConsumerPrefix = "Consumer."
 )
+
+// VirtualTopicOf returns the virtual topic whose consumer queue queue
+// is (VirtualTopic.X for Consumer.NAME.VirtualTopic.X), if it is one.
+// A NAME holding ".VirtualTopic." is cut at its first: the topic is the
+// longest the name allows. A cluster places a consumer queue in its
+// topic's group, whose broker copies the topic's messages to it.
+func VirtualTopicOf(queue string) (string, bool) {
+	rest, ok := strings.CutPrefix(queue, VirtualTopicConsumerPrefix)
+	if !ok || len(rest) < 2 {
+		return "", false
+	}
+	i := strings.Index(rest[1:], "."+VirtualTopicPrefix)
+	if i < 0 {
+		return "", false
+	}
+	topic := rest[1+i+1:]
+	if len(topic) <= len(VirtualTopicPrefix) {
+		return "", false
+	}
+	return topic, true
+}
 
 // setDivertsLocked installs the diverts (checked) and the virtual-topic
 // setting (b.divMu held).

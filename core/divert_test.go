@@ -245,3 +245,21 @@ func TestAPIDivertsSurviveRestart(t *testing.T) {
 		t.Fatalf("a deleted divert came back: %v", got)
 	}
 }
+
+func TestVirtualTopicOf(t *testing.T) {
+	for _, c := range []struct{ queue, topic string }{
+		{"Consumer.A.VirtualTopic.orders", "VirtualTopic.orders"},
+		{"Consumer.a.b.VirtualTopic.x.y", "VirtualTopic.x.y"},
+		{"Consumer.A.VirtualTopic.B.VirtualTopic.x", "VirtualTopic.B.VirtualTopic.x"},
+		{"Consumer..VirtualTopic.x", ""},
+		{"Consumer.A.VirtualTopic.", ""},
+		{"Consumer.VirtualTopic.x", ""},
+		{"VirtualTopic.x", ""},
+		{"orders", ""},
+	} {
+		topic, ok := VirtualTopicOf(c.queue)
+		if topic != c.topic || ok != (c.topic != "") {
+			t.Errorf("VirtualTopicOf(%q) = %q, %v; want %q", c.queue, topic, ok, c.topic)
+		}
+	}
+}

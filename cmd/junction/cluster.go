@@ -266,6 +266,9 @@ func (in *instance) openCluster(cfg Config, bcfg core.Config) error {
 	// The group brokers hand their events to the access broker, which
 	// publishes them with its own (cluster/events.go).
 	bcfg.Events = cfg.Notifications
+	// Virtual topics are the groups': a topic's consumer queues are in
+	// its group, whose broker copies to them.
+	bcfg.VirtualTopics = cfg.VirtualTopics
 	node, err := startCluster(cfg, bcfg, os.Getenv, in.log.With().Str("component", "cluster").Logger())
 	if err != nil {
 		return err

@@ -729,12 +729,6 @@ func (c *Config) validate() []fieldError {
 		}
 		names[c.Diverts[i].Name] = true
 	}
-	if c.Cluster.enabled() {
-		// Refused rather than ignored (core.ErrNotInCluster).
-		if c.VirtualTopics {
-			bad("virtual-topics", "a cluster node does not apply virtual topics yet: the consumer queues of a virtual topic live in other groups than the topic")
-		}
-	}
 	switch c.HA {
 	case "off":
 	case haSharedStore:

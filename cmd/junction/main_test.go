@@ -288,23 +288,21 @@ func TestPersistenceOffNeverTouchesTheDisk(t *testing.T) {
 	}
 }
 
-// A cluster node takes diverts in its configuration (its access broker
-// applies them where a send enters the cluster) and refuses virtual
-// topics rather than ignoring them (their consumer queues live in other
-// groups than the topic).
-func TestConfigValidateRefusesVirtualTopicsOnACluster(t *testing.T) {
+// A cluster node takes diverts and virtual topics in its configuration:
+// its access broker applies diverts where a send enters the cluster,
+// its groups' brokers virtual topics (a topic's consumer queues are in
+// its group).
+func TestConfigValidateTakesDivertsOnACluster(t *testing.T) {
 	cfg := defaultConfig()
 	cfg.Diverts = []core.Divert{{Name: "d", Address: "a", ForwardingAddress: "b"}}
 	cfg.VirtualTopics = true
 	has := func(errs []fieldError, path string) bool {
 		return slices.ContainsFunc(errs, func(e fieldError) bool { return e.path == path })
 	}
-	if errs := cfg.validate(); has(errs, "diverts") || has(errs, "virtual-topics") {
-		t.Fatalf("a single broker refuses diverts: %v", errs)
-	}
-	cfg.Cluster.NodeID = 1
-	errs := cfg.validate()
-	if has(errs, "diverts") || !has(errs, "virtual-topics") {
-		t.Fatalf("a cluster node: %v; want virtual-topics refused, diverts taken", errs)
+	for _, node := range []uint64{0, 1} {
+		cfg.Cluster.NodeID = node
+		if errs := cfg.validate(); has(errs, "diverts") || has(errs, "virtual-topics") {
+			t.Fatalf("cluster node id %d refuses diverts or virtual topics: %v", node, errs)
+		}
 	}
 }

@@ -186,14 +186,15 @@ func (lc *liveConfig) reload(trigger string) ReloadResult {
 	}
 	b := lc.in.broker
 	if next.Cluster.enabled() {
-		// The access broker's address settings are not its groups':
-		// those are set when a node starts. Its diverts are its own
-		// (core applies them where a send enters the cluster), and
-		// reload below as a single broker's do.
-		refuse("a cluster node's groups keep theirs until a restart", "address-settings")
+		// The access broker's address settings and virtual topics are
+		// not its groups': those are set when a node starts. Its
+		// diverts are its own (core applies them where a send enters
+		// the cluster), and reload below as a single broker's do.
+		refuse("a cluster node's groups keep theirs until a restart", "address-settings", "virtual-topics")
 		changed = slices.DeleteFunc(changed, func(p string) bool {
-			return p == "address-settings" || strings.HasPrefix(p, "address-settings.")
+			return p == "address-settings" || strings.HasPrefix(p, "address-settings.") || p == "virtual-topics"
 		})
+		next.VirtualTopics = lc.cur.VirtualTopics
 	}
 	if apply("log-level") {
 		level, _ := zerolog.ParseLevel(next.LogLevel)
@@ -260,7 +261,7 @@ func (lc *liveConfig) reload(trigger string) ReloadResult {
 	if apply("diverts", "virtual-topics") {
 		if b == nil {
 			refuse("no broker yet: a backup", "diverts", "virtual-topics")
-		} else if err := b.ReloadDiverts(slices.Clone(next.Diverts), next.VirtualTopics); err != nil {
+		} else if err := b.ReloadDiverts(slices.Clone(next.Diverts), next.VirtualTopics && !next.Cluster.enabled()); err != nil {
 			refuse(err.Error(), "diverts", "virtual-topics")
 		} else {
 			applied.Diverts, applied.VirtualTopics = next.Diverts, next.VirtualTopics

@@ -34,6 +34,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/junctionmq/junction/core"
 	"github.com/junctionmq/junction/internal/faultproxy"
 	"github.com/junctionmq/junction/internal/ledger"
 	"github.com/junctionmq/junction/internal/netns"
@@ -81,8 +82,12 @@ func Cleanup() {
 }
 
 // GroupOf is the group of an address, as package cluster places it (the
-// FNV-1a hash of the name).
+// FNV-1a hash of the name; a virtual topic's consumer queue goes with
+// its topic).
 func GroupOf(address string) uint64 {
+	if topic, ok := core.VirtualTopicOf(address); ok {
+		address = topic
+	}
 	h := fnv.New32a()
 	h.Write([]byte(address))
 	return 1 + uint64(h.Sum32())%Groups

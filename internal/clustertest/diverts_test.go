@@ -14,15 +14,17 @@ import (
 // of node 1 sends to orders into audit, whose group is another: the
 // copies are confirmed with the sends, survive kill -9 of audit's
 // group leader, and are read through another node with the original
-// address in _AMQ_ORIG_ADDRESS.
+// address in _AMQ_ORIG_ADDRESS. With virtual topics on, what the client
+// sends to /topic/VirtualTopic.dv reaches the queue of consumer group
+// A, Consumer.A.VirtualTopic.dv, read the same way.
 func TestClusterDivertOverSTOMP(t *testing.T) {
 	rounds(t) // with the scenarios (make cluster-test): once, it is deterministic
-	const orders, audit = "dv.orders", "dv.audit"
+	const orders, audit, topic, vtq = "dv.orders", "dv.audit", "VirtualTopic.dv", "Consumer.A.VirtualTopic.dv"
 	if GroupOf(orders) == GroupOf(audit) {
 		t.Fatalf("%s and %s share group %d: pick other names", orders, audit, GroupOf(orders))
 	}
-	c := StartConfig(t, proxyNet(t), fmt.Sprintf("diverts:\n  - name: audit-orders\n    address: %s\n    forwarding-address: %s\n", orders, audit))
-	for _, q := range []string{orders, audit} {
+	c := StartConfig(t, proxyNet(t), fmt.Sprintf("virtual-topics: true\ndiverts:\n  - name: audit-orders\n    address: %s\n    forwarding-address: %s\n", orders, audit))
+	for _, q := range []string{orders, audit, vtq} {
 		c.CreateQueue(q)
 	}
 	dial := func(id uint64) *gostomp.Conn {
@@ -37,8 +39,10 @@ func TestClusterDivertOverSTOMP(t *testing.T) {
 	prod := dial(1)
 	const n = 10
 	for i := range n {
-		if err := prod.Send("/queue/"+orders, "text/plain", []byte(fmt.Sprint(i)), gostomp.SendOpt.Receipt, gostomp.SendOpt.Header("persistent", "true")); err != nil {
-			t.Fatalf("send %d: %v", i, err)
+		for _, dest := range []string{"/queue/" + orders, "/topic/" + topic} {
+			if err := prod.Send(dest, "text/plain", []byte(fmt.Sprint(i)), gostomp.SendOpt.Receipt, gostomp.SendOpt.Header("persistent", "true")); err != nil {
+				t.Fatalf("send %d to %s: %v", i, dest, err)
+			}
 		}
 	}
 	leaders := c.WaitHealthy(30 * time.Second)
@@ -57,7 +61,7 @@ func TestClusterDivertOverSTOMP(t *testing.T) {
 		reader++
 	}
 	cons := dial(reader)
-	for _, q := range []string{audit, orders} {
+	for _, q := range []string{audit, orders, vtq} {
 		sub, err := cons.Subscribe("/queue/"+q, gostomp.AckClientIndividual)
 		if err != nil {
 			t.Fatal(err)
@@ -86,5 +90,5 @@ func TestClusterDivertOverSTOMP(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	c.Event("%d sends to %s and their copies in %s read through node %d after node %d's kill -9", n, orders, audit, reader, dead)
+	c.Event("%d sends to %s and their copies in %s, and to %s in %s, read through node %d after node %d's kill -9", n, orders, audit, topic, vtq, reader, dead)
 }
