@@ -74,25 +74,17 @@ func TestClusterDiverts(t *testing.T) {
 		}
 		return got
 	}
-	for i, d := range read(orders, n) {
-		if want := fmt.Sprintf("orders x %d", i); string(d.Message.Body) != want {
-			t.Fatalf("orders: %q, want %q", d.Message.Body, want)
-		}
-	}
-	for i, d := range read(audit, n) {
-		if want := fmt.Sprintf("orders x %d", i); string(d.Message.Body) != want || d.Message.Properties[core.PropOriginalAddress] != orders {
-			t.Fatalf("audit: %q from %v, want %q from orders", d.Message.Body, d.Message.Properties[core.PropOriginalAddress], want)
-		}
-	}
-	// The exclusive divert took the x ones away from raw.
-	for i, d := range read(raw, n) {
-		if want := fmt.Sprintf("raw y %d", i); string(d.Message.Body) != want {
-			t.Fatalf("raw: %q, want %q", d.Message.Body, want)
-		}
-	}
-	for i, d := range read(clean, n) {
-		if want := fmt.Sprintf("raw x %d", i); string(d.Message.Body) != want || d.Message.Properties[core.PropOriginalAddress] != raw {
-			t.Fatalf("clean: %q from %v, want %q from raw", d.Message.Body, d.Message.Properties[core.PropOriginalAddress], want)
+	for _, w := range []struct{ q, body, orig string }{
+		{orders, "orders x %d", ""},
+		{audit, "orders x %d", orders},
+		{raw, "raw y %d", ""}, // the exclusive divert took the x ones away
+		{clean, "raw x %d", raw},
+	} {
+		for i, d := range read(w.q, n) {
+			orig, _ := d.Message.Properties[core.PropOriginalAddress].(string)
+			if want := fmt.Sprintf(w.body, i); string(d.Message.Body) != want || orig != w.orig {
+				t.Fatalf("%s: %q from %q, want %q from %q", w.q, d.Message.Body, orig, want, w.orig)
+			}
 		}
 	}
 }
