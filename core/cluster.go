@@ -483,6 +483,9 @@ func (t *Tx) clusterCommit(ctx context.Context) error {
 		t.rollback()
 		return fmt.Errorf("core: transaction rolled back: %w", err)
 	}
+	if t.committed != nil {
+		t.committed() // the group has routed the messages already
+	}
 	for _, r := range t.acks {
 		q := r.q
 		q.mu.Lock()

@@ -75,16 +75,12 @@ func (q *Queue) ndScanLocked(c *Consumer, now time.Time, moves []move) []move {
 		for i := d.search(c.given[p] + 1); i < d.len() && c.credit > 0; {
 			r := d.at(i)
 			if q.expiredLocked(r, now) {
-				d.removeAt(i)
-				q.nready--
-				moves = append(moves, move{r, moveExpired})
+				moves = q.dropReadyLocked(d, i, r, moveExpired, moves)
 				continue
 			}
 			ok := c.accepts(r)
 			if !ok && q.unreadableLocked(r) {
-				d.removeAt(i)
-				q.nready--
-				moves = append(moves, move{r, moveUnreadable})
+				moves = q.dropReadyLocked(d, i, r, moveUnreadable, moves)
 				continue
 			}
 			c.given[p] = r.seq

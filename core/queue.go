@@ -405,9 +405,7 @@ func (q *Queue) dispatchLocked(now time.Time, moves []move) []move {
 		for i := 0; i < d.len() && q.withCred > 0; {
 			r := d.at(i)
 			if q.expiredLocked(r, now) {
-				d.removeAt(i)
-				q.nready--
-				moves = append(moves, move{r, moveExpired})
+				moves = q.dropReadyLocked(d, i, r, moveExpired, moves)
 				continue
 			}
 			c, stop := q.pickLocked(r)
@@ -416,9 +414,7 @@ func (q *Queue) dispatchLocked(now time.Time, moves []move) []move {
 			}
 			if c == nil {
 				if q.unreadableLocked(r) {
-					d.removeAt(i)
-					q.nready--
-					moves = append(moves, move{r, moveUnreadable})
+					moves = q.dropReadyLocked(d, i, r, moveUnreadable, moves)
 					continue
 				}
 				i++
@@ -480,16 +476,12 @@ func (q *Queue) offerLocked(r *ref, now time.Time, moves []move) []move {
 		}
 	}
 	if q.expiredLocked(r, now) {
-		d.removeAt(i)
-		q.nready--
-		return append(moves, move{r, moveExpired})
+		return q.dropReadyLocked(d, i, r, moveExpired, moves)
 	}
 	c, _ := q.pickLocked(r)
 	if c == nil {
 		if q.unreadableLocked(r) {
-			d.removeAt(i)
-			q.nready--
-			moves = append(moves, move{r, moveUnreadable})
+			moves = q.dropReadyLocked(d, i, r, moveUnreadable, moves)
 		}
 		return moves
 	}
@@ -530,16 +522,12 @@ func (q *Queue) scanForLocked(c *Consumer, now time.Time, moves []move) []move {
 		for i := d.search(c.seen[p] + 1); i < d.len() && c.credit > 0; {
 			r := d.at(i)
 			if q.expiredLocked(r, now) {
-				d.removeAt(i)
-				q.nready--
-				moves = append(moves, move{r, moveExpired})
+				moves = q.dropReadyLocked(d, i, r, moveExpired, moves)
 				continue
 			}
 			if !q.takesLocked(c, r) {
 				if q.unreadableLocked(r) {
-					d.removeAt(i)
-					q.nready--
-					moves = append(moves, move{r, moveUnreadable})
+					moves = q.dropReadyLocked(d, i, r, moveUnreadable, moves)
 					continue
 				}
 				c.seen[p] = r.seq
@@ -555,6 +543,15 @@ func (q *Queue) scanForLocked(c *Consumer, now time.Time, moves []move) []move {
 		}
 	}
 	return moves
+}
+
+// dropReadyLocked takes r, ready ref i of d (one of q.ready), off the queue
+// and adds its move (moveExpired, moveUnreadable) to moves: the step
+// every pass over the ready lists takes for a ref met that must go.
+func (q *Queue) dropReadyLocked(d *deque, i int, r *ref, why effectKind, moves []move) []move {
+	d.removeAt(i)
+	q.nready--
+	return append(moves, move{r, why})
 }
 
 // expiredLocked reports whether r must go to the expiry address rather
@@ -717,9 +714,7 @@ func (q *Queue) expireScan(now time.Time) {
 		d := &q.ready[p]
 		for i := 0; i < d.len(); {
 			if r := d.at(i); r.msg.Expired(now) {
-				d.removeAt(i)
-				q.nready--
-				moves = append(moves, move{r, moveExpired})
+				moves = q.dropReadyLocked(d, i, r, moveExpired, moves)
 				continue
 			}
 			i++

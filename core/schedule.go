@@ -395,11 +395,26 @@ func (b *Broker) fire(j *schedJob) {
 	sess := b.sched.sess
 	b.sched.mu.Unlock()
 
+	// The job's state in memory becomes next's once the copy and next
+	// are journaled together, before the copy is routed: a consumer
+	// that receives it sees it counted (ScheduledJobs' Sent), and a
+	// copy the journal did not take is never counted, in memory or
+	// after a restart (which reads the job's record).
+	committed := func() {
+		b.sched.mu.Lock()
+		j.retry = 0
+		j.k, j.base, j.fired = next.k, next.base, next.fired
+		if !more && b.sched.jobs[j.id] == j {
+			delete(b.sched.jobs, j.id)
+		}
+		b.sched.mu.Unlock()
+	}
 	err := func() error {
 		tx, err := sess.Begin()
 		if err != nil {
 			return err
 		}
+		tx.committed = committed
 		if err := tx.Send(c); err != nil {
 			tx.Rollback()
 			return err
@@ -436,13 +451,9 @@ func (b *Broker) fire(j *schedJob) {
 		j.timer.Reset(j.retry)
 		return
 	}
-	j.retry = 0
-	j.k, j.base, j.fired = next.k, next.base, next.fired
-	if !more {
-		delete(b.sched.jobs, j.id)
-		return
+	if more { // committed has moved j on
+		b.armLocked(j)
 	}
-	b.armLocked(j)
 }
 
 // copyOf is the message j sends now: its template without the scheduling
@@ -470,7 +481,7 @@ type ScheduledJob struct {
 	Address     string
 	RoutingType RoutingType
 	Next        time.Time // the next copy's time
-	Sent        uint64    // copies sent so far
+	Sent        uint64    // copies sent so far (counted before a consumer can receive them)
 	Repeat      uint64    // copies after the first of each burst
 	Period      time.Duration
 	Delay       time.Duration // before each burst of a cron job

@@ -825,7 +825,13 @@ type Tx struct {
 	acks    []*ref
 	records []recordOp // client records (records.go)
 	dups    []txDup    // duplicate ids written with the records (schedule.go)
-	done    bool
+	// committed, if set, is called once the transaction is committed
+	// (journaled) and, on a single broker, before its messages are
+	// routed: what it records in memory is in place before a consumer
+	// can receive them (schedule.go). It is called with no core lock
+	// held.
+	committed func()
+	done      bool
 }
 
 // Begin starts a transaction.
@@ -965,6 +971,9 @@ func (t *Tx) Commit(ctx context.Context) error {
 		return fmt.Errorf("core: transaction rolled back: %w", err)
 	}
 	t.applyRecords(ids, olds)
+	if t.committed != nil {
+		t.committed()
+	}
 	for i, m := range t.sends {
 		if _, err := b.deliver(addrs[i], m, now, sendOpts{s: t.s, journaled: true}); err != nil {
 			// A queue filled up since the check above; the message is

@@ -53,68 +53,16 @@ func TestLastValueQueueConcurrentProducers(t *testing.T) {
 		last[key] = append(slices.DeleteFunc(last[key], func(b string) bool { return strings.HasPrefix(b, strings.SplitN(body, "/", 2)[0]+"/") }), body)
 		mu.Unlock()
 	}
-	var wg sync.WaitGroup
-	errs := make(chan error, 8)
-	// Two STOMP producers: _AMQ_LVQ_NAME as a header.
-	for p := range 2 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			c, err := gostomp.Dial("tcp", stompAddr, gostomp.ConnOpt.HeartBeat(0, 0))
-			if err != nil {
-				errs <- err
-				return
+	_, as := amqpSession(t, nil)
+	// Two STOMP producers, _AMQ_LVQ_NAME as a header, and an AMQP one,
+	// the key under the address's last-value-key property, "symbol".
+	lastValueProducers{stompAddr: stompAddr, amqp: as, queue: "lvq.prices", stompKey: core.PropLastValue,
+		keys: keys, n: perProducer, amqpStep: 3, sent: func(amqp bool, key, body string) {
+			if amqp {
+				key = "symbol\x00" + key
 			}
-			defer c.Disconnect()
-			for i := range perProducer {
-				key := fmt.Sprintf("k%d", (i+p)%keys)
-				body := fmt.Sprintf("stomp%d/%d/%s", p, i, key)
-				if err := c.Send("/queue/lvq.prices", "text/plain", []byte(body), gostomp.SendOpt.Receipt,
-					gostomp.SendOpt.Header("persistent", "true"), gostomp.SendOpt.Header(core.PropLastValue, key)); err != nil {
-					errs <- err
-					return
-				}
-				sent(key, body)
-			}
-		}()
-	}
-	// An AMQP producer: the key under the address's last-value-key
-	// property, "symbol".
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		c, err := goamqp.Dial(ctx, "amqp://"+in.addrs["amqp"].String(), nil)
-		if err != nil {
-			errs <- err
-			return
-		}
-		defer c.Close()
-		s, err := c.NewSession(ctx, nil)
-		if err != nil {
-			errs <- err
-			return
-		}
-		snd, err := s.NewSender(ctx, "queue://lvq.prices", nil)
-		if err != nil {
-			errs <- err
-			return
-		}
-		for i := range perProducer {
-			key := fmt.Sprintf("k%d", (i*3)%keys)
-			body := fmt.Sprintf("amqp/%d/%s", i, key)
-			if err := snd.Send(ctx, &goamqp.Message{Data: [][]byte{[]byte(body)}, Header: &goamqp.MessageHeader{Durable: true},
-				ApplicationProperties: map[string]any{"symbol": key}}, nil); err != nil {
-				errs <- err
-				return
-			}
-			sent("symbol\x00"+key, body)
-		}
-	}()
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
+			sent(key, body)
+		}}.run(ctx, t)
 
 	// One message per key: _AMQ_LVQ_NAME keys and "symbol" keys are
 	// distinct keys (a message is keyed by the first it has).
@@ -198,6 +146,81 @@ func TestLastValueQueueConcurrentProducers(t *testing.T) {
 	slices.Sort(back)
 	if strings.Join(back, ",") != "v27,v28,v29" {
 		t.Errorf("MQTT 5 device back online got %q, want the last value of each key [v27 v28 v29]", back)
+	}
+}
+
+// lastValueProducers is the load of the last-value tests: two STOMP
+// producers (stomp0, stomp1) and an AMQP one (amqp, on session amqp)
+// send n persistent messages each to one queue, at once. Producer
+// stomp<p>'s i-th message has key k<(i+p) mod keys>, under the STOMP
+// header stompKey; the AMQP producer's has key k<i*amqpStep mod keys>,
+// under the application property "symbol". A body is "producer/i/key".
+type lastValueProducers struct {
+	stompAddr string
+	amqp      *goamqp.Session
+	queue     string
+	stompKey  string
+	keys, n   int
+	amqpStep  int
+	// sent, if set, is told of each send once it is confirmed, from the
+	// producer's goroutine.
+	sent func(amqp bool, key, body string)
+}
+
+// run sends the messages and waits for all of them; it fails t on an
+// error.
+func (l lastValueProducers) run(ctx context.Context, t *testing.T) {
+	t.Helper()
+	if l.sent == nil {
+		l.sent = func(bool, string, string) {}
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 3)
+	for p := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, err := gostomp.Dial("tcp", l.stompAddr, gostomp.ConnOpt.HeartBeat(0, 0))
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer c.Disconnect()
+			for i := range l.n {
+				key := fmt.Sprint("k", (i+p)%l.keys)
+				body := fmt.Sprintf("stomp%d/%d/%s", p, i, key)
+				if err := c.Send("/queue/"+l.queue, "text/plain", []byte(body), gostomp.SendOpt.Receipt,
+					gostomp.SendOpt.Header("persistent", "true"), gostomp.SendOpt.Header(l.stompKey, key)); err != nil {
+					errs <- err
+					return
+				}
+				l.sent(false, key, body)
+			}
+		}()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		snd, err := l.amqp.NewSender(ctx, "queue://"+l.queue, nil)
+		if err != nil {
+			errs <- err
+			return
+		}
+		for i := range l.n {
+			key := fmt.Sprint("k", (i*l.amqpStep)%l.keys)
+			body := fmt.Sprintf("amqp/%d/%s", i, key)
+			if err := snd.Send(ctx, &goamqp.Message{Data: [][]byte{[]byte(body)}, Header: &goamqp.MessageHeader{Durable: true},
+				ApplicationProperties: map[string]any{"symbol": key}}, nil); err != nil {
+				errs <- err
+				return
+			}
+			l.sent(true, key, body)
+		}
+	}()
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
 	}
 }
 

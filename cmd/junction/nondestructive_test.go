@@ -164,50 +164,8 @@ func TestNonDestructiveLastValueQueue(t *testing.T) {
 
 	// Two STOMP producers and an AMQP one on the same keys, under the
 	// address's last-value-key "symbol".
-	var wg sync.WaitGroup
-	errs := make(chan error, 3)
-	for p := range 2 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			c, err := gostomp.Dial("tcp", stompAddr, gostomp.ConnOpt.HeartBeat(0, 0))
-			if err != nil {
-				errs <- err
-				return
-			}
-			defer c.Disconnect()
-			for i := range perProducer {
-				key := fmt.Sprint("k", (i+p)%keys)
-				if err := c.Send(dest, "text/plain", []byte(fmt.Sprintf("stomp%d/%d/%s", p, i, key)), gostomp.SendOpt.Receipt,
-					gostomp.SendOpt.Header("persistent", "true"), gostomp.SendOpt.Header("symbol", key)); err != nil {
-					errs <- err
-					return
-				}
-			}
-		}()
-	}
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		snd, err := as.NewSender(ctx, "queue://nd.prices", nil)
-		if err != nil {
-			errs <- err
-			return
-		}
-		for i := range perProducer {
-			key := fmt.Sprint("k", (i*5)%keys)
-			if err := snd.Send(ctx, &goamqp.Message{Data: [][]byte{[]byte(fmt.Sprintf("amqp/%d/%s", i, key))},
-				Header: &goamqp.MessageHeader{Durable: true}, ApplicationProperties: map[string]any{"symbol": key}}, nil); err != nil {
-				errs <- err
-				return
-			}
-		}
-	}()
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
+	lastValueProducers{stompAddr: stompAddr, amqp: as, queue: "nd.prices", stompKey: "symbol",
+		keys: keys, n: perProducer, amqpStep: 5}.run(ctx, t)
 
 	// One value per key waits; it is the last one each key was given.
 	q := apiQueue(t, console, "nd.prices")
