@@ -18,7 +18,10 @@ import (
 // flagged (lease.go).
 func TestClusterHandoverFlagsAndWaits(t *testing.T) {
 	c := startCluster(t, 3, 1)
-	c.waitLeaders()
+	// Not before the group is with its preferred node: balanceLeaders'
+	// own handover would rightly flag the first delivery (seen under
+	// -race in a loaded run).
+	c.waitBalanced()
 	const addr = "handover"
 	a := c.leaderOf(addr)
 	b := (a + 1) % 3
@@ -33,7 +36,9 @@ func TestClusterHandoverFlagsAndWaits(t *testing.T) {
 	// A consumer on the leader's node takes one message: a first
 	// delivery, unflagged.
 	cons, col := subscribe(t, session(t, c.access[a], ""), core.ConsumerOptions{Address: addr, RoutingType: core.Anycast, Credit: 1})
-	if d := col.next(t); d.Redelivered() {
+	// A node whose Raft loop ran late (the race detector on a busy
+	// machine) rightly doubts its lease and flags (lease.go).
+	if d := col.next(t); d.Redelivered() && c.nodes[a].stalledUntil.Load() == 0 {
 		t.Fatalf("%q flagged before the handover", d.Message.Body)
 	}
 	ga, gb := c.nodes[a].groups[0], c.nodes[b].groups[0]
