@@ -79,7 +79,8 @@ func startClusterWith(t *testing.T, size, groups int, tweak func(*Config)) *test
 // accessConfig is the configuration of node n's access broker, from
 // what its groups' brokers take, as cmd's is.
 func accessConfig(n *Node, cfg Config) core.Config {
-	return core.Config{Cluster: n.Cluster(), Events: cfg.Broker.Events, Diverts: cfg.Broker.Diverts, AddressSettings: cfg.Broker.AddressSettings}
+	return core.Config{Cluster: n.Cluster(), Events: cfg.Broker.Events, Diverts: cfg.Broker.Diverts, VirtualTopics: cfg.Broker.VirtualTopics,
+		AddressSettings: cfg.Broker.AddressSettings}
 }
 
 func testLogger(t *testing.T, id uint64) zerolog.Logger {

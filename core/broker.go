@@ -154,6 +154,7 @@ type Broker struct {
 	diverts        atomic.Pointer[divertTable] // diverts and virtual topics (divert.go); nil when none
 	divMu          sync.Mutex                  // serializes changes of diverts
 	apiDiverts     []Divert                    // the API's diverts recovered from the bindings journal, until New installs them
+	groupsVT       bool                        // an access broker's Config.VirtualTopics: its groups apply them (divert.go)
 
 	msgID     atomic.Uint64
 	tmpID     atomic.Uint64
@@ -241,8 +242,8 @@ func New(cfg Config) (*Broker, error) {
 	if b.cluster != nil && (b.msgs != nil || b.bindings != nil || b.large != nil || b.pager != nil) {
 		return nil, errors.New("core: an access broker (Config.Cluster) keeps no journals or page stores: its groups do")
 	}
-	if b.cluster != nil && cfg.VirtualTopics {
-		return nil, errVirtualTopicsInCluster
+	if b.cluster != nil {
+		b.groupsVT = cfg.VirtualTopics
 	}
 	rs, err := b.recover()
 	if err != nil {

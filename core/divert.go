@@ -52,10 +52,11 @@ var (
 var errDivertsInCluster = fmt.Errorf("%w: a cluster node takes its diverts from its configuration file, the same on every node; "+
 	"one made through the API would apply on this node only", ErrNotInCluster)
 
-// errVirtualTopicsInCluster refuses virtual topics on a cluster node's
-// access broker: they are its groups' (a consumer queue lives in its
-// topic's group, whose broker copies to it; see VirtualTopicOf).
-var errVirtualTopicsInCluster = fmt.Errorf("%w: virtual topics are set on a cluster node's groups, not its access broker", ErrNotInCluster)
+// errVirtualTopicsInCluster refuses to change the virtual-topic setting
+// of a cluster node's access broker: it reports its groups' (a consumer
+// queue lives in its topic's group, whose broker copies to it; see
+// VirtualTopicOf), which take it when the node starts.
+var errVirtualTopicsInCluster = fmt.Errorf("%w: a cluster node's groups take the virtual-topic setting when it starts", ErrNotInCluster)
 
 // Divert copies or moves what reaches an address to other addresses.
 type Divert struct {
@@ -225,8 +226,13 @@ func (b *Broker) Diverts() []Divert {
 	return out
 }
 
-// VirtualTopics reports whether ActiveMQ's virtual topics are on.
+// VirtualTopics reports whether ActiveMQ's virtual topics are on: on
+// a cluster's access broker, whether its groups apply them (it applies
+// none itself).
 func (b *Broker) VirtualTopics() bool {
+	if b.cluster != nil {
+		return b.groupsVT
+	}
 	t := b.diverts.Load()
 	return t != nil && t.vt
 }
@@ -283,8 +289,11 @@ func (b *Broker) DeleteDivert(name string) error {
 // of the configuration's replaces an API divert of that name, and its
 // record).
 func (b *Broker) ReloadDiverts(list []Divert, vt bool) error {
-	if b.cluster != nil && vt {
-		return errVirtualTopicsInCluster
+	if b.cluster != nil {
+		if vt != b.groupsVT {
+			return errVirtualTopicsInCluster
+		}
+		vt = false // the groups' brokers apply them
 	}
 	for i := range list {
 		if err := list[i].Validate(); err != nil {

@@ -278,8 +278,9 @@ func (in *instance) openCluster(cfg Config, bcfg core.Config) error {
 		// The access broker is the one the clients log in to.
 		PreAuthBudget: int64(cfg.Limits.PreAuthBudget), Events: cfg.Notifications,
 		// And the one that applies diverts, where a send enters the
-		// cluster (core.Session.clusterSendDiverted).
-		Diverts: cfg.Diverts}
+		// cluster (core.Session.clusterSendDiverted). Virtual topics
+		// are its groups' (bcfg above); it reports them.
+		Diverts: cfg.Diverts, VirtualTopics: cfg.VirtualTopics}
 	b, err := core.New(acfg)
 	if err != nil {
 		node.Close()

@@ -261,7 +261,7 @@ func (lc *liveConfig) reload(trigger string) ReloadResult {
 	if apply("diverts", "virtual-topics") {
 		if b == nil {
 			refuse("no broker yet: a backup", "diverts", "virtual-topics")
-		} else if err := b.ReloadDiverts(slices.Clone(next.Diverts), next.VirtualTopics && !next.Cluster.enabled()); err != nil {
+		} else if err := b.ReloadDiverts(slices.Clone(next.Diverts), next.VirtualTopics); err != nil {
 			refuse(err.Error(), "diverts", "virtual-topics")
 		} else {
 			applied.Diverts, applied.VirtualTopics = next.Diverts, next.VirtualTopics

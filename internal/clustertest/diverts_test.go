@@ -1,7 +1,9 @@
 package clustertest
 
 import (
+	"encoding/json"
 	"fmt"
+	"net/http"
 	"testing"
 	"time"
 
@@ -91,4 +93,22 @@ func TestClusterDivertOverSTOMP(t *testing.T) {
 		}
 	}
 	c.Event("%d sends to %s and their copies in %s, and to %s in %s, read through node %d after node %d's kill -9", n, orders, audit, topic, vtq, reader, dead)
+	// The node's API shows what is in force.
+	res, err := c.http.Get("http://" + c.Nodes[reader].Addrs.Console + "/api/v1/diverts")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	var list struct {
+		VirtualTopics bool `json:"virtualTopics"`
+		Diverts       []struct {
+			Name string `json:"name"`
+		} `json:"diverts"`
+	}
+	if err := json.NewDecoder(res.Body).Decode(&list); err != nil || res.StatusCode != http.StatusOK {
+		t.Fatalf("GET /api/v1/diverts: %d, %v", res.StatusCode, err)
+	}
+	if !list.VirtualTopics || len(list.Diverts) != 1 || list.Diverts[0].Name != "audit-orders" {
+		t.Fatalf("GET /api/v1/diverts on node %d: %+v, want virtual topics on and the divert audit-orders", reader, list)
+	}
 }
