@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"runtime"
 	"strings"
@@ -499,11 +500,24 @@ func TestFinishIdleOverLoopback(t *testing.T) {
 		t.Fatalf("the peer read %q", got)
 	}
 
-	// A peer that does not read: 32 MiB cannot all be written.
+	// A peer that does not read: 4 MiB cannot all be written. The
+	// sockets' buffers are made small (a write then blocks after about
+	// 64 KiB; with the system's it took 4 MiB here, and may take more
+	// elsewhere), so that a few MiB surely block and cost little to
+	// build and encode: under the race detector on a loaded machine,
+	// building 32 MiB (it was counted in Finish's time) and encoding it
+	// took seconds each. The time is Finish's alone.
 	client, server = testserve.Pair(t)
+	if err := client.(*net.TCPConn).SetReadBuffer(4 << 10); err != nil {
+		t.Fatal(err)
+	}
+	if err := server.(*net.TCPConn).SetWriteBuffer(4 << 10); err != nil {
+		t.Fatal(err)
+	}
 	w = New[item](server, &enc{}, Config{WriteTimeout: time.Minute})
+	bye := item{s: strings.Repeat("x", 4<<20)}
 	start := time.Now()
-	err := w.Finish(item{s: strings.Repeat("x", 32<<20)}, 300*time.Millisecond)
+	err := w.Finish(bye, 300*time.Millisecond)
 	if err == nil || !errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Fatalf("Finish() = %v, want the write's deadline error", err)
 	}
