@@ -70,7 +70,6 @@ type conn struct {
 	sessions map[uint16]*session
 	txs      map[string]*core.Tx
 	nextTxn  uint32
-	lastDL   time.Time // when the read deadline was last pushed
 
 	mu   sync.Mutex // see the type comment
 	hold holdState  // producer links whose credit is withheld
@@ -229,7 +228,12 @@ func (c *conn) work() error {
 			return err
 		}
 		c.ready = true
+		// The idle timeout counts from the last byte received, never
+		// less (the clock's slack makes it fire up to an eighth late).
 		c.clock.SetReadDeadline(time.Time{})
+		if idle := c.s.cfg.IdleTimeout; idle > 0 {
+			c.clock.SetIdle(idle)
+		}
 		c.nc.SetWriteDeadline(time.Time{})
 		c.debug().Str("container", c.containerID).Str("user", c.user).Msg("connected")
 		if iv := c.peerIdle / 2; iv > 0 {
@@ -588,7 +592,6 @@ func (c *conn) readFrame(limit uint32) (frames.Header, []byte, error) {
 // (errIdle): the read buffers are then given back, and the connection's
 // goroutine waits for more.
 func (c *conn) readLoop(read bool) error {
-	idle := c.s.cfg.IdleTimeout
 	// Whether to read without looking (Waiter.Ready, a system call)
 	// whether something has arrived: Wait has just seen data. Once this
 	// worker has read a frame (read; the handshake's count), it yields
@@ -597,14 +600,6 @@ func (c *conn) readLoop(read bool) error {
 	known := c.woken
 	c.woken = false
 	for {
-		if idle > 0 {
-			// Pushing the deadline costs a timer update: do it only when
-			// an eighth of the timeout has passed.
-			if now := time.Now(); now.Sub(c.lastDL) > idle/8 {
-				c.clock.SetReadDeadline(now.Add(idle))
-				c.lastDL = now
-			}
-		}
 		// A frame's clock starts with its first byte, which may be read
 		// ahead already.
 		c.clock.Next(c.buffered())
