@@ -322,6 +322,30 @@ func TestIdleTimeout(t *testing.T) {
 	s.Close(amqptest.Ctx(t))
 }
 
+// The idle timeout counts from the last byte received: an empty frame
+// sent soon after the open (before the broker's deadline was due to
+// move, when readLoop moved it only every eighth of the timeout) puts
+// the close at least a whole timeout after that frame.
+func TestIdleTimeoutCountsFromLastByte(t *testing.T) {
+	const idle = time.Second
+	tb := amqptest.Start(t, amqp.Config{IdleTimeout: idle}, core.Config{})
+	c := dialRaw(t, tb)
+	c.write(frames.ProtoAMQP[:])
+	c.header()
+	c.send(0, &frames.Open{ContainerID: "quiet", MaxFrameSize: 65536, ChannelMax: 1}, nil)
+	expect[*frames.Open](c)
+	time.Sleep(idle / 20)
+	// An empty frame (AMQP 1.0 §2.3.2): size 8, doff 2, type 0, channel 0.
+	c.write([]byte{0, 0, 0, 8, 2, 0, 0, 0})
+	last := time.Now() // the broker reads it no earlier
+	if e := c.expectClosed(); e == nil || e.Condition != frames.ErrCondResourceLimitExceeded {
+		t.Fatalf("close error %+v", e)
+	}
+	if el := time.Since(last); el < idle {
+		t.Fatalf("closed %v after the client's last byte, want at least %v", el, idle)
+	}
+}
+
 func TestBadInputClosesWithCondition(t *testing.T) {
 	tb := amqptest.Start(t, amqp.Config{MaxFrameSize: 4096}, core.Config{})
 	// A bystander keeps working throughout.
