@@ -47,9 +47,13 @@
 // of messages, whatever its size). A write completes when its entry is
 // applied on this node, which is after it is committed on a majority
 // and durable here. The log lives in Junction's journal
-// (cluster/raftlog); a group snapshots its state every
-// Config.SnapshotEntries applied entries, which compacts its log, and a
-// follower too far behind gets the snapshot (sent in chunks on the bulk
+// (cluster/raftlog), which keeps a group's entries in memory until they
+// are compacted; a group snapshots its state every
+// Config.SnapshotEntries applied entries, or sooner once its entries since
+// the last snapshot hold more than Config.SnapshotBytes and more than its
+// state, which compacts its log (keeping up to 16 MiB below the snapshot
+// for followers slightly behind), so that the log held in memory is
+// bounded by bytes as well as by count; a follower too far behind gets the snapshot (sent in chunks on the bulk
 // lane so that it never delays heartbeats).
 //
 // # Forwarding

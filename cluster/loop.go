@@ -370,11 +370,18 @@ func (g *group) installSnapshot(s *pb.Snapshot) error {
 }
 
 // maybeSnapshot compacts a group's log once enough has been applied since
-// its last snapshot (loop).
+// its last snapshot, counted in entries (Config.SnapshotEntries) or in
+// bytes (Config.SnapshotBytes) (loop).
 func (g *group) maybeSnapshot() {
 	applied := g.applied.Load()
-	if applied < g.snapIndex+g.n.cfg.SnapshotEntries || g.confState == nil {
+	if applied <= g.snapIndex || g.confState == nil {
 		return
+	}
+	if applied < g.snapIndex+g.n.cfg.SnapshotEntries {
+		held := g.storage.BytesAfter(g.snapIndex)
+		if held < uint64(g.n.cfg.SnapshotBytes) || held < uint64(g.state.size()) {
+			return
+		}
 	}
 	start := time.Now()
 	data := g.state.snapshot()

@@ -60,6 +60,13 @@ type Config struct {
 	// SnapshotEntries: a group takes a snapshot of its state after this
 	// many applied entries (default 10000).
 	SnapshotEntries uint64
+	// SnapshotBytes: a group also takes one once the entries it holds
+	// since its last snapshot are larger than this (default 64 MiB) and
+	// than its state, so that the log a group keeps in memory stays
+	// bounded by its state's size, not by a count of entries of up to
+	// MaxMessageBytes each, while a large state is not written again for
+	// every few megabytes of log.
+	SnapshotBytes int64
 	// MaxEntryBytes bounds the operations batched into one entry
 	// (default 1 MiB); a single larger operation gets an entry alone, up
 	// to the log's limit (raftlog.Config.MaxEntrySize).
@@ -124,6 +131,9 @@ func (c *Config) ensureDefaults() error {
 	}
 	if c.SnapshotEntries == 0 {
 		c.SnapshotEntries = 10000
+	}
+	if c.SnapshotBytes <= 0 {
+		c.SnapshotBytes = 64 << 20
 	}
 	if c.MaxEntryBytes <= 0 {
 		c.MaxEntryBytes = 1 << 20

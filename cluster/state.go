@@ -122,6 +122,14 @@ func (r *rec) size() int64 {
 	return n
 }
 
+// size returns the payload bytes of the live records: about the size
+// of a snapshot.
+func (s *groupState) size() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.bytes
+}
+
 // replay calls add for every live record of namespace ns in append
 // order, and update for each of its updates, as core.Journal.Replay.
 func (s *groupState) replay(ns uint8, add, upd func(id uint64, utype uint16, p []byte) error) error {

@@ -31,12 +31,16 @@ func (b *Broker) OpenGroupSession(opts SessionOptions) (*GroupSession, error) {
 // Session returns the group broker's session.
 func (g *GroupSession) Session() *Session { return g.s }
 
-// Send routes m like Session.SendAsync; done may be nil.
+// Send routes m like Session.SendAsync; done may be nil. The group
+// broker routes a copy of m: the access side keeps m to send it again
+// if the answer is lost (a leader change), and the try that an earlier
+// leader may still hold must not share the fields that routing the next
+// try sets (its id, its timestamp).
 func (g *GroupSession) Send(m *Message, done func(error)) {
 	if done == nil {
 		done = func(error) {}
 	}
-	g.s.SendAsync(m, done)
+	g.s.SendAsync(m.shallowCopy(), done)
 }
 
 // Attach subscribes a consumer with o whose deliveries go to sink,

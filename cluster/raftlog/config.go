@@ -72,6 +72,11 @@ type Config struct {
 	// raftexample). Negative: CreateSnapshot never compacts; call
 	// Storage.Compact.
 	CatchUpEntries int
+	// CatchUpBytes bounds the same entries by their encoded size (default
+	// 16 MiB): CreateSnapshot keeps at most CatchUpEntries entries and at
+	// most CatchUpBytes of them, so that entries of a megabyte do not
+	// keep ten thousand megabytes in memory. Negative: no bound by size.
+	CatchUpBytes int64
 	// Logger receives recovery summaries and snapshot read errors.
 	Logger zerolog.Logger
 	// Journal holds the remaining knobs of the underlying journal
@@ -86,6 +91,7 @@ const (
 	defaultMaxEntrySize   = 4 << 20
 	defaultFileSize       = 16 << 20
 	defaultCatchUpEntries = 10000
+	defaultCatchUpBytes   = 16 << 20
 	// journalOverhead is what a journal file needs besides one record's
 	// payload: the 4096-byte file header and two 40-byte record headers
 	// (the record and the zeroed slot or SEGMENT_END after it).
@@ -111,6 +117,9 @@ func (c *Config) ensureDefaults() error {
 	}
 	if c.CatchUpEntries == 0 {
 		c.CatchUpEntries = defaultCatchUpEntries
+	}
+	if c.CatchUpBytes == 0 {
+		c.CatchUpBytes = defaultCatchUpBytes
 	}
 	return nil
 }

@@ -124,7 +124,8 @@
 //     its final name, and the directory is fsync'ed;
 //  2. the SNAPSHOT record is appended and synced;
 //  3. the previous snapshot's file is removed;
-//  4. if index - CatchUpEntries is above the compaction point C: a START(C)
+//  4. if the new compaction point C, below index by at most CatchUpEntries
+//     entries holding at most CatchUpBytes, is above the current one: a START(C)
 //     record, then deletes of the ENTRY records up to C (lowest first), of
 //     the old START and the old SNAPSHOT record, synced; then the in-memory
 //     log drops them.
@@ -173,10 +174,12 @@
 //
 // A Storage keeps its uncompacted entries in memory, as raft's
 // MemoryStorage does, with the journal as their durable home and the source
-// at restart (as etcd does with its WAL). Per group that is at most
-// CatchUpEntries + the entries applied between two snapshots + the
+// at restart (as etcd does with its WAL). Per group that is at most the
+// catch-up entries kept below the snapshot (CatchUpEntries, at most
+// CatchUpBytes of them) + the entries applied between two snapshots + the
 // uncommitted tail (bounded by raft's MaxUncommittedEntriesSize), each at
-// most MaxEntrySize: the caller bounds it by how often it snapshots.
+// most MaxEntrySize: the caller bounds the middle term by how often it
+// snapshots, by count and by size (Storage.BytesAfter the last snapshot).
 // GroupStats.Bytes reports it.
 //
 // An entry's data is at most Config.MaxEntrySize (default 4 MiB); Save

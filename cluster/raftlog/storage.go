@@ -271,11 +271,49 @@ func (s *Storage) CreateSnapshot(index uint64, cs *pb.ConfState, data []byte) er
 	if old.index != 0 {
 		l.removeSnapFile(s.group, &old)
 	}
-	var compactTo uint64
-	if k := l.cfg.CatchUpEntries; k >= 0 && index > uint64(k) {
-		compactTo = index - uint64(k)
+	return l.compactLocked(s, l.catchUpPoint(s, index), oldID)
+}
+
+// catchUpPoint is where CreateSnapshot at index compacts the log to: the
+// entries up to index are kept back to at most CatchUpEntries of them and
+// at most CatchUpBytes of their encoded size; 0 (nothing to compact) when
+// CatchUpEntries is negative. Log.wmu held.
+func (l *Log) catchUpPoint(s *Storage, index uint64) uint64 {
+	k := l.cfg.CatchUpEntries
+	if k < 0 || index <= s.base.index || index > s.lastIndex() {
+		return 0
 	}
-	return l.compactLocked(s, compactTo, oldID)
+	c := s.base.index
+	if index > uint64(k) {
+		c = max(c, index-uint64(k))
+	}
+	if l.cfg.CatchUpBytes < 0 || c >= index {
+		return c
+	}
+	// The entries (p, index] hold cum[index-base] - cum[p-base] bytes,
+	// which shrinks as p grows: the first p within the bound.
+	lo, hi := c-s.base.index, index-s.base.index
+	end, limit := s.cum[hi], uint64(l.cfg.CatchUpBytes)
+	p := lo + uint64(sort.Search(int(hi-lo), func(i int) bool { return end-s.cum[lo+uint64(i)] <= limit }))
+	return s.base.index + p
+}
+
+// BytesAfter returns the encoded size (proto.Size) of the entries held
+// after index: all of them when index is at or below the compaction
+// point, none when it is at or past the last. A caller bounds the
+// memory of its log by snapshotting when this grows (see the package
+// doc, "Memory and limits").
+func (s *Storage) BytesAfter(index uint64) uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	last := s.cum[len(s.cum)-1]
+	switch {
+	case index <= s.base.index:
+		return last - s.cum[0]
+	case index >= s.lastIndex():
+		return 0
+	}
+	return last - s.cum[index-s.base.index]
 }
 
 // Compact discards the entries up to and including index (raft's

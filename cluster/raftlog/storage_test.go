@@ -451,3 +451,71 @@ func TestIOErrorFailsLog(t *testing.T) {
 		})
 	}
 }
+
+// TestCreateSnapshotKeepsCatchUpBytes: the entries kept below a snapshot
+// are bounded by their size as well as their number, so that large
+// entries do not keep CatchUpEntries of them in memory; BytesAfter counts
+// what is held; a reopened log holds the same.
+func TestCreateSnapshotKeepsCatchUpBytes(t *testing.T) {
+	cfg := testConfig(fs.NewCrashableMem())
+	cfg.CatchUpEntries = 10
+	data := []byte(strings.Repeat("7", 1000))
+	size := uint64(proto.Size(mkEnt(1, 1, data, nil)))
+	cfg.CatchUpBytes = int64(3*size + size/2) // three entries and a half: three are kept
+	l := mustOpen(t, cfg)
+	s := l.Storage(1)
+	var ents []*pb.Entry
+	for i := uint64(1); i <= 30; i++ {
+		ents = append(ents, mkEnt(i, 1, data, nil))
+	}
+	if err := l.Save([]Update{{Group: 1, Entries: ents}}); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := s.BytesAfter(0), 30*size; got != want {
+		t.Fatalf("BytesAfter(0) = %d, want %d", got, want)
+	}
+	if got, want := s.BytesAfter(25), 5*size; got != want {
+		t.Fatalf("BytesAfter(25) = %d, want %d", got, want)
+	}
+	if got := s.BytesAfter(30); got != 0 {
+		t.Fatalf("BytesAfter(30) = %d, want 0", got)
+	}
+	if err := s.CreateSnapshot(20, &pb.ConfState{Voters: []uint64{1}}, []byte("state")); err != nil {
+		t.Fatal(err)
+	}
+	// Entries 18, 19 and 20 stay below the snapshot (not 11-20, which the
+	// count alone allows), and 21-30 above it.
+	check := func(s *Storage) {
+		t.Helper()
+		if first, _ := s.FirstIndex(); first != 18 {
+			t.Fatalf("FirstIndex = %d, want 18", first)
+		}
+		if got, want := s.BytesAfter(0), 13*size; got != want {
+			t.Fatalf("BytesAfter(0) after the snapshot = %d, want %d", got, want)
+		}
+		if got, want := s.BytesAfter(20), 10*size; got != want {
+			t.Fatalf("BytesAfter(20) = %d, want %d", got, want)
+		}
+	}
+	check(s)
+	// A bound smaller than one entry keeps none below the snapshot.
+	l.cfg.CatchUpBytes = int64(size - 1)
+	if err := s.CreateSnapshot(25, nil, []byte("state")); err != nil {
+		t.Fatal(err)
+	}
+	if first, _ := s.FirstIndex(); first != 26 {
+		t.Fatalf("FirstIndex = %d after a snapshot at 25 with a bound below one entry, want 26", first)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	l = mustOpen(t, cfg)
+	defer l.Close()
+	s = l.Storage(1)
+	if first, _ := s.FirstIndex(); first != 26 {
+		t.Fatalf("FirstIndex after reopening = %d, want 26", first)
+	}
+	if got, want := s.BytesAfter(0), 5*size; got != want {
+		t.Fatalf("BytesAfter(0) after reopening = %d, want %d", got, want)
+	}
+}
