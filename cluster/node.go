@@ -81,7 +81,8 @@ type Config struct {
 	LeaderWait     time.Duration
 	// Broker is the configuration of every group broker (address and
 	// security settings, memory, limits). Its journals, large-message
-	// store, pager and cluster are the node's.
+	// store, pager and cluster are the node's. Its MaxMemory is the
+	// node's budget: each group broker gets MaxMemory / Groups of it.
 	Broker core.Config
 	// Logger receives the node's events.
 	Logger zerolog.Logger
