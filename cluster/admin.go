@@ -364,3 +364,16 @@ func decodeBrowse(p []byte) ([]core.BrowsedMessage, int, error) {
 	}
 	return out, total, nil
 }
+
+// Memory implements core.ClusterMemory: the messages held by the brokers
+// of the groups this node leads, against the node's budget (which they
+// share: Config.Broker).
+func (a *access) Memory() core.MemoryStats {
+	st := core.MemoryStats{Max: a.n.cfg.Broker.MaxMemory}
+	for _, g := range a.n.groups {
+		if b, _ := g.activeBroker(); b != nil {
+			st.Used += b.Memory().Used
+		}
+	}
+	return st
+}

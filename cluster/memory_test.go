@@ -37,5 +37,16 @@ func TestClusterMemoryBudgetShared(t *testing.T) {
 	if n*len(body) > budget/2 || n < budget/2/4096 {
 		t.Fatalf("%d messages of 1 KiB accepted before the queue was full; want fewer than %d (half the budget: 2 groups)", n, budget/2/len(body))
 	}
+	// The node reports what its groups hold against its budget.
+	var used int64
+	var limit int64
+	for i := range c.access {
+		st := c.access[i].Memory()
+		used += st.Used
+		limit = st.Max
+	}
+	if limit != budget || used < int64(n*len(body)) || used > budget {
+		t.Fatalf("the nodes report %d bytes used of %d; want at least the %d bytes of bodies, within %d", used, limit, n*len(body), budget)
+	}
 	t.Logf("%d messages of 1 KiB accepted (budget %d bytes over 2 groups)", n, budget)
 }

@@ -109,8 +109,19 @@ type MemoryStats struct {
 	Max  int64 // the budget; 0 = unlimited
 }
 
-// Memory returns the broker's memory accounting.
+// ClusterMemory is implemented by a Cluster whose node holds messages
+// in brokers of its own (the groups it leads): an access broker, which
+// holds none, reports the node's accounting instead.
+type ClusterMemory interface {
+	Memory() MemoryStats
+}
+
+// Memory returns the broker's memory accounting (for an access broker,
+// its node's: ClusterMemory).
 func (b *Broker) Memory() MemoryStats {
+	if cm, ok := b.cluster.(ClusterMemory); ok {
+		return cm.Memory()
+	}
 	return MemoryStats{Used: b.mem.used.Load(), Max: b.mem.max}
 }
 
