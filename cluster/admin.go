@@ -29,6 +29,7 @@ const (
 	adminPurge
 	adminMove
 	adminBrowse
+	adminBlocked // Broker.Blocked (full.go)
 )
 
 type adminArgs struct {
@@ -315,6 +316,8 @@ func (sv *server) serveAdmin(group uint64, op uint8, arg string) ([]byte, error)
 		n, err := b.MoveMessages(args.Name, args.To, args.N)
 		p, _ := json.Marshal(n)
 		return p, err
+	case adminBlocked:
+		return json.Marshal(b.Blocked(args.Name))
 	case adminBrowse:
 		ms, total, err := b.Browse(args.Name, args.N, args.M)
 		if err != nil {

@@ -3,7 +3,9 @@ package cluster
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/junctionmq/junction/core"
 )
@@ -49,4 +51,72 @@ func TestClusterMemoryBudgetShared(t *testing.T) {
 		t.Fatalf("the nodes report %d bytes used of %d; want at least the %d bytes of bodies, within %d", used, limit, n*len(body), budget)
 	}
 	t.Logf("%d messages of 1 KiB accepted (budget %d bytes over 2 groups)", n, budget)
+}
+
+// TestClusterProducersWaitOverBudget: with the default full policy
+// (PAGE, which a group broker cannot page to), a producer sending durable
+// messages past its group's part of the budget waits on its own node,
+// as on a single broker, instead of the group holding ever more: the
+// backlog stays near the budget; it goes on once a consumer makes room.
+func TestClusterProducersWaitOverBudget(t *testing.T) {
+	const budget = 1 << 20 // 512 KiB per group
+	c := startClusterWith(t, 3, 2, func(cfg *Config) { cfg.Broker.MaxMemory = budget })
+	prod := session(t, c.access[1], "")
+	var sent atomic.Int64
+	stopped := make(chan error, 1)
+	go func() {
+		body := make([]byte, 1024)
+		for range 3000 {
+			m := &core.Message{Address: "wait", RoutingType: core.Anycast, Durable: true, Body: body, Priority: core.DefaultPriority}
+			if err := prod.Send(context.Background(), m); err != nil {
+				stopped <- err
+				return
+			}
+			sent.Add(1)
+		}
+		stopped <- nil
+	}()
+	held := func() int64 {
+		var used int64
+		for _, a := range c.access {
+			used += a.Memory().Used
+		}
+		return used
+	}
+	// The producer stops once the group is full, and stays stopped.
+	deadline := time.Now().Add(15 * time.Second)
+	for last := int64(-1); ; {
+		time.Sleep(300 * time.Millisecond)
+		n := sent.Load()
+		if n == last {
+			break
+		}
+		last = n
+		if time.Now().After(deadline) || n == 3000 {
+			t.Fatalf("the producer did not wait: %d of 3000 sent, the group holds %d bytes (its part of the budget: %d)", n, held(), budget/2)
+		}
+	}
+	n := sent.Load()
+	if used := held(); used > budget/2+64<<10 || used < budget/4 {
+		t.Fatalf("the producer waits after %d messages with %d bytes held; want about the group's part, %d", n, used, budget/2)
+	}
+	// A consumer makes room: the producer goes on.
+	cs := session(t, c.access[2], "")
+	cn, col := subscribe(t, cs, core.ConsumerOptions{Address: "wait", RoutingType: core.Anycast, Credit: 200})
+	for range 200 {
+		cn.Ack(col.next(t).ID)
+	}
+	deadline = time.Now().Add(10 * time.Second)
+	for sent.Load() < n+100 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the producer did not go on after 200 messages were consumed: %d sent, was %d", sent.Load(), n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	prod.Close()
+	select {
+	case <-stopped:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiting producer did not end with its session")
+	}
 }

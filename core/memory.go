@@ -1,6 +1,7 @@
 package core
 
 import (
+	"context"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -125,11 +126,52 @@ func (b *Broker) Memory() MemoryStats {
 	return MemoryStats{Used: b.mem.used.Load(), Max: b.mem.max}
 }
 
+// ClusterBlocked is implemented by a Cluster that learns from its
+// groups' answers that an address is over its limit (a group broker
+// takes a cluster send over it rather than stall the link it shares):
+// the access broker makes its producers wait there instead, as a single
+// broker does under BLOCK (and PAGE without a page store).
+type ClusterBlocked interface {
+	Blocked(address string) bool
+}
+
+// clusterRoomPoll is how often a producer waiting for room in a cluster
+// asks again.
+const clusterRoomPoll = 20 * time.Millisecond
+
+// waitClusterRoom waits while the cluster says address is over its
+// limit, until ctx ends or the session closes.
+func (s *Session) waitClusterRoom(ctx context.Context, address string) error {
+	cb, ok := s.b.cluster.(ClusterBlocked)
+	if !ok {
+		return nil
+	}
+	for cb.Blocked(address) {
+		t := time.NewTimer(clusterRoomPoll)
+		select {
+		case <-t.C:
+		case <-s.closingChan():
+		case <-ctx.Done():
+		}
+		t.Stop()
+		if err := s.check(); err != nil {
+			return err
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // Blocked reports whether a send to address would wait for room now: a
 // queue of it with address-full-policy BLOCK (or PAGE without a page
 // store, for durable messages) is over its limit. AMQP asks before
 // granting producers credit.
 func (b *Broker) Blocked(address string) bool {
+	if cb, ok := b.cluster.(ClusterBlocked); ok {
+		return cb.Blocked(address)
+	}
 	m := &Message{Address: address, Durable: true, Body: []byte{0}}
 	b.mu.RLock()
 	a := b.addresses[address]
