@@ -27,6 +27,7 @@ type access struct {
 	pending map[uint64]*call         // rid → waiting request
 	parts   map[uint64]*part         // cid → upstream part
 	links   map[linkKey]*sessionLink // (sid, group) → where the session is open
+	full    fullAddresses            // addresses over their limits (full.go)
 }
 
 type linkKey struct{ sid, group uint64 }
@@ -301,7 +302,11 @@ func (s *remoteSession) transmit(g uint64, ln *sendLane, ps *pendingSend) {
 		s.sent(g, ln, ps, err)
 		return
 	}
-	s.a.async(l, l.leader, &rpcMsg{kind: kSend, group: g, sid: s.sid, msg: ps.m}, func(err error, _ string, _ []byte) {
+	addr := ps.m.Address
+	s.a.async(l, l.leader, &rpcMsg{kind: kSend, group: g, sid: s.sid, msg: ps.m}, func(err error, str string, _ []byte) {
+		if err == nil {
+			s.a.full.note(addr, str == replyFull)
+		}
 		s.sent(g, ln, ps, err)
 	})
 }

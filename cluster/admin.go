@@ -29,6 +29,7 @@ const (
 	adminPurge
 	adminMove
 	adminBrowse
+	adminBlocked // Broker.Blocked (full.go)
 )
 
 type adminArgs struct {
@@ -315,6 +316,8 @@ func (sv *server) serveAdmin(group uint64, op uint8, arg string) ([]byte, error)
 		n, err := b.MoveMessages(args.Name, args.To, args.N)
 		p, _ := json.Marshal(n)
 		return p, err
+	case adminBlocked:
+		return json.Marshal(b.Blocked(args.Name))
 	case adminBrowse:
 		ms, total, err := b.Browse(args.Name, args.N, args.M)
 		if err != nil {
@@ -363,4 +366,17 @@ func decodeBrowse(p []byte) ([]core.BrowsedMessage, int, error) {
 		out = append(out, bm)
 	}
 	return out, total, nil
+}
+
+// Memory implements core.ClusterMemory: the messages held by the brokers
+// of the groups this node leads, against the node's budget (which they
+// share: Config.Broker).
+func (a *access) Memory() core.MemoryStats {
+	st := core.MemoryStats{Max: a.n.cfg.Broker.MaxMemory}
+	for _, g := range a.n.groups {
+		if b, _ := g.activeBroker(); b != nil {
+			st.Used += b.Memory().Used
+		}
+	}
+	return st
 }

@@ -334,6 +334,13 @@ func (g *group) activate(term uint64) {
 	// A message is handed out once committed, never before: see
 	// core.Config.VisibleWhenStored (and completer for the order).
 	cfg.VisibleWhenStored = true
+	// The node's budget is shared by its groups: every node holds the
+	// live messages of every group (their records, and on a group's
+	// leader its broker's), so a group given the whole budget would let
+	// a node hold Groups times it.
+	if cfg.MaxMemory > 0 {
+		cfg.MaxMemory = max(cfg.MaxMemory/int64(g.n.cfg.Groups), 1)
+	}
 	cfg.TemporaryQueueTag = tempTag(g.id)
 	cfg.Logger = g.n.log.With().Uint64("group", g.id).Logger()
 	g.n.groupEvents(&cfg)

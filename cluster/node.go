@@ -81,7 +81,8 @@ type Config struct {
 	LeaderWait     time.Duration
 	// Broker is the configuration of every group broker (address and
 	// security settings, memory, limits). Its journals, large-message
-	// store, pager and cluster are the node's.
+	// store, pager and cluster are the node's. Its MaxMemory is the
+	// node's budget: each group broker gets MaxMemory / Groups of it.
 	Broker core.Config
 	// Logger receives the node's events.
 	Logger zerolog.Logger
@@ -647,7 +648,9 @@ func (n *Node) handleLocal(m *rpcMsg) {
 		if m.rid == 0 {
 			sv.send(self, m.group, m.sid, m.msg, nil)
 		} else {
-			sv.send(self, m.group, m.sid, m.msg, done)
+			sv.send(self, m.group, m.sid, m.msg, func(err error, full bool) {
+				n.replyResult(self, m.group, m.rid, err, sendReply(full), nil)
+			})
 		}
 	case kAttach:
 		n.access.mu.Lock()
@@ -753,11 +756,12 @@ func (n *Node) doLoop(f func()) error {
 	}
 }
 
-// goWork runs f on a goroutine the node waits for on Close.
-func (n *Node) goWork(f func(stop <-chan struct{})) {
+// goWork runs f on a goroutine the node waits for on Close; it reports
+// false, running nothing, once the node is stopping.
+func (n *Node) goWork(f func(stop <-chan struct{})) (started bool) {
 	select {
 	case <-n.stop:
-		return
+		return false
 	default:
 	}
 	n.wg.Add(1)
@@ -765,6 +769,7 @@ func (n *Node) goWork(f func(stop <-chan struct{})) {
 		defer n.wg.Done()
 		f(n.stop)
 	}()
+	return true
 }
 
 func (n *Node) kickPropose() {

@@ -113,15 +113,34 @@ func (sv *server) closeSession(origin, group, sid uint64) {
 	}
 }
 
-func (sv *server) send(origin, group, sid uint64, m *core.Message, done func(error)) {
+// send routes m on the group broker; done, if not nil, gets the outcome
+// and whether m's address is now over its limit (replyFull).
+func (sv *server) send(origin, group, sid uint64, m *core.Message, done func(err error, full bool)) {
 	s, err := sv.session(origin, group, sid)
 	if err != nil {
 		if done != nil {
-			done(err)
+			done(err, false)
 		}
 		return
 	}
-	s.gs.Send(m, done)
+	if done == nil {
+		s.gs.Send(m, nil)
+		return
+	}
+	addr := m.Address
+	s.gs.Send(m, func(err error) { done(err, err == nil && s.gs.Blocked(addr)) })
+}
+
+// replyFull is the answer's text to a send stored over its address's
+// limit: the sender's node holds its producers for a while (access.full).
+const replyFull = "full"
+
+// sendReply returns the text of a send's answer.
+func sendReply(full bool) string {
+	if full {
+		return replyFull
+	}
+	return ""
 }
 
 func (sv *server) attach(origin, group, sid, cid uint64, o core.ConsumerOptions, sink core.Sink) error {
@@ -464,7 +483,11 @@ func (sv *server) dispatch(from uint64, m *rpcMsg) {
 	case kCloseSession:
 		sv.closeSession(from, m.group, m.sid)
 	case kSend:
-		sv.send(from, m.group, m.sid, m.msg, replyDone(m.rid))
+		var done func(error, bool)
+		if rid := m.rid; rid != 0 {
+			done = func(err error, full bool) { sv.n.replyResult(from, m.group, rid, err, sendReply(full), nil) }
+		}
+		sv.send(from, m.group, m.sid, m.msg, done)
 	case kAttach:
 		err := sv.attach(from, m.group, m.sid, m.cid, m.opts, remoteSink{n: sv.n, origin: from, group: m.group, cid: m.cid})
 		sv.n.replyResult(from, m.group, m.rid, err, "", nil)

@@ -1,6 +1,7 @@
 package core
 
 import (
+	"context"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -109,9 +110,58 @@ type MemoryStats struct {
 	Max  int64 // the budget; 0 = unlimited
 }
 
-// Memory returns the broker's memory accounting.
+// ClusterMemory is implemented by a Cluster whose node holds messages
+// in brokers of its own (the groups it leads): an access broker, which
+// holds none, reports the node's accounting instead.
+type ClusterMemory interface {
+	Memory() MemoryStats
+}
+
+// Memory returns the broker's memory accounting (for an access broker,
+// its node's: ClusterMemory).
 func (b *Broker) Memory() MemoryStats {
+	if cm, ok := b.cluster.(ClusterMemory); ok {
+		return cm.Memory()
+	}
 	return MemoryStats{Used: b.mem.used.Load(), Max: b.mem.max}
+}
+
+// ClusterBlocked is implemented by a Cluster that learns from its
+// groups' answers that an address is over its limit (a group broker
+// takes a cluster send over it rather than stall the link it shares):
+// the access broker makes its producers wait there instead, as a single
+// broker does under BLOCK (and PAGE without a page store).
+type ClusterBlocked interface {
+	Blocked(address string) bool
+}
+
+// clusterRoomPoll is how often a producer waiting for room in a cluster
+// asks again.
+const clusterRoomPoll = 20 * time.Millisecond
+
+// waitClusterRoom waits while the cluster says address is over its
+// limit, until ctx ends or the session closes.
+func (s *Session) waitClusterRoom(ctx context.Context, address string) error {
+	cb, ok := s.b.cluster.(ClusterBlocked)
+	if !ok {
+		return nil
+	}
+	for cb.Blocked(address) {
+		t := time.NewTimer(clusterRoomPoll)
+		select {
+		case <-t.C:
+		case <-s.closingChan():
+		case <-ctx.Done():
+		}
+		t.Stop()
+		if err := s.check(); err != nil {
+			return err
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Blocked reports whether a send to address would wait for room now: a
@@ -119,6 +169,9 @@ func (b *Broker) Memory() MemoryStats {
 // store, for durable messages) is over its limit. AMQP asks before
 // granting producers credit.
 func (b *Broker) Blocked(address string) bool {
+	if cb, ok := b.cluster.(ClusterBlocked); ok {
+		return cb.Blocked(address)
+	}
 	m := &Message{Address: address, Durable: true, Body: []byte{0}}
 	b.mu.RLock()
 	a := b.addresses[address]

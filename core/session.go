@@ -187,6 +187,11 @@ func (s *Session) send(ctx context.Context, m *Message, done func(error)) error 
 		return s.sendComposite(ctx, m, parts, done)
 	}
 	if s.remote != nil {
+		if !s.opts.NoWait && m.Durable {
+			if err := s.waitClusterRoom(ctx, m.Address); err != nil {
+				return err
+			}
+		}
 		return s.clusterSend(m, done)
 	}
 	now := time.Now()

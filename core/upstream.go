@@ -43,6 +43,11 @@ func (g *GroupSession) Send(m *Message, done func(error)) {
 	g.s.SendAsync(m.shallowCopy(), done)
 }
 
+// Blocked reports whether a send to address would wait for room on the
+// group broker (Broker.Blocked): its sends do not wait, and the access
+// side is told to hold its producers instead.
+func (g *GroupSession) Blocked(address string) bool { return g.s.b.Blocked(address) }
+
 // Attach subscribes a consumer with o whose deliveries go to sink,
 // tagged with their delivery ids.
 func (g *GroupSession) Attach(o ConsumerOptions, sink Sink) (Upstream, error) {
