@@ -50,7 +50,7 @@
 // (cluster/raftlog), which keeps a group's entries in memory until they
 // are compacted; a group snapshots its state every
 // Config.SnapshotEntries applied entries, or sooner once its entries since
-// the last snapshot hold more than Config.SnapshotBytes and more than its
+// the last snapshot hold more than Config.SnapshotBytes (16 MiB) and more than its
 // state, which compacts its log (keeping up to 16 MiB below the snapshot
 // for followers slightly behind), so that the log held in memory is
 // bounded by bytes as well as by count; a follower too far behind gets the snapshot (sent in chunks on the bulk

@@ -61,7 +61,7 @@ type Config struct {
 	// many applied entries (default 10000).
 	SnapshotEntries uint64
 	// SnapshotBytes: a group also takes one once the entries it holds
-	// since its last snapshot are larger than this (default 64 MiB) and
+	// since its last snapshot are larger than this (default 16 MiB) and
 	// than its state, so that the log a group keeps in memory stays
 	// bounded by its state's size, not by a count of entries of up to
 	// MaxMessageBytes each, while a large state is not written again for
@@ -134,7 +134,7 @@ func (c *Config) ensureDefaults() error {
 		c.SnapshotEntries = 10000
 	}
 	if c.SnapshotBytes <= 0 {
-		c.SnapshotBytes = 64 << 20
+		c.SnapshotBytes = 16 << 20
 	}
 	if c.MaxEntryBytes <= 0 {
 		c.MaxEntryBytes = 1 << 20

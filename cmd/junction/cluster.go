@@ -260,8 +260,9 @@ func secondsOf(ds []time.Duration) []float64 {
 // broker keeps no journals (the node's groups do); bcfg, with the memory
 // budget and limits filled in, is the template of the group brokers.
 func (in *instance) openCluster(cfg Config, bcfg core.Config) error {
-	bcfg.MaxMemory = memoryBudget(cfg.MaxMemory)
-	softMemoryLimit(bcfg.MaxMemory)
+	var goBudget int64
+	bcfg.MaxMemory, goBudget = clusterBudgets(cfg.MaxMemory, cfg.Cluster.Groups)
+	softMemoryLimit(goBudget)
 	bcfg.MaxAutoCreatedQueuesPerUser = cfg.Limits.MaxAutoCreatedQueues
 	// The group brokers hand their events to the access broker, which
 	// publishes them with its own (cluster/events.go).
@@ -369,4 +370,29 @@ func printClusterStatus(w io.Writer, st cluster.Status) {
 		fmt.Fprintf(tw, "%d\t%s\t%d\t%d\t%d\t%v\t%v\t%d\t%d\n", g.ID, lead, g.Term, g.Commit, g.ApplyLag, g.Voters, g.Learners, g.Messages, g.LeaderChanges)
 	}
 	tw.Flush()
+}
+
+// clusterCopies is about how many times a cluster node holds a message
+// in memory: as its group broker's message on the group's leader, as
+// the replicated record on every member, and in the group's Raft log
+// until the log is compacted.
+const clusterCopies = 3
+
+// clusterLogShare is what a group's Raft log may hold besides its
+// state's size: the entries since its snapshot (cluster.Config's
+// SnapshotBytes, 16 MiB) and the catch-up entries kept below it
+// (raftlog's CatchUpBytes, 16 MiB).
+const clusterLogShare = 32 << 20
+
+// clusterBudgets returns a cluster node's budget for messages (shared by
+// its groups' brokers: cluster.Config.Broker) and what softMemoryLimit
+// is to cover: each message's copies and the groups' logs. The default
+// budget is a third of a single broker's, so that a node's memory comes
+// to what one broker's does.
+func clusterBudgets(configured ByteSize, groups int) (budget, goBudget int64) {
+	budget = memoryBudget(configured)
+	if configured <= 0 {
+		budget /= clusterCopies
+	}
+	return budget, clusterCopies*budget + int64(groups)*clusterLogShare
 }
