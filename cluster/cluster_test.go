@@ -621,9 +621,15 @@ func TestClusterNodeCatchesUpFromSnapshot(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for _, g := range c.nodes[0].groups {
-		if g.snapIndex == 0 {
-			t.Fatalf("group %d took no snapshot", g.id)
+	// Snapshots are written off the loop: wait for every group's.
+	deadline := time.Now().Add(10 * time.Second)
+	for _, g := range c.nodes[0].rlog.Stats().Groups {
+		for g.SnapshotIndex == 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("group %d took no snapshot", g.Group)
+			}
+			time.Sleep(10 * time.Millisecond)
+			g = c.nodes[0].rlog.Stats().Groups[g.Group-1]
 		}
 	}
 	c.restart(2, false)

@@ -26,12 +26,14 @@ type group struct {
 	tx      txBufs
 
 	// Owned by the loop goroutine:
-	rn         *raft.RawNode
-	confState  *pb.ConfState
-	snapIndex  uint64
-	leading    bool
-	activateAt uint64 // leader: activate once applied reaches it
-	activating bool
+	rn        *raft.RawNode
+	confState *pb.ConfState
+	snapIndex uint64
+	// snapshotting: a snapshot's file is being written (maybeSnapshot).
+	snapshotting bool
+	leading      bool
+	activateAt   uint64 // leader: activate once applied reaches it
+	activating   bool
 	// timeoutNowAt is when this node was last told to campaign at once
 	// (a leader handing it the group, MsgTimeoutNow); a leader so
 	// elected activates no earlier than a lease after it (lease.go).

@@ -374,7 +374,7 @@ func (g *group) installSnapshot(s *pb.Snapshot) error {
 // bytes (Config.SnapshotBytes) (loop).
 func (g *group) maybeSnapshot() {
 	applied := g.applied.Load()
-	if applied <= g.snapIndex || g.confState == nil {
+	if applied <= g.snapIndex || g.confState == nil || g.snapshotting {
 		return
 	}
 	if applied < g.snapIndex+g.n.cfg.SnapshotEntries {
@@ -383,15 +383,31 @@ func (g *group) maybeSnapshot() {
 			return
 		}
 	}
+	// The state is encoded here, consistent with applied; the file is
+	// written and synced off the loop (Storage.CreateSnapshot allows it
+	// beside Save), so that a large state does not stop the group's
+	// heartbeats for as long as its disk takes to write it.
 	start := time.Now()
 	data := g.state.snapshot()
-	if err := g.storage.CreateSnapshot(applied, g.confState, data); err != nil {
-		g.n.log.Error().Err(err).Uint64("group", g.id).Msg("snapshot failed")
-		g.snapIndex = applied // retry after another SnapshotEntries
-		return
+	cs := g.confState
+	g.snapshotting = true
+	written := func(err error) {
+		g.snapshotting = false
+		if err != nil {
+			g.n.log.Error().Err(err).Uint64("group", g.id).Msg("snapshot failed")
+		} else {
+			g.n.log.Debug().Uint64("group", g.id).Uint64("index", applied).Int("bytes", len(data)).Dur("took", time.Since(start)).Msg("snapshot")
+		}
+		// After a failure, retry after another SnapshotEntries (or
+		// SnapshotBytes); an installed snapshot may be further on.
+		g.snapIndex = max(g.snapIndex, applied)
 	}
-	g.snapIndex = applied
-	g.n.log.Debug().Uint64("group", g.id).Uint64("index", applied).Int("bytes", len(data)).Dur("took", time.Since(start)).Msg("snapshot")
+	if !g.n.goWork(func(<-chan struct{}) {
+		err := g.storage.CreateSnapshot(applied, cs, data)
+		g.n.onLoop(func() { written(err) })
+	}) {
+		g.snapshotting = false // stopping
+	}
 }
 
 // balanceLeaders hands a group this node leads to its preferred leader
