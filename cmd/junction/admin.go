@@ -266,10 +266,24 @@ var connColumns = []column{
 	col("MSGS IN", "messagesIn"), col("MSGS OUT", "messagesOut"),
 }
 
+// isHelp tells whether a command's first argument asks for its usage
+// (junction queue -h, as the top-level usage suggests).
+func isHelp(arg string) bool {
+	switch arg {
+	case "-h", "-help", "--help", "help":
+		return true
+	}
+	return false
+}
+
 // runQueue serves junction queue ...
 func runQueue(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		return errors.New(adminUsage)
+	}
+	if isHelp(args[0]) {
+		fmt.Fprint(stdout, adminUsage)
+		return nil
 	}
 	sub := args[0]
 	fs, af := newAdminFlags("queue "+sub, getenv, stderr)
@@ -389,6 +403,10 @@ func runQueue(ctx context.Context, args []string, getenv func(string) string, st
 func runConn(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		return errors.New(adminUsage)
+	}
+	if isHelp(args[0]) {
+		fmt.Fprint(stdout, adminUsage)
+		return nil
 	}
 	sub := args[0]
 	fs, af := newAdminFlags("conn "+sub, getenv, stderr)

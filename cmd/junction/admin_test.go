@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
+	"io"
 	"strings"
 	"testing"
 )
@@ -78,5 +79,27 @@ func TestAdminCommands(t *testing.T) {
 	}
 	if _, err := cli("conn", "close", "999999", "--console", console); err == nil {
 		t.Fatal("closing an unknown connection succeeded")
+	}
+}
+
+// The top-level usage says "junction queue -h": asking a command for its
+// usage prints it on stdout and succeeds, as junction --help does.
+func TestAdminHelp(t *testing.T) {
+	noEnv := func(string) string { return "" }
+	for _, args := range [][]string{
+		{"queue", "-h"}, {"queue", "--help"}, {"queue", "help"},
+		{"conn", "-h"}, {"conn", "--help"},
+		{"config", "-h"}, {"config", "--help"},
+	} {
+		var out, errOut bytes.Buffer
+		err := run(context.Background(), args, noEnv, &out, &errOut)
+		if err != nil || !strings.Contains(out.String(), "usage:") {
+			t.Errorf("junction %s: %v\nstdout: %s\nstderr: %s", strings.Join(args, " "), err, out.String(), errOut.String())
+		}
+	}
+	// A command it does not know still fails, with the usage.
+	if err := run(context.Background(), []string{"queue", "bogus"}, noEnv, io.Discard, io.Discard); err == nil ||
+		!strings.Contains(err.Error(), "unknown command") {
+		t.Errorf("junction queue bogus: %v", err)
 	}
 }
