@@ -473,7 +473,7 @@ func runSend(args []string, getenv func(string) string, stdin io.Reader, stdout,
 	}
 	c, err := gostomp.Dial("tcp", *addr, gostomp.ConnOpt.HeartBeat(0, 0), stompclient.Quiet)
 	if err != nil {
-		return fmt.Errorf("stomp %s: %w", *addr, err)
+		return fmt.Errorf("stomp %s: %w", *addr, withErrorBody(err))
 	}
 	defer c.Disconnect()
 	sendOpts := []func(*frame.Frame) error{gostomp.SendOpt.Receipt}
@@ -488,7 +488,7 @@ func runSend(args []string, getenv func(string) string, stdin io.Reader, stdout,
 		sendOpts = append(sendOpts, gostomp.SendOpt.Header(k, v))
 	}
 	if err := c.Send(*to, "text/plain", data, sendOpts...); err != nil {
-		return err
+		return withErrorBody(err)
 	}
 	fmt.Fprintf(stdout, "sent %d bytes to %s\n", len(data), *to)
 	return nil
@@ -510,18 +510,18 @@ func runReceive(args []string, getenv func(string) string, stdout, stderr io.Wri
 	}
 	c, err := gostomp.Dial("tcp", *addr, gostomp.ConnOpt.HeartBeat(0, 0), stompclient.Quiet)
 	if err != nil {
-		return fmt.Errorf("stomp %s: %w", *addr, err)
+		return fmt.Errorf("stomp %s: %w", *addr, withErrorBody(err))
 	}
 	defer c.Disconnect()
 	sub, err := c.Subscribe(*from, gostomp.AckClientIndividual)
 	if err != nil {
-		return err
+		return withErrorBody(err)
 	}
 	for n := 0; *count == 0 || n < *count; n++ {
 		select {
 		case m := <-sub.C:
 			if m.Err != nil {
-				return m.Err
+				return withErrorBody(m.Err)
 			}
 			fmt.Fprintf(stdout, "%s\n", m.Body)
 			if err := c.Ack(m); err != nil {
@@ -535,6 +535,29 @@ func runReceive(args []string, getenv func(string) string, stdout, stderr io.Wri
 		}
 	}
 	return nil
+}
+
+// withErrorBody adds to a STOMP ERROR its body, where Junction says why
+// (message "send failed", body `core: invalid address: "a.*" is a
+// wildcard pattern`); go-stomp's error is the message header alone.
+func withErrorBody(err error) error {
+	var f *frame.Frame
+	var e gostomp.Error
+	var pe *gostomp.Error
+	switch {
+	case errors.As(err, &pe) && pe != nil:
+		f = pe.Frame
+	case errors.As(err, &e):
+		f = e.Frame
+	}
+	if f == nil || f.Command != frame.ERROR {
+		return err
+	}
+	body := strings.TrimSpace(string(f.Body))
+	if body == "" || strings.Contains(err.Error(), body) {
+		return err
+	}
+	return fmt.Errorf("%w: %s", err, body)
 }
 
 func isFlagSet(fs *flag.FlagSet, name string) bool {

@@ -103,3 +103,20 @@ func TestAdminHelp(t *testing.T) {
 		t.Errorf("junction queue bogus: %v", err)
 	}
 }
+
+// A send or subscription the broker refuses reports why: Junction puts
+// the reason in the ERROR frame's body, and the message header alone
+// ("send failed") tells the user nothing.
+func TestAdminSendReceiveErrorReason(t *testing.T) {
+	stompAddr, _ := startServe(t, testConfig(t))
+	noEnv := func(string) string { return "" }
+	for _, args := range [][]string{
+		{"send", "--stomp", stompAddr, "--to", "/queue/a.*", "--body", "x"},
+		{"receive", "--stomp", stompAddr, "--from", "/queue/a.*", "--timeout", "5s"},
+	} {
+		err := run(context.Background(), args, noEnv, io.Discard, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), "a.*") || !strings.Contains(err.Error(), "wildcard") {
+			t.Errorf("junction %s: %v, want the broker's reason (a wildcard)", strings.Join(args, " "), err)
+		}
+	}
+}
