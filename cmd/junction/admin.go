@@ -449,7 +449,7 @@ func stompAddr(getenv func(string) string) string {
 }
 
 // runSend sends one message over STOMP and waits for its receipt.
-func runSend(args []string, getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer) error {
+func runSend(args []string, getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer) (err error) {
 	fs := flag.NewFlagSet("junction send", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	to := fs.String("to", "", "destination: /queue/NAME or /topic/NAME")
@@ -475,7 +475,7 @@ func runSend(args []string, getenv func(string) string, stdin io.Reader, stdout,
 	if err != nil {
 		return fmt.Errorf("stomp %s: %w", *addr, withErrorBody(err))
 	}
-	defer c.Disconnect()
+	defer func() { disconnect(c, err) }()
 	sendOpts := []func(*frame.Frame) error{gostomp.SendOpt.Receipt}
 	if *persistent {
 		sendOpts = append(sendOpts, gostomp.SendOpt.Header("persistent", "true"))
@@ -495,7 +495,7 @@ func runSend(args []string, getenv func(string) string, stdin io.Reader, stdout,
 }
 
 // runReceive prints messages from a destination over STOMP.
-func runReceive(args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+func runReceive(args []string, getenv func(string) string, stdout, stderr io.Writer) (err error) {
 	fs := flag.NewFlagSet("junction receive", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	from := fs.String("from", "", "destination: /queue/NAME or /topic/NAME")
@@ -512,7 +512,7 @@ func runReceive(args []string, getenv func(string) string, stdout, stderr io.Wri
 	if err != nil {
 		return fmt.Errorf("stomp %s: %w", *addr, withErrorBody(err))
 	}
-	defer c.Disconnect()
+	defer func() { disconnect(c, err) }()
 	sub, err := c.Subscribe(*from, gostomp.AckClientIndividual)
 	if err != nil {
 		return withErrorBody(err)
@@ -558,6 +558,18 @@ func withErrorBody(err error) error {
 		return err
 	}
 	return fmt.Errorf("%w: %s", err, body)
+}
+
+// disconnect ends the STOMP connection: gracefully after success; at
+// once after an error, for the broker closes a connection it sent an
+// ERROR on, and go-stomp's Disconnect could then wait 30 s for a
+// RECEIPT that never comes.
+func disconnect(c *gostomp.Conn, err error) {
+	if err != nil {
+		c.MustDisconnect()
+		return
+	}
+	c.Disconnect()
 }
 
 func isFlagSet(fs *flag.FlagSet, name string) bool {

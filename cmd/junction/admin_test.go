@@ -9,6 +9,7 @@ import (
 	"io"
 	"strings"
 	"testing"
+	"time"
 )
 
 // The admin commands against a running broker: send and receive over
@@ -114,9 +115,15 @@ func TestAdminSendReceiveErrorReason(t *testing.T) {
 		{"send", "--stomp", stompAddr, "--to", "/queue/a.*", "--body", "x"},
 		{"receive", "--stomp", stompAddr, "--from", "/queue/a.*", "--timeout", "5s"},
 	} {
+		start := time.Now()
 		err := run(context.Background(), args, noEnv, io.Discard, io.Discard)
 		if err == nil || !strings.Contains(err.Error(), "a.*") || !strings.Contains(err.Error(), "wildcard") {
 			t.Errorf("junction %s: %v, want the broker's reason (a wildcard)", strings.Join(args, " "), err)
+		}
+		// The broker closes the connection after its ERROR: no waiting
+		// for the receipt of a DISCONNECT (go-stomp's 30 s).
+		if d := time.Since(start); d > 5*time.Second {
+			t.Errorf("junction %s took %v to fail", strings.Join(args, " "), d)
 		}
 	}
 }
