@@ -42,7 +42,8 @@ const adminUsage = `usage:
   junction receive --from DEST [--count N] [--timeout D]
 flags for queue and conn: --console URL or HOST:PORT (default 127.0.0.1:8161, $JUNCTION_CONSOLE), --json,
   --user NAME and $JUNCTION_PASSWORD (or --password) when the broker has users
-flags for send and receive: --stomp HOST:PORT (default 127.0.0.1:61613, $JUNCTION_STOMP_ADDR)
+flags for send and receive: --stomp HOST:PORT (default 127.0.0.1:61613, $JUNCTION_STOMP_ADDR),
+  --user NAME and $JUNCTION_PASSWORD (or --password) when the broker has users
 DEST is a STOMP destination: /queue/NAME or /topic/NAME.
 `
 
@@ -441,6 +442,21 @@ type headerList []string
 func (h *headerList) String() string     { return strings.Join(*h, ",") }
 func (h *headerList) Set(v string) error { *h = append(*h, v); return nil }
 
+// stompCredentials adds --user and --password to send's and receive's flags,
+// with the same defaults as the API commands', and returns the dial
+// options that log in with them.
+func stompCredentials(fs *flag.FlagSet, getenv func(string) string) func() []func(*gostomp.Conn) error {
+	user := fs.String("user", getenv("JUNCTION_USER"), "log in as this user, when the broker has users ($JUNCTION_USER)")
+	password := fs.String("password", getenv("JUNCTION_PASSWORD"), "that user's password ($JUNCTION_PASSWORD; prefer the variable: flags show in ps)")
+	return func() []func(*gostomp.Conn) error {
+		opts := []func(*gostomp.Conn) error{gostomp.ConnOpt.HeartBeat(0, 0), stompclient.Quiet}
+		if *user != "" {
+			opts = append(opts, gostomp.ConnOpt.Login(*user, *password))
+		}
+		return opts
+	}
+}
+
 func stompAddr(getenv func(string) string) string {
 	if a := getenv("JUNCTION_STOMP_ADDR"); a != "" {
 		return a
@@ -456,6 +472,7 @@ func runSend(args []string, getenv func(string) string, stdin io.Reader, stdout,
 	body := fs.String("body", "", "message body (default: standard input)")
 	addr := fs.String("stomp", stompAddr(getenv), "broker STOMP `HOST:PORT`")
 	persistent := fs.Bool("persistent", false, "durable: confirmed once on disk")
+	login := stompCredentials(fs, getenv)
 	var headers headerList
 	fs.Var(&headers, "header", "a header `K=V` (repeatable)")
 	if err := fs.Parse(args); err != nil {
@@ -471,7 +488,7 @@ func runSend(args []string, getenv func(string) string, stdin io.Reader, stdout,
 			return err
 		}
 	}
-	c, err := gostomp.Dial("tcp", *addr, gostomp.ConnOpt.HeartBeat(0, 0), stompclient.Quiet)
+	c, err := gostomp.Dial("tcp", *addr, login()...)
 	if err != nil {
 		return fmt.Errorf("stomp %s: %w", *addr, withErrorBody(err))
 	}
@@ -502,13 +519,14 @@ func runReceive(args []string, getenv func(string) string, stdout, stderr io.Wri
 	count := fs.Int("count", 1, "messages to receive (0 = until the timeout)")
 	timeout := fs.Duration("timeout", 10*time.Second, "give up waiting after this long without a message")
 	addr := fs.String("stomp", stompAddr(getenv), "broker STOMP `HOST:PORT`")
+	login := stompCredentials(fs, getenv)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if *from == "" || fs.NArg() > 0 {
 		return fmt.Errorf("junction receive: --from is required\n%s", adminUsage)
 	}
-	c, err := gostomp.Dial("tcp", *addr, gostomp.ConnOpt.HeartBeat(0, 0), stompclient.Quiet)
+	c, err := gostomp.Dial("tcp", *addr, login()...)
 	if err != nil {
 		return fmt.Errorf("stomp %s: %w", *addr, withErrorBody(err))
 	}

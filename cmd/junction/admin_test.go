@@ -127,3 +127,31 @@ func TestAdminSendReceiveErrorReason(t *testing.T) {
 		}
 	}
 }
+
+// With a users file, junction send and receive log in: --user, or
+// $JUNCTION_USER, with $JUNCTION_PASSWORD or --password, as the queue
+// and conn commands do. Without them they were anonymous, and refused.
+func TestAdminSendReceiveLogin(t *testing.T) {
+	in, _ := startSecure(t, secureConfig(t, writeUsers(t), false))
+	stompAddr := in.addrs["stomp"].String()
+	env := func(k string) string {
+		return map[string]string{"JUNCTION_PASSWORD": alicePassword}[k]
+	}
+	var out bytes.Buffer
+	if err := run(context.Background(), []string{"send", "--stomp", stompAddr, "--user", "alice", "--to", "/queue/login.q", "--body", "hi"},
+		env, &out, &out); err != nil {
+		t.Fatalf("send as alice ($JUNCTION_PASSWORD): %v\n%s", err, out.String())
+	}
+	out.Reset()
+	userEnv := func(k string) string { return map[string]string{"JUNCTION_USER": "alice"}[k] }
+	if err := run(context.Background(), []string{"receive", "--stomp", stompAddr, "--password", alicePassword, "--from", "/queue/login.q", "--timeout", "5s"},
+		userEnv, &out, io.Discard); err != nil || strings.TrimSpace(out.String()) != "hi" {
+		t.Fatalf("receive as $JUNCTION_USER alice: %v, got %q", err, out.String())
+	}
+	// A wrong password is refused, with the broker's reason.
+	err := run(context.Background(), []string{"send", "--stomp", stompAddr, "--user", "alice", "--password", wrongPassword, "--to", "/queue/login.q", "--body", "x"},
+		noEnv, io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "authentication failed") {
+		t.Fatalf("send with a wrong password: %v", err)
+	}
+}
