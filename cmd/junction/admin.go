@@ -478,7 +478,10 @@ func runSend(args []string, getenv func(string) string, stdin io.Reader, stdout,
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if *to == "" || fs.NArg() > 0 {
+	if fs.NArg() > 0 {
+		return fmt.Errorf("junction send: unexpected argument %q (the body is --body TEXT or standard input)\n%s", fs.Arg(0), adminUsage)
+	}
+	if *to == "" {
 		return fmt.Errorf("junction send: --to is required\n%s", adminUsage)
 	}
 	data := []byte(*body)
@@ -523,7 +526,10 @@ func runReceive(args []string, getenv func(string) string, stdout, stderr io.Wri
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if *from == "" || fs.NArg() > 0 {
+	if fs.NArg() > 0 {
+		return fmt.Errorf("junction receive: unexpected argument %q\n%s", fs.Arg(0), adminUsage)
+	}
+	if *from == "" {
 		return fmt.Errorf("junction receive: --from is required\n%s", adminUsage)
 	}
 	c, err := gostomp.Dial("tcp", *addr, login()...)

@@ -155,3 +155,22 @@ func TestAdminSendReceiveLogin(t *testing.T) {
 		t.Fatalf("send with a wrong password: %v", err)
 	}
 }
+
+// A stray argument is named as such, not reported as a missing --to
+// (junction send --to /queue/q hello: the body is --body or stdin).
+func TestAdminSendReceiveStrayArgument(t *testing.T) {
+	for _, args := range [][]string{
+		{"send", "--to", "/queue/q", "hello"},
+		{"receive", "--from", "/queue/q", "extra"},
+	} {
+		err := run(context.Background(), args, noEnv, io.Discard, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), "unexpected argument") || strings.Contains(err.Error(), "is required") {
+			t.Errorf("junction %s: %v", strings.Join(args, " "), err)
+		}
+	}
+	for _, args := range [][]string{{"send", "--body", "x"}, {"receive"}} {
+		if err := run(context.Background(), args, noEnv, io.Discard, io.Discard); err == nil || !strings.Contains(err.Error(), "is required") {
+			t.Errorf("junction %s: %v", strings.Join(args, " "), err)
+		}
+	}
+}
