@@ -118,7 +118,7 @@ func (f *levelFilter) Sample(l zerolog.Level) bool {
 func newLevelLogger(cfg Config, w io.Writer) (zerolog.Logger, *levelFilter) {
 	level, _ := zerolog.ParseLevel(cfg.LogLevel)
 	if cfg.LogFormat == "console" {
-		w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.RFC3339}
+		w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.RFC3339, NoColor: !colourTerminal(w)}
 	}
 	f := &levelFilter{w: w}
 	f.level.Store(int32(level))

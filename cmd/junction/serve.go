@@ -94,10 +94,17 @@ func newInstance(log zerolog.Logger) *instance {
 	return &instance{log: log, addrs: make(map[string]net.Addr), errc: make(chan error, 8)}
 }
 
+// colourTerminal tells whether the console log format may colour its
+// lines: only on a terminal, so that a log redirected to a file, a pipe
+// or journald carries no escape sequences (NO_COLOR turns colour off).
+func colourTerminal(w io.Writer) bool {
+	return isTerminal(w) && os.Getenv("NO_COLOR") == ""
+}
+
 func newLogger(cfg Config, w io.Writer) zerolog.Logger {
 	level, _ := zerolog.ParseLevel(cfg.LogLevel)
 	if cfg.LogFormat == "console" {
-		w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.RFC3339}
+		w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.RFC3339, NoColor: !colourTerminal(w)}
 	}
 	return zerolog.New(w).Level(level).With().Timestamp().Logger()
 }

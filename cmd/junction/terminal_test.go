@@ -27,3 +27,16 @@ func TestUserAddStdinDevNull(t *testing.T) {
 		t.Fatalf("prompted for a password on %s: %q", os.DevNull, stderr.String())
 	}
 }
+
+// The console log format colours its lines only on a terminal: a log
+// written to a file or a pipe has no escape sequences in it.
+func TestConsoleLogNoColourOffTerminal(t *testing.T) {
+	_, logs := startSecure(t, testConfig(t))
+	out := logs.String()
+	if !strings.Contains(out, "junction started") {
+		t.Fatalf("no start line in the log:\n%s", out)
+	}
+	if strings.Contains(out, "\x1b[") {
+		t.Fatalf("escape sequences in a log that is not a terminal:\n%q", out[:min(len(out), 300)])
+	}
+}
