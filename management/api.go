@@ -93,6 +93,34 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	writeError(w, status, err.Error())
 }
 
+// deleteError words core's refusals of a deletion for an operator: core
+// says ErrSubscriptionInUse ("durable subscription has an active
+// consumer") for any queue with consumers, a plain queue included, and
+// its not-found sentinels carry no name.
+func deleteError(err error, kind, name string) error {
+	switch {
+	case errors.Is(err, core.ErrSubscriptionInUse):
+		which := fmt.Sprintf("%s %q", kind, name)
+		if _, q, ok := strings.Cut(err.Error(), ": queue "); ok && kind == "address" {
+			which = fmt.Sprintf("the queue %s of address %q", q, name)
+		}
+		return reworded{which + " has consumers: close them, or their connections, first", err}
+	case err == core.ErrQueueNotFound || err == core.ErrAddressNotFound:
+		return fmt.Errorf("%w: %q", err, name)
+	}
+	return err
+}
+
+// reworded is an error with the text an operator reads and the cause
+// the status is chosen by.
+type reworded struct {
+	msg string
+	err error
+}
+
+func (e reworded) Error() string { return e.msg }
+func (e reworded) Unwrap() error { return e.err }
+
 // guard refuses mutating requests from other web origins (see the
 // package doc) and POSTs that are not JSON.
 func (s *Server) guard(h http.HandlerFunc) http.HandlerFunc {
@@ -404,7 +432,7 @@ func (s *Server) createAddress(w http.ResponseWriter, r *http.Request) {
 func (s *Server) deleteAddress(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
 	if err := s.b.DeleteAddress(name); err != nil {
-		s.fail(w, r, err)
+		s.fail(w, r, deleteError(err, "address", name))
 		return
 	}
 	s.log.Info().Str("address", name).Str("remote", r.RemoteAddr).Msg("console: address deleted")
@@ -586,7 +614,7 @@ func (s *Server) createQueue(w http.ResponseWriter, r *http.Request) {
 func (s *Server) deleteQueue(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
 	if err := s.b.DeleteQueue(name); err != nil {
-		s.fail(w, r, err)
+		s.fail(w, r, deleteError(err, "queue", name))
 		return
 	}
 	s.log.Info().Str("queue", name).Str("remote", r.RemoteAddr).Msg("console: queue deleted")
