@@ -64,6 +64,10 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(status)
 	enc := json.NewEncoder(w)
+	// Bodies and errors read as written (an XML body's "<order>", not
+	// "\u003corder\u003e"): the answer is application/json with nosniff,
+	// never HTML, so nothing needs escaping for a browser.
+	enc.SetEscapeHTML(false)
 	enc.Encode(v)
 }
 
