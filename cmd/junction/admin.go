@@ -237,6 +237,7 @@ func cell(s string) string {
 func printJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false) // an XML body prints as <order/>, not \u003corder/\u003e
 	return enc.Encode(v)
 }
 

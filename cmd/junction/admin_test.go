@@ -174,3 +174,18 @@ func TestAdminSendReceiveStrayArgument(t *testing.T) {
 		}
 	}
 }
+
+// junction queue browse --json prints an XML body as it was sent.
+func TestAdminBrowseJSONUnescaped(t *testing.T) {
+	stompAddr, _ := startServe(t, testConfig(t))
+	console := lastInstance.addrs["console"].String()
+	if err := run(context.Background(), []string{"send", "--stomp", stompAddr, "--to", "/queue/xml.q", "--body", "<order id=\"1\"/>"},
+		noEnv, io.Discard, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := run(context.Background(), []string{"queue", "browse", "xml.q", "--json", "--console", console}, noEnv, &out, &out); err != nil ||
+		!strings.Contains(out.String(), `<order id=\"1\"/>`) {
+		t.Fatalf("queue browse --json: %v\n%s", err, out.String())
+	}
+}
