@@ -607,6 +607,13 @@ func (s *Server) createQueue(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.log.Info().Str("queue", req.Name).Stringer("routingType", rt).Str("remote", r.RemoteAddr).Msg("console: queue created")
+	if rt == core.Multicast {
+		// No queue was made: the address now takes multicast sends. Its
+		// anycast queue of the same name, if any, is not what was created.
+		a, _ := s.address(req.Name)
+		writeJSON(w, http.StatusCreated, a)
+		return
+	}
 	st, err := s.b.QueueStat(req.Name)
 	if err != nil { // deleted meanwhile
 		writeJSON(w, http.StatusCreated, map[string]string{"name": req.Name})
