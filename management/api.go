@@ -209,6 +209,10 @@ func page(w http.ResponseWriter, r *http.Request) (offset, limit int, ok bool) {
 
 func parseRouting(w http.ResponseWriter, s string, required bool) (core.RoutingType, bool) {
 	rt, err := core.ParseRoutingType(strings.ToLower(s))
+	if required && s == "" {
+		writeError(w, http.StatusBadRequest, `routingType is required: "anycast" or "multicast"`)
+		return 0, false
+	}
 	if err != nil || (required && rt == core.RoutingDefault) {
 		writeError(w, http.StatusBadRequest, fmt.Sprintf("routingType must be \"anycast\" or \"multicast\", not %q", s))
 		return 0, false
@@ -406,7 +410,7 @@ type createRequest struct {
 
 // decodeCreate reads a createRequest, answering 400 for a missing name or
 // a bad routing type (an empty one allowed when allowDefault).
-func decodeCreate(w http.ResponseWriter, r *http.Request, allowDefault bool) (createRequest, core.RoutingType, bool) {
+func decodeCreate(w http.ResponseWriter, r *http.Request, routingRequired bool) (createRequest, core.RoutingType, bool) {
 	var req createRequest
 	if !decode(w, r, &req) {
 		return req, 0, false
@@ -415,7 +419,7 @@ func decodeCreate(w http.ResponseWriter, r *http.Request, allowDefault bool) (cr
 		writeError(w, http.StatusBadRequest, "name is required")
 		return req, 0, false
 	}
-	rt, ok := parseRouting(w, req.RoutingType, allowDefault)
+	rt, ok := parseRouting(w, req.RoutingType, routingRequired)
 	return req, rt, ok
 }
 

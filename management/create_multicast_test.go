@@ -1,6 +1,7 @@
 package management_test
 
 import (
+	"strings"
 	"testing"
 )
 
@@ -18,4 +19,16 @@ func TestCreateMulticastAnswersTheAddress(t *testing.T) {
 	if out["name"] != "news" || out["multicast"] != true || out["anycast"] != false {
 		t.Errorf("multicast on a new address: %v", out)
 	}
+}
+
+// POST /addresses without a routing type says it is required, not that
+// it must be anycast or multicast "not \"\"".
+func TestCreateAddressRoutingTypeRequired(t *testing.T) {
+	e := newEnv(t)
+	out := e.Want(400, "POST", "/api/v1/addresses", map[string]any{"name": "news"})
+	if msg, _ := out["error"].(string); !strings.Contains(msg, "routingType is required") {
+		t.Errorf("no routingType: %q", msg)
+	}
+	e.Want(400, "POST", "/api/v1/addresses", map[string]any{"name": "news", "routingType": "both"})
+	e.Want(201, "POST", "/api/v1/queues", map[string]any{"name": "jobs"}) // optional here
 }
