@@ -91,6 +91,7 @@ func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
 type apiError struct {
 	status int
 	msg    string
+	body   []byte // the whole answer, for what else it holds
 }
 
 func (e *apiError) Error() string { return fmt.Sprintf("%s (HTTP %d)", e.msg, e.status) }
@@ -138,7 +139,7 @@ func (af *adminFlags) call(ctx context.Context, method, path string, body any, o
 		if json.Unmarshal(data, &e) != nil || e.Error == "" {
 			e.Error = strings.TrimSpace(string(data))
 		}
-		return &apiError{resp.StatusCode, e.Error}
+		return &apiError{resp.StatusCode, e.Error, data}
 	}
 	if out == nil || len(data) == 0 {
 		return nil

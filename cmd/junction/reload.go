@@ -446,6 +446,15 @@ func runConfigReload(ctx context.Context, args []string, getenv func(string) str
 	if err != nil && !(errors.As(err, &ae) && ae.status == http.StatusBadRequest) {
 		return err
 	}
+	if ae != nil {
+		// An invalid file: the answer is {"error", "result"}.
+		var answer struct {
+			Result ReloadResult `json:"result"`
+		}
+		if json.Unmarshal(ae.body, &answer) == nil {
+			res = answer.Result
+		}
+	}
 	if af.json {
 		if err := printJSON(stdout, res); err != nil {
 			return err
