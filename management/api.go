@@ -545,7 +545,7 @@ func (s *Server) listQueues(w http.ResponseWriter, r *http.Request) {
 	switch q.Get("order") {
 	case "", "asc":
 	case "desc":
-		desc = !desc
+		desc = true // as a leading "-" does; the two together are not ascending
 	default:
 		writeError(w, http.StatusBadRequest, "order must be asc or desc")
 		return
