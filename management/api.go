@@ -11,6 +11,7 @@ import (
 	"mime"
 	"net/http"
 	"net/url"
+	"reflect"
 	"runtime"
 	"slices"
 	"strconv"
@@ -174,7 +175,7 @@ func decode(w http.ResponseWriter, r *http.Request, v any) bool {
 	dec.DisallowUnknownFields()
 	dec.UseNumber()
 	if err := dec.Decode(v); err != nil {
-		writeError(w, http.StatusBadRequest, "malformed JSON: "+err.Error())
+		writeError(w, http.StatusBadRequest, "malformed JSON: "+jsonProblem(err))
 		return false
 	}
 	if dec.More() {
@@ -182,6 +183,48 @@ func decode(w http.ResponseWriter, r *http.Request, v any) bool {
 		return false
 	}
 	return true
+}
+
+// jsonProblem words a decoding error for the API's users, in JSON's
+// terms rather than Go's: `field "priority": a string where a number is
+// wanted`, not `cannot unmarshal string into Go struct field
+// sendRequest.priority of type int`.
+func jsonProblem(err error) string {
+	var te *json.UnmarshalTypeError
+	if !errors.As(err, &te) || te.Type == nil {
+		return strings.TrimPrefix(err.Error(), "json: ")
+	}
+	var want string
+	switch te.Type.Kind() {
+	case reflect.Bool:
+		want = "true or false"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		want = "an integer"
+	case reflect.Float32, reflect.Float64:
+		want = "a number"
+	case reflect.String:
+		want = "a string"
+	case reflect.Slice, reflect.Array:
+		want = "a list"
+	default:
+		want = "an object"
+	}
+	got := te.Value
+	switch {
+	case got == "array":
+		got = "a list"
+	case got == "object":
+		got = "an object"
+	case strings.HasPrefix(got, "number"):
+		got = "a number"
+	case got != "":
+		got = "a " + got
+	}
+	if te.Field == "" {
+		return fmt.Sprintf("the body is %s where %s is wanted", got, want)
+	}
+	return fmt.Sprintf("field %q: %s where %s is wanted", te.Field, got, want)
 }
 
 // page reads offset and limit, answering 400 itself on bad values.
