@@ -493,11 +493,10 @@ func runSend(args []string, getenv func(string) string, stdin io.Reader, stdout,
 			return err
 		}
 	}
-	c, err := gostomp.Dial("tcp", *addr, login()...)
-	if err != nil {
-		return fmt.Errorf("stomp %s: %w", *addr, withErrorBody(err))
-	}
-	defer func() { disconnect(c, err) }()
+	// --header content-type=... is the frame's content type: as a second
+	// content-type header after go-stomp's it would be ignored (the
+	// first of a repeated header counts).
+	contentType := "text/plain"
 	sendOpts := []func(*frame.Frame) error{gostomp.SendOpt.Receipt}
 	if *persistent {
 		sendOpts = append(sendOpts, gostomp.SendOpt.Header("persistent", "true"))
@@ -507,9 +506,18 @@ func runSend(args []string, getenv func(string) string, stdin io.Reader, stdout,
 		if !ok {
 			return fmt.Errorf("junction send: --header %q is not K=V", h)
 		}
+		if k == frame.ContentType {
+			contentType = v
+			continue
+		}
 		sendOpts = append(sendOpts, gostomp.SendOpt.Header(k, v))
 	}
-	if err := c.Send(*to, "text/plain", data, sendOpts...); err != nil {
+	c, err := gostomp.Dial("tcp", *addr, login()...)
+	if err != nil {
+		return fmt.Errorf("stomp %s: %w", *addr, withErrorBody(err))
+	}
+	defer func() { disconnect(c, err) }()
+	if err := c.Send(*to, contentType, data, sendOpts...); err != nil {
 		return withErrorBody(err)
 	}
 	fmt.Fprintf(stdout, "sent %d bytes to %s\n", len(data), *to)

@@ -189,3 +189,28 @@ func TestAdminBrowseJSONUnescaped(t *testing.T) {
 		t.Fatalf("queue browse --json: %v\n%s", err, out.String())
 	}
 }
+
+// junction send --header content-type=... sets the message's content
+// type; it was sent after go-stomp's text/plain, and ignored.
+func TestAdminSendContentTypeHeader(t *testing.T) {
+	stompAddr, _ := startServe(t, testConfig(t))
+	console := lastInstance.addrs["console"].String()
+	if err := run(context.Background(), []string{"send", "--stomp", stompAddr, "--to", "/queue/ct.q", "--body", `{"a":1}`,
+		"--header", "content-type=application/json", "--header", "kind=x"}, noEnv, io.Discard, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := run(context.Background(), []string{"queue", "browse", "ct.q", "--json", "--console", console}, noEnv, &out, &out); err != nil {
+		t.Fatal(err)
+	}
+	var page struct {
+		Messages []struct {
+			ContentType string         `json:"contentType"`
+			Properties  map[string]any `json:"properties"`
+		} `json:"messages"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &page); err != nil || len(page.Messages) != 1 ||
+		page.Messages[0].ContentType != "application/json" || page.Messages[0].Properties["kind"] != "x" {
+		t.Fatalf("browsed %+v (%v):\n%s", page, err, out.String())
+	}
+}
