@@ -279,6 +279,17 @@ func isHelp(arg string) bool {
 	return false
 }
 
+// markBinary prefixes "base64:" to the body of messages the API gives in
+// base64 (not UTF-8), which would otherwise read as a text body.
+func markBinary(rows []map[string]any) []map[string]any {
+	for _, r := range rows {
+		if b, ok := r["body"].(string); ok && r["bodyEncoding"] == "base64" {
+			r["body"] = "base64:" + b
+		}
+	}
+	return rows
+}
+
 // runQueue serves junction queue ...
 func runQueue(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
@@ -374,7 +385,7 @@ func runQueue(ctx context.Context, args []string, getenv func(string) string, st
 		if af.json {
 			return printJSON(stdout, out)
 		}
-		printTable(stdout, items(out), []column{
+		printTable(stdout, markBinary(items(out)), []column{
 			col("ID", "id"), col("PRIORITY", "priority"), col("DURABLE", "durable"),
 			col("DELIVERIES", "deliveryCount"), col("IN FLIGHT", "inFlight"), col("SIZE", "size", "bodySize"),
 			col("BODY", "bodyPreview", "body"),

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"flag"
 	"io"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -212,5 +213,27 @@ func TestAdminSendContentTypeHeader(t *testing.T) {
 	if err := json.Unmarshal(out.Bytes(), &page); err != nil || len(page.Messages) != 1 ||
 		page.Messages[0].ContentType != "application/json" || page.Messages[0].Properties["kind"] != "x" {
 		t.Fatalf("browsed %+v (%v):\n%s", page, err, out.String())
+	}
+}
+
+// junction queue browse marks a binary body, which the API gives in
+// base64: "AAECAw==" alone reads as a text body of those characters.
+func TestAdminBrowseMarksBinary(t *testing.T) {
+	startServe(t, testConfig(t))
+	console := lastInstance.addrs["console"].String()
+	for _, body := range []string{`{"address": "bin.q", "bodyBase64": "AAECA/8="}`, `{"address": "bin.q", "body": "AAECAw=="}`} {
+		res, err := http.Post("http://"+console+"/api/v1/send", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+	}
+	var out bytes.Buffer
+	if err := run(context.Background(), []string{"queue", "browse", "bin.q", "--console", console}, noEnv, &out, &out); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "base64:AAECA/8=") || strings.Contains(out.String(), "base64:AAECAw==") ||
+		!strings.Contains(out.String(), "AAECAw==") {
+		t.Fatalf("queue browse: the binary body unmarked, or the text one marked:\n%s", out.String())
 	}
 }
