@@ -11,6 +11,7 @@ import (
 	"mime"
 	"net/http"
 	"net/url"
+	"reflect"
 	"runtime"
 	"slices"
 	"strconv"
@@ -64,6 +65,10 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(status)
 	enc := json.NewEncoder(w)
+	// Bodies and errors read as written (an XML body's "<order>", not
+	// "\u003corder\u003e"): the answer is application/json with nosniff,
+	// never HTML, so nothing needs escaping for a browser.
+	enc.SetEscapeHTML(false)
 	enc.Encode(v)
 }
 
@@ -92,6 +97,34 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	}
 	writeError(w, status, err.Error())
 }
+
+// deleteError words core's refusals of a deletion for an operator: core
+// says ErrSubscriptionInUse ("durable subscription has an active
+// consumer") for any queue with consumers, a plain queue included, and
+// its not-found sentinels carry no name.
+func deleteError(err error, kind, name string) error {
+	switch {
+	case errors.Is(err, core.ErrSubscriptionInUse):
+		which := fmt.Sprintf("%s %q", kind, name)
+		if _, q, ok := strings.Cut(err.Error(), ": queue "); ok && kind == "address" {
+			which = fmt.Sprintf("the queue %s of address %q", q, name)
+		}
+		return reworded{which + " has consumers: close them, or their connections, first", err}
+	case err == core.ErrQueueNotFound || err == core.ErrAddressNotFound:
+		return fmt.Errorf("%w: %q", err, name)
+	}
+	return err
+}
+
+// reworded is an error with the text an operator reads and the cause
+// the status is chosen by.
+type reworded struct {
+	msg string
+	err error
+}
+
+func (e reworded) Error() string { return e.msg }
+func (e reworded) Unwrap() error { return e.err }
 
 // guard refuses mutating requests from other web origins (see the
 // package doc) and POSTs that are not JSON.
@@ -142,7 +175,7 @@ func decode(w http.ResponseWriter, r *http.Request, v any) bool {
 	dec.DisallowUnknownFields()
 	dec.UseNumber()
 	if err := dec.Decode(v); err != nil {
-		writeError(w, http.StatusBadRequest, "malformed JSON: "+err.Error())
+		writeError(w, http.StatusBadRequest, "malformed JSON: "+jsonProblem(err))
 		return false
 	}
 	if dec.More() {
@@ -150,6 +183,48 @@ func decode(w http.ResponseWriter, r *http.Request, v any) bool {
 		return false
 	}
 	return true
+}
+
+// jsonProblem words a decoding error for the API's users, in JSON's
+// terms rather than Go's: `field "priority": a string where a number is
+// wanted`, not `cannot unmarshal string into Go struct field
+// sendRequest.priority of type int`.
+func jsonProblem(err error) string {
+	var te *json.UnmarshalTypeError
+	if !errors.As(err, &te) || te.Type == nil {
+		return strings.TrimPrefix(err.Error(), "json: ")
+	}
+	var want string
+	switch te.Type.Kind() {
+	case reflect.Bool:
+		want = "true or false"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		want = "an integer"
+	case reflect.Float32, reflect.Float64:
+		want = "a number"
+	case reflect.String:
+		want = "a string"
+	case reflect.Slice, reflect.Array:
+		want = "a list"
+	default:
+		want = "an object"
+	}
+	got := te.Value
+	switch {
+	case got == "array":
+		got = "a list"
+	case got == "object":
+		got = "an object"
+	case strings.HasPrefix(got, "number"):
+		got = "a number"
+	case got != "":
+		got = "a " + got
+	}
+	if te.Field == "" {
+		return fmt.Sprintf("the body is %s where %s is wanted", got, want)
+	}
+	return fmt.Sprintf("field %q: %s where %s is wanted", te.Field, got, want)
 }
 
 // page reads offset and limit, answering 400 itself on bad values.
@@ -177,6 +252,10 @@ func page(w http.ResponseWriter, r *http.Request) (offset, limit int, ok bool) {
 
 func parseRouting(w http.ResponseWriter, s string, required bool) (core.RoutingType, bool) {
 	rt, err := core.ParseRoutingType(strings.ToLower(s))
+	if required && s == "" {
+		writeError(w, http.StatusBadRequest, `routingType is required: "anycast" or "multicast"`)
+		return 0, false
+	}
 	if err != nil || (required && rt == core.RoutingDefault) {
 		writeError(w, http.StatusBadRequest, fmt.Sprintf("routingType must be \"anycast\" or \"multicast\", not %q", s))
 		return 0, false
@@ -374,7 +453,7 @@ type createRequest struct {
 
 // decodeCreate reads a createRequest, answering 400 for a missing name or
 // a bad routing type (an empty one allowed when allowDefault).
-func decodeCreate(w http.ResponseWriter, r *http.Request, allowDefault bool) (createRequest, core.RoutingType, bool) {
+func decodeCreate(w http.ResponseWriter, r *http.Request, routingRequired bool) (createRequest, core.RoutingType, bool) {
 	var req createRequest
 	if !decode(w, r, &req) {
 		return req, 0, false
@@ -383,7 +462,7 @@ func decodeCreate(w http.ResponseWriter, r *http.Request, allowDefault bool) (cr
 		writeError(w, http.StatusBadRequest, "name is required")
 		return req, 0, false
 	}
-	rt, ok := parseRouting(w, req.RoutingType, allowDefault)
+	rt, ok := parseRouting(w, req.RoutingType, routingRequired)
 	return req, rt, ok
 }
 
@@ -404,7 +483,7 @@ func (s *Server) createAddress(w http.ResponseWriter, r *http.Request) {
 func (s *Server) deleteAddress(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
 	if err := s.b.DeleteAddress(name); err != nil {
-		s.fail(w, r, err)
+		s.fail(w, r, deleteError(err, "address", name))
 		return
 	}
 	s.log.Info().Str("address", name).Str("remote", r.RemoteAddr).Msg("console: address deleted")
@@ -509,7 +588,7 @@ func (s *Server) listQueues(w http.ResponseWriter, r *http.Request) {
 	switch q.Get("order") {
 	case "", "asc":
 	case "desc":
-		desc = !desc
+		desc = true // as a leading "-" does; the two together are not ascending
 	default:
 		writeError(w, http.StatusBadRequest, "order must be asc or desc")
 		return
@@ -575,6 +654,13 @@ func (s *Server) createQueue(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.log.Info().Str("queue", req.Name).Stringer("routingType", rt).Str("remote", r.RemoteAddr).Msg("console: queue created")
+	if rt == core.Multicast {
+		// No queue was made: the address now takes multicast sends. Its
+		// anycast queue of the same name, if any, is not what was created.
+		a, _ := s.address(req.Name)
+		writeJSON(w, http.StatusCreated, a)
+		return
+	}
 	st, err := s.b.QueueStat(req.Name)
 	if err != nil { // deleted meanwhile
 		writeJSON(w, http.StatusCreated, map[string]string{"name": req.Name})
@@ -586,7 +672,7 @@ func (s *Server) createQueue(w http.ResponseWriter, r *http.Request) {
 func (s *Server) deleteQueue(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
 	if err := s.b.DeleteQueue(name); err != nil {
-		s.fail(w, r, err)
+		s.fail(w, r, deleteError(err, "queue", name))
 		return
 	}
 	s.log.Info().Str("queue", name).Str("remote", r.RemoteAddr).Msg("console: queue deleted")

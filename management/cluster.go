@@ -49,6 +49,7 @@ const membershipTimeout = 2 * time.Minute
 
 func (s *Server) clusterRoutes() {
 	if s.cfg.Cluster == nil {
+		s.notClusterRoutes()
 		return
 	}
 	s.route("/cluster", map[string]http.HandlerFunc{"GET": s.getCluster})

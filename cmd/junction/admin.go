@@ -42,7 +42,8 @@ const adminUsage = `usage:
   junction receive --from DEST [--count N] [--timeout D]
 flags for queue and conn: --console URL or HOST:PORT (default 127.0.0.1:8161, $JUNCTION_CONSOLE), --json,
   --user NAME and $JUNCTION_PASSWORD (or --password) when the broker has users
-flags for send and receive: --stomp HOST:PORT (default 127.0.0.1:61613, $JUNCTION_STOMP_ADDR)
+flags for send and receive: --stomp HOST:PORT (default 127.0.0.1:61613, $JUNCTION_STOMP_ADDR),
+  --user NAME and $JUNCTION_PASSWORD (or --password) when the broker has users
 DEST is a STOMP destination: /queue/NAME or /topic/NAME.
 `
 
@@ -90,6 +91,7 @@ func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
 type apiError struct {
 	status int
 	msg    string
+	body   []byte // the whole answer, for what else it holds
 }
 
 func (e *apiError) Error() string { return fmt.Sprintf("%s (HTTP %d)", e.msg, e.status) }
@@ -137,7 +139,7 @@ func (af *adminFlags) call(ctx context.Context, method, path string, body any, o
 		if json.Unmarshal(data, &e) != nil || e.Error == "" {
 			e.Error = strings.TrimSpace(string(data))
 		}
-		return &apiError{resp.StatusCode, e.Error}
+		return &apiError{resp.StatusCode, e.Error, data}
 	}
 	if out == nil || len(data) == 0 {
 		return nil
@@ -236,6 +238,7 @@ func cell(s string) string {
 func printJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false) // an XML body prints as <order/>, not \u003corder/\u003e
 	return enc.Encode(v)
 }
 
@@ -266,10 +269,35 @@ var connColumns = []column{
 	col("MSGS IN", "messagesIn"), col("MSGS OUT", "messagesOut"),
 }
 
+// isHelp tells whether a command's first argument asks for its usage
+// (junction queue -h, as the top-level usage suggests).
+func isHelp(arg string) bool {
+	switch arg {
+	case "-h", "-help", "--help", "help":
+		return true
+	}
+	return false
+}
+
+// markBinary prefixes "base64:" to the body of messages the API gives in
+// base64 (not UTF-8), which would otherwise read as a text body.
+func markBinary(rows []map[string]any) []map[string]any {
+	for _, r := range rows {
+		if b, ok := r["body"].(string); ok && r["bodyEncoding"] == "base64" {
+			r["body"] = "base64:" + b
+		}
+	}
+	return rows
+}
+
 // runQueue serves junction queue ...
 func runQueue(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		return errors.New(adminUsage)
+	}
+	if isHelp(args[0]) {
+		fmt.Fprint(stdout, adminUsage)
+		return nil
 	}
 	sub := args[0]
 	fs, af := newAdminFlags("queue "+sub, getenv, stderr)
@@ -357,7 +385,7 @@ func runQueue(ctx context.Context, args []string, getenv func(string) string, st
 		if af.json {
 			return printJSON(stdout, out)
 		}
-		printTable(stdout, items(out), []column{
+		printTable(stdout, markBinary(items(out)), []column{
 			col("ID", "id"), col("PRIORITY", "priority"), col("DURABLE", "durable"),
 			col("DELIVERIES", "deliveryCount"), col("IN FLIGHT", "inFlight"), col("SIZE", "size", "bodySize"),
 			col("BODY", "bodyPreview", "body"),
@@ -389,6 +417,10 @@ func runQueue(ctx context.Context, args []string, getenv func(string) string, st
 func runConn(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		return errors.New(adminUsage)
+	}
+	if isHelp(args[0]) {
+		fmt.Fprint(stdout, adminUsage)
+		return nil
 	}
 	sub := args[0]
 	fs, af := newAdminFlags("conn "+sub, getenv, stderr)
@@ -423,6 +455,21 @@ type headerList []string
 func (h *headerList) String() string     { return strings.Join(*h, ",") }
 func (h *headerList) Set(v string) error { *h = append(*h, v); return nil }
 
+// stompCredentials adds --user and --password to send's and receive's flags,
+// with the same defaults as the API commands', and returns the dial
+// options that log in with them.
+func stompCredentials(fs *flag.FlagSet, getenv func(string) string) func() []func(*gostomp.Conn) error {
+	user := fs.String("user", getenv("JUNCTION_USER"), "log in as this user, when the broker has users ($JUNCTION_USER)")
+	password := fs.String("password", getenv("JUNCTION_PASSWORD"), "that user's password ($JUNCTION_PASSWORD; prefer the variable: flags show in ps)")
+	return func() []func(*gostomp.Conn) error {
+		opts := []func(*gostomp.Conn) error{gostomp.ConnOpt.HeartBeat(0, 0), stompclient.Quiet}
+		if *user != "" {
+			opts = append(opts, gostomp.ConnOpt.Login(*user, *password))
+		}
+		return opts
+	}
+}
+
 func stompAddr(getenv func(string) string) string {
 	if a := getenv("JUNCTION_STOMP_ADDR"); a != "" {
 		return a
@@ -431,19 +478,23 @@ func stompAddr(getenv func(string) string) string {
 }
 
 // runSend sends one message over STOMP and waits for its receipt.
-func runSend(args []string, getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer) error {
+func runSend(args []string, getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer) (err error) {
 	fs := flag.NewFlagSet("junction send", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	to := fs.String("to", "", "destination: /queue/NAME or /topic/NAME")
 	body := fs.String("body", "", "message body (default: standard input)")
 	addr := fs.String("stomp", stompAddr(getenv), "broker STOMP `HOST:PORT`")
 	persistent := fs.Bool("persistent", false, "durable: confirmed once on disk")
+	login := stompCredentials(fs, getenv)
 	var headers headerList
 	fs.Var(&headers, "header", "a header `K=V` (repeatable)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if *to == "" || fs.NArg() > 0 {
+	if fs.NArg() > 0 {
+		return fmt.Errorf("junction send: unexpected argument %q (the body is --body TEXT or standard input)\n%s", fs.Arg(0), adminUsage)
+	}
+	if *to == "" {
 		return fmt.Errorf("junction send: --to is required\n%s", adminUsage)
 	}
 	data := []byte(*body)
@@ -453,11 +504,10 @@ func runSend(args []string, getenv func(string) string, stdin io.Reader, stdout,
 			return err
 		}
 	}
-	c, err := gostomp.Dial("tcp", *addr, gostomp.ConnOpt.HeartBeat(0, 0), stompclient.Quiet)
-	if err != nil {
-		return fmt.Errorf("stomp %s: %w", *addr, err)
-	}
-	defer c.Disconnect()
+	// --header content-type=... is the frame's content type: as a second
+	// content-type header after go-stomp's it would be ignored (the
+	// first of a repeated header counts).
+	contentType := "text/plain"
 	sendOpts := []func(*frame.Frame) error{gostomp.SendOpt.Receipt}
 	if *persistent {
 		sendOpts = append(sendOpts, gostomp.SendOpt.Header("persistent", "true"))
@@ -467,43 +517,56 @@ func runSend(args []string, getenv func(string) string, stdin io.Reader, stdout,
 		if !ok {
 			return fmt.Errorf("junction send: --header %q is not K=V", h)
 		}
+		if k == frame.ContentType {
+			contentType = v
+			continue
+		}
 		sendOpts = append(sendOpts, gostomp.SendOpt.Header(k, v))
 	}
-	if err := c.Send(*to, "text/plain", data, sendOpts...); err != nil {
-		return err
+	c, err := gostomp.Dial("tcp", *addr, login()...)
+	if err != nil {
+		return fmt.Errorf("stomp %s: %w", *addr, withErrorBody(err))
+	}
+	defer func() { disconnect(c, err) }()
+	if err := c.Send(*to, contentType, data, sendOpts...); err != nil {
+		return withErrorBody(err)
 	}
 	fmt.Fprintf(stdout, "sent %d bytes to %s\n", len(data), *to)
 	return nil
 }
 
 // runReceive prints messages from a destination over STOMP.
-func runReceive(args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+func runReceive(args []string, getenv func(string) string, stdout, stderr io.Writer) (err error) {
 	fs := flag.NewFlagSet("junction receive", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	from := fs.String("from", "", "destination: /queue/NAME or /topic/NAME")
 	count := fs.Int("count", 1, "messages to receive (0 = until the timeout)")
 	timeout := fs.Duration("timeout", 10*time.Second, "give up waiting after this long without a message")
 	addr := fs.String("stomp", stompAddr(getenv), "broker STOMP `HOST:PORT`")
+	login := stompCredentials(fs, getenv)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if *from == "" || fs.NArg() > 0 {
+	if fs.NArg() > 0 {
+		return fmt.Errorf("junction receive: unexpected argument %q\n%s", fs.Arg(0), adminUsage)
+	}
+	if *from == "" {
 		return fmt.Errorf("junction receive: --from is required\n%s", adminUsage)
 	}
-	c, err := gostomp.Dial("tcp", *addr, gostomp.ConnOpt.HeartBeat(0, 0), stompclient.Quiet)
+	c, err := gostomp.Dial("tcp", *addr, login()...)
 	if err != nil {
-		return fmt.Errorf("stomp %s: %w", *addr, err)
+		return fmt.Errorf("stomp %s: %w", *addr, withErrorBody(err))
 	}
-	defer c.Disconnect()
+	defer func() { disconnect(c, err) }()
 	sub, err := c.Subscribe(*from, gostomp.AckClientIndividual)
 	if err != nil {
-		return err
+		return withErrorBody(err)
 	}
 	for n := 0; *count == 0 || n < *count; n++ {
 		select {
 		case m := <-sub.C:
 			if m.Err != nil {
-				return m.Err
+				return withErrorBody(m.Err)
 			}
 			fmt.Fprintf(stdout, "%s\n", m.Body)
 			if err := c.Ack(m); err != nil {
@@ -517,6 +580,41 @@ func runReceive(args []string, getenv func(string) string, stdout, stderr io.Wri
 		}
 	}
 	return nil
+}
+
+// withErrorBody adds to a STOMP ERROR its body, where Junction says why
+// (message "send failed", body `core: invalid address: "a.*" is a
+// wildcard pattern`); go-stomp's error is the message header alone.
+func withErrorBody(err error) error {
+	var f *frame.Frame
+	var e gostomp.Error
+	var pe *gostomp.Error
+	switch {
+	case errors.As(err, &pe) && pe != nil:
+		f = pe.Frame
+	case errors.As(err, &e):
+		f = e.Frame
+	}
+	if f == nil || f.Command != frame.ERROR {
+		return err
+	}
+	body := strings.TrimSpace(string(f.Body))
+	if body == "" || strings.Contains(err.Error(), body) {
+		return err
+	}
+	return fmt.Errorf("%w: %s", err, body)
+}
+
+// disconnect ends the STOMP connection: gracefully after success; at
+// once after an error, for the broker closes a connection it sent an
+// ERROR on, and go-stomp's Disconnect could then wait 30 s for a
+// RECEIPT that never comes.
+func disconnect(c *gostomp.Conn, err error) {
+	if err != nil {
+		c.MustDisconnect()
+		return
+	}
+	c.Disconnect()
 }
 
 func isFlagSet(fs *flag.FlagSet, name string) bool {

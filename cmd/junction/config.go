@@ -6,8 +6,11 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"os"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -784,7 +787,7 @@ func parseConfig(data []byte) (Config, []error) {
 		var te *yaml.TypeError
 		if errors.As(err, &te) {
 			for _, e := range te.Errors {
-				errs = append(errs, errors.New(e))
+				errs = append(errs, errors.New(yamlWords(e)))
 			}
 		} else {
 			errs = append(errs, err)
@@ -800,7 +803,41 @@ func parseConfig(data []byte) (Config, []error) {
 			errs = append(errs, fe)
 		}
 	}
+	// By line, as an editor shows them; those without one last.
+	slices.SortStableFunc(errs, func(a, b error) int { return lineNumber(a) - lineNumber(b) })
 	return cfg, errs
+}
+
+var (
+	yamlUnknownField = regexp.MustCompile(`^(line \d+: field \S+ not found) in type \S+$`)
+	yamlIntoGoType   = regexp.MustCompile(` into (\[\]|map\[)?[\w.\[\]*]*\.[A-Z]\w*$`)
+)
+
+// yamlWords rewords yaml's type errors without Go's type names, which
+// mean nothing to whoever edits the file: "field colour not found in type
+// main.Config" and "cannot unmarshal !!map into []core.AddressSettings".
+func yamlWords(e string) string {
+	if m := yamlUnknownField.FindStringSubmatch(e); m != nil {
+		return m[1] + ": no such option (junction config defaults lists them)"
+	}
+	if m := yamlIntoGoType.FindStringSubmatchIndex(e); m != nil {
+		what := "a mapping of options"
+		if m[2] >= 0 && e[m[2]:m[3]] == "[]" {
+			what = "a list (- entries)"
+		}
+		return e[:m[0]] + " into " + what
+	}
+	return e
+}
+
+// lineNumber is the N of an error reading "line N: ...", else a number
+// past every line.
+func lineNumber(err error) int {
+	var n int
+	if _, e := fmt.Sscanf(err.Error(), "line %d:", &n); e != nil {
+		return math.MaxInt32
+	}
+	return n
 }
 
 // lineOf finds the line of a dotted path ("stomp.listen",

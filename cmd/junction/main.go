@@ -66,11 +66,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		fmt.Fprintln(stdout, "junction", version)
 		return nil
 	case "config":
+		if len(args) == 1 && isHelp(args[0]) {
+			fmt.Fprintln(stdout, configUsage)
+			return nil
+		}
 		if len(args) >= 1 && args[0] == "reload" {
 			return runConfigReload(ctx, args[1:], getenv, stdout, stderr)
 		}
 		if len(args) != 2 || args[0] != "validate" {
-			return errors.New("usage: junction config validate FILE | junction config reload [--console URL]")
+			return errors.New(configUsage)
 		}
 		return validateFile(args[1], stdout)
 	case "queue":
@@ -95,6 +99,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	return fmt.Errorf("unknown command %q\n%s", cmd, usage)
 }
+
+const configUsage = "usage: junction config validate FILE | junction config reload [--console URL] | junction config defaults"
 
 const usage = `usage:
   junction [serve] [flags]        start the broker (junction serve -h lists the flags)

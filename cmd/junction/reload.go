@@ -118,7 +118,7 @@ func (f *levelFilter) Sample(l zerolog.Level) bool {
 func newLevelLogger(cfg Config, w io.Writer) (zerolog.Logger, *levelFilter) {
 	level, _ := zerolog.ParseLevel(cfg.LogLevel)
 	if cfg.LogFormat == "console" {
-		w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.RFC3339}
+		w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.RFC3339, NoColor: !colourTerminal(w)}
 	}
 	f := &levelFilter{w: w}
 	f.level.Store(int32(level))
@@ -445,6 +445,15 @@ func runConfigReload(ctx context.Context, args []string, getenv func(string) str
 	var ae *apiError
 	if err != nil && !(errors.As(err, &ae) && ae.status == http.StatusBadRequest) {
 		return err
+	}
+	if ae != nil {
+		// An invalid file: the answer is {"error", "result"}.
+		var answer struct {
+			Result ReloadResult `json:"result"`
+		}
+		if json.Unmarshal(ae.body, &answer) == nil {
+			res = answer.Result
+		}
 	}
 	if af.json {
 		if err := printJSON(stdout, res); err != nil {

@@ -38,7 +38,7 @@ func queueScheduled(ctx context.Context, af *adminFlags, name, cancel string, of
 	msgs := items(map[string]any{"messages": out["messages"]})
 	fmt.Fprintf(stdout, "%s scheduled message(s) in %s\n", pick(out, "total"), name)
 	if len(msgs) > 0 {
-		printTable(stdout, msgs, []column{
+		printTable(stdout, markBinary(msgs), []column{
 			col("ID", "id"), col("DUE", "due"), col("PRIORITY", "priority"), col("DURABLE", "durable"),
 			col("DELIVERIES", "deliveryCount"), col("SIZE", "size"), col("BODY", "body"),
 		})

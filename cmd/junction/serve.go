@@ -94,12 +94,34 @@ func newInstance(log zerolog.Logger) *instance {
 	return &instance{log: log, addrs: make(map[string]net.Addr), errc: make(chan error, 8)}
 }
 
+// colourTerminal tells whether the console log format may colour its
+// lines: only on a terminal, so that a log redirected to a file, a pipe
+// or journald carries no escape sequences (NO_COLOR turns colour off).
+func colourTerminal(w io.Writer) bool {
+	return isTerminal(w) && os.Getenv("NO_COLOR") == ""
+}
+
 func newLogger(cfg Config, w io.Writer) zerolog.Logger {
 	level, _ := zerolog.ParseLevel(cfg.LogLevel)
 	if cfg.LogFormat == "console" {
-		w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.RFC3339}
+		w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.RFC3339, NoColor: !colourTerminal(w)}
 	}
 	return zerolog.New(w).Level(level).With().Timestamp().Logger()
+}
+
+// probesOnly serves /healthz and /readyz from the console's handler h
+// and nothing else: the plain HTTP requests of the WebSocket ports and
+// the one port when the console is disabled, so that their health checks
+// still answer.
+func probesOnly(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/healthz", "/readyz":
+			h.ServeHTTP(w, r)
+			return
+		}
+		http.Error(w, "the console is disabled (--console is empty)", http.StatusNotFound)
+	})
 }
 
 // The journal satisfies core's ports structurally; this is where that is
@@ -337,9 +359,15 @@ func (in *instance) startListeners(cfg Config) error {
 		mcfg.HA = in.node.status
 	}
 	mgmt := management.New(mcfg, b)
+	var fallback http.Handler = mgmt
+	if cfg.Console.Listen == "" {
+		// --console '' disables the console: its pages, API and metrics
+		// are not served on the WebSocket ports either.
+		fallback = probesOnly(mgmt)
+	}
 	wsh, err := websocket.New(websocket.Config{
 		// The console answers the plain HTTP requests of a shared port.
-		Fallback: mgmt,
+		Fallback: fallback,
 		Handlers: map[string]func(context.Context, net.Conn){
 			"stomp": ss.ServeConn, "mqtt": ms.ServeConn, "amqp": as.ServeConn,
 		},

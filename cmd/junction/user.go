@@ -190,7 +190,7 @@ func promptPassword(stdin io.Reader, stderr io.Writer) (string, error) {
 		return pw, nil
 	}
 	line, err := bufio.NewReader(stdin).ReadString('\n')
-	if err != nil && !(errors.Is(err, io.EOF) && line != "") {
+	if err != nil && !errors.Is(err, io.EOF) { // an empty stdin is an empty password, below
 		return "", fmt.Errorf("reading the password from stdin: %w", err)
 	}
 	pw := strings.TrimRight(line, "\r\n")

@@ -22,3 +22,10 @@ func readNoEcho(f *os.File) (string, error) {
 	defer unix.IoctlSetTermios(fd, unix.TCSETS, old)
 	return readLine(f)
 }
+
+// isTTY reports whether f is a terminal: it answers the terminal
+// ioctl. /dev/null, a character device as terminals are, does not.
+func isTTY(f *os.File) bool {
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
+}
