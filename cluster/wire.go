@@ -384,7 +384,7 @@ var wireErrors = []error{
 	core.ErrClientIDRequired, core.ErrAuthFailed, core.ErrAddressFull, core.ErrInvalidSelector,
 	core.ErrUnauthorized, core.ErrUnavailable, core.ErrCrossGroupTx, core.ErrPersistence,
 	core.ErrDiskFull, core.ErrClientIDInUse, core.ErrQuotaExceeded, core.ErrDuplicateID,
-	core.ErrTooLarge,
+	core.ErrTooLarge, core.ErrUnroutable,
 }
 
 // errCodeOther marks an error that wraps none of wireErrors.

@@ -356,9 +356,10 @@ func (q *Queue) takeScheduledLocked(limit uint64, n int, rs []*ref) []*ref {
 // to must exist (ErrAddressNotFound), and from must not be to's anycast
 // queue. A durable copy is journaled, and synced, before the original's
 // delete is written: a crash between the two keeps both, never neither.
-// If a send fails (to is full with the FAIL policy, a journal error),
-// the messages not moved go back to their place in from and the error is
-// returned with the count so far. Like PurgeQueue it works in chunks.
+// If a send fails (to is full with the FAIL policy, no queue of to takes
+// the message: ErrUnroutable, a journal error), the messages not moved
+// go back to their place in from and the error is returned with the
+// count so far. Like PurgeQueue it works in chunks.
 func (b *Broker) MoveMessages(from, to string, max int) (int, error) {
 	if a := b.clusterAdmin(); a != nil {
 		return a.MoveMessages(from, to, max)
@@ -434,10 +435,10 @@ func (b *Broker) moveRefs(rs []*ref, to string) (int, error) {
 		}
 		wg.Add(1)
 		var pending bool
-		pending, err = b.route(c, now, func(e error) {
+		pending, err = b.routeWith(c, now, sendOpts{done: func(e error) {
 			jerr[i] = e
 			wg.Done()
-		})
+		}, mustRoute: true})
 		if err != nil || !pending {
 			wg.Done()
 		}

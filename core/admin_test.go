@@ -330,6 +330,27 @@ func TestMoveMessagesRefusedPutsBack(t *testing.T) {
 	}
 }
 
+// TestMoveMessagesUnroutableStays: a move to an address where no queue
+// takes the message (a multicast address without subscriptions) fails
+// and leaves the message where it was; it was dropped and counted as
+// moved.
+func TestMoveMessagesUnroutableStays(t *testing.T) {
+	b := newBroker(t)
+	s := newSession(t, b, "")
+	send(t, s, "src", Anycast, "precious")
+	if err := b.CreateAddress("mcx", Multicast); err != nil {
+		t.Fatal(err)
+	}
+	n, err := b.MoveMessages("src", "mcx", 0)
+	if !errors.Is(err, ErrUnroutable) || n != 0 {
+		t.Fatalf("move to an address without queues: %d, %v", n, err)
+	}
+	page, total, _ := b.Browse("src", 0, 10)
+	if total != 1 || string(page[0].Message.Body) != "precious" {
+		t.Fatalf("src after the refused move: %d %+v", total, page)
+	}
+}
+
 func TestBrowse(t *testing.T) {
 	b := newBroker(t)
 	s := newSession(t, b, "")

@@ -778,6 +778,10 @@ type sendOpts struct {
 	// diverted: the message is a divert's copy, or was diverted
 	// already (divert.go): no divert applies to it again.
 	diverted bool
+	// mustRoute: a message no queue takes fails with ErrUnroutable
+	// instead of being dropped (an administrator's move: the original
+	// must stay).
+	mustRoute bool
 }
 
 // route hands a prepared message to the queues of its address. When the
@@ -898,6 +902,12 @@ func (b *Broker) deliver(a *address, m *Message, now time.Time, o sendOpts) (pen
 	var one [1]*Queue
 	qs := b.targetsOf(a, m, one[:0], true)
 	if len(qs) == 0 {
+		if o.mustRoute {
+			if de != nil {
+				b.settleDup(a.name, de, ErrUnroutable) // forgotten: not stored
+			}
+			return false, fmt.Errorf("%w: %q", ErrUnroutable, a.name)
+		}
 		a.unrouted.Add(1)
 		if de != nil {
 			b.settleDup(a.name, de, nil)

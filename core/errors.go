@@ -26,4 +26,8 @@ var (
 	// ErrInvalidSelector wraps the *selector.SyntaxError of a consumer's
 	// selector that does not parse.
 	ErrInvalidSelector = errors.New("core: invalid selector")
+	// ErrUnroutable: a message moved by an administrator (MoveMessages)
+	// would reach no queue of its target address (a multicast address
+	// with no subscription): it stays where it is rather than be dropped.
+	ErrUnroutable = errors.New("core: no queue of the address takes the message")
 )

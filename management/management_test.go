@@ -395,6 +395,15 @@ func TestMove(t *testing.T) {
 	e.Want(400, "POST", "/api/v1/queues/orders/move", map[string]any{"to": "orders"})
 	e.Want(400, "POST", "/api/v1/queues/orders/move", map[string]any{})
 	e.Want(400, "POST", "/api/v1/queues/orders/move", map[string]any{"to": "DLQ.orders", "max": -1})
+	// A multicast address with no subscription would drop what is moved
+	// there: refused, the messages stay.
+	if err := e.Core.CreateAddress("nobody", core.Multicast); err != nil {
+		t.Fatal(err)
+	}
+	e.Want(409, "POST", "/api/v1/queues/orders/move", map[string]any{"to": "nobody"})
+	if d := e.Depth("orders"); d != 4 {
+		t.Errorf("depth %d after a refused move, want 4", d)
+	}
 }
 
 func TestSend(t *testing.T) {
