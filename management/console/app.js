@@ -504,8 +504,10 @@ function init() {
       body: $("send-body").value,
       contentType: $("send-content-type").value.trim(),
       durable: $("send-durable").checked,
-      priority: Number($("send-priority").value),
     };
+    // An empty priority field means the default (4), not 0.
+    const prio = $("send-priority").value.trim();
+    if (prio !== "") msg.priority = Number(prio);
     const props = $("send-properties").value.trim();
     try {
       if (props) msg.properties = JSON.parse(props);

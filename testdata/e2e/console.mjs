@@ -45,6 +45,21 @@ try {
     queue, { timeout: 15000 });
   console.log(`console: purged ${queue} with the button, depth 0`);
   await page.screenshot({ path: path.join(out, "console-purged.png"), fullPage: true });
+
+  // The send form with the priority field cleared sends the default
+  // priority (4), not 0.
+  await page.click('a[data-view="send"]');
+  await page.fill("#send-address", queue);
+  await page.fill("#send-priority", "");
+  await page.fill("#send-body", "from the console");
+  await page.click("#send-submit");
+  await page.waitForFunction(() => document.querySelector("#send-result")?.textContent.startsWith("sent message"), null, { timeout: 15000 });
+  const browsed = await page.evaluate(async q => (await fetch(`/api/v1/queues/${q}/messages`)).json(), queue);
+  const sent = browsed.messages?.[0];
+  if (!sent || sent.body !== "from the console" || sent.priority !== 4) {
+    throw new Error(`the console's send with an empty priority gave ${JSON.stringify(sent)}, want body "from the console" and priority 4`);
+  }
+  console.log("console: sent with the form, default priority 4");
   ok = true;
 } catch (e) {
   console.log("console e2e FAILED:", e.message);
