@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/junctionmq/junction/internal/freeport"
 )
 
 // jsonLog collects a broker's JSON log lines (an io.Writer for serve, or
@@ -100,20 +102,11 @@ func (l *jsonLog) waitFor(msg string, d time.Duration, stop <-chan struct{}) map
 // ago (brokers that list each other need fixed addresses).
 func freeAddrs(t testing.TB, n int) []string {
 	t.Helper()
-	var ls []net.Listener
-	var out []string
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ls = append(ls, l)
-		out = append(out, l.Addr().String())
+	addrs, err := freeport.Addrs(n)
+	if err != nil {
+		t.Fatal(err)
 	}
-	for _, l := range ls {
-		l.Close()
-	}
-	return out
+	return addrs
 }
 
 // refused reports the addresses among addrs that accept a connection.

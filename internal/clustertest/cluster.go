@@ -35,6 +35,7 @@ import (
 	"time"
 
 	"github.com/junctionmq/junction/internal/faultproxy"
+	"github.com/junctionmq/junction/internal/freeport"
 	"github.com/junctionmq/junction/internal/ledger"
 	"github.com/junctionmq/junction/internal/netns"
 )
@@ -826,18 +827,9 @@ func (c *Cluster) NodeOf(addr string) uint64 {
 
 func freeAddrs(t testing.TB, n int) []string {
 	t.Helper()
-	var ls []net.Listener
-	var out []string
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ls = append(ls, l)
-		out = append(out, l.Addr().String())
+	addrs, err := freeport.Addrs(n)
+	if err != nil {
+		t.Fatal(err)
 	}
-	for _, l := range ls {
-		l.Close()
-	}
-	return out
+	return addrs
 }
