@@ -92,6 +92,7 @@ func TestAdminHelp(t *testing.T) {
 		{"queue", "-h"}, {"queue", "--help"}, {"queue", "help"},
 		{"conn", "-h"}, {"conn", "--help"},
 		{"config", "-h"}, {"config", "--help"},
+		{"cluster", "-h"}, {"cluster", "--help"}, {"cluster", "help"},
 	} {
 		var out, errOut bytes.Buffer
 		err := run(context.Background(), args, noEnv, &out, &errOut)
@@ -103,6 +104,10 @@ func TestAdminHelp(t *testing.T) {
 	if err := run(context.Background(), []string{"queue", "bogus"}, noEnv, io.Discard, io.Discard); err == nil ||
 		!strings.Contains(err.Error(), "unknown command") {
 		t.Errorf("junction queue bogus: %v", err)
+	}
+	if err := run(context.Background(), []string{"cluster", "bogus"}, noEnv, io.Discard, io.Discard); err == nil ||
+		!strings.Contains(err.Error(), "usage:") {
+		t.Errorf("junction cluster bogus: %v", err)
 	}
 }
 
