@@ -242,3 +242,35 @@ func TestAdminBrowseMarksBinary(t *testing.T) {
 		t.Fatalf("queue browse: the binary body unmarked, or the text one marked:\n%s", out.String())
 	}
 }
+
+// junction queue delete --json prints what was deleted; the API answers
+// 204 with no body, and it printed null.
+func TestAdminQueueDeleteJSON(t *testing.T) {
+	startServe(t, testConfig(t))
+	console := lastInstance.addrs["console"].String()
+	for _, name := range []string{"del.a", "del.b"} {
+		if err := run(context.Background(), []string{"queue", "create", name, "--console", console}, noEnv, io.Discard, io.Discard); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var out bytes.Buffer
+	if err := run(context.Background(), []string{"queue", "delete", "del.a", "--json", "--console", console}, noEnv, &out, &out); err != nil {
+		t.Fatalf("queue delete --json: %v\n%s", err, out.String())
+	}
+	var got map[string]any
+	if err := json.Unmarshal(out.Bytes(), &got); err != nil || got["deleted"] != "del.a" {
+		t.Fatalf("queue delete --json printed %q (%v), want {\"deleted\": \"del.a\"}", out.String(), err)
+	}
+	// Without --json it says so too.
+	out.Reset()
+	if err := run(context.Background(), []string{"queue", "delete", "del.b", "--console", console}, noEnv, &out, &out); err != nil ||
+		!strings.Contains(out.String(), "deleted") || !strings.Contains(out.String(), "del.b") {
+		t.Fatalf("queue delete: %v\n%s", err, out.String())
+	}
+	// A queue that is not there is still an error, with no JSON printed.
+	out.Reset()
+	if err := run(context.Background(), []string{"queue", "delete", "del.a", "--json", "--console", console}, noEnv, &out, io.Discard); err == nil ||
+		!strings.Contains(err.Error(), "404") || out.Len() != 0 {
+		t.Fatalf("deleting a deleted queue: %v\n%s", err, out.String())
+	}
+}
