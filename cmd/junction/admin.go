@@ -265,7 +265,7 @@ var queueColumns = []column{
 
 var connColumns = []column{
 	col("ID", "id"), col("PROTOCOL", "protocol"), col("REMOTE", "remoteAddr"), col("USER", "user"),
-	col("CLIENT ID", "clientId", "clientID"), col("OPENED", "opened"),
+	col("CLIENT ID", "clientId", "clientID"), col("OPENED", "opened"), col("CONSUMERS", "consumers"),
 	col("MSGS IN", "messagesIn"), col("MSGS OUT", "messagesOut"),
 }
 

@@ -11,6 +11,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	gostomp "github.com/go-stomp/stomp/v3"
+
+	"github.com/junctionmq/junction/internal/stompclient"
 )
 
 // The admin commands against a running broker: send and receive over
@@ -272,5 +276,43 @@ func TestAdminQueueDeleteJSON(t *testing.T) {
 	if err := run(context.Background(), []string{"queue", "delete", "del.a", "--json", "--console", console}, noEnv, &out, io.Discard); err == nil ||
 		!strings.Contains(err.Error(), "404") || out.Len() != 0 {
 		t.Fatalf("deleting a deleted queue: %v\n%s", err, out.String())
+	}
+}
+
+// junction conn ls shows each connection's consumers, which the API
+// gives, in a column of its own that lines up with its header.
+func TestAdminConnLsConsumers(t *testing.T) {
+	stompAddr, _ := startServe(t, testConfig(t))
+	console := lastInstance.addrs["console"].String()
+	c, err := gostomp.Dial("tcp", stompAddr, gostomp.ConnOpt.HeartBeat(0, 0), stompclient.Quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.MustDisconnect()
+	for _, dest := range []string{"/queue/conn.a", "/queue/conn.b"} {
+		if _, err := c.Subscribe(dest, gostomp.AckAuto); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// SUBSCRIBE has no answer: wait (bounded) until the API counts both.
+	var out string
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		var b bytes.Buffer
+		if err := run(context.Background(), []string{"conn", "ls", "--console", console}, noEnv, &b, &b); err != nil {
+			t.Fatalf("conn ls: %v\n%s", err, b.String())
+		}
+		out = b.String()
+		lines := strings.Split(strings.TrimRight(out, "\n"), "\n")
+		at := strings.Index(lines[0], "CONSUMERS")
+		if at < 0 {
+			t.Fatalf("conn ls has no CONSUMERS column:\n%s", out)
+		}
+		if len(lines) == 2 && len(lines[1]) > at && strings.HasPrefix(lines[1][at:], "2 ") && lines[1][at-1] == ' ' {
+			break // the count sits under its header
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("conn ls never showed 2 consumers under CONSUMERS:\n%s", out)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
