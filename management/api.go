@@ -612,6 +612,13 @@ func (s *Server) listQueues(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	slices.SortFunc(kept, func(a, b core.QueueStats) int {
+		// An empty queue has no oldest message: it goes last whichever
+		// the direction (ascending put it first, as the zero time).
+		if key == "oldestMessage" {
+			if az, bz := a.OldestMessage.IsZero(), b.OldestMessage.IsZero(); az != bz {
+				return btoi(az) - btoi(bz)
+			}
+		}
 		c := by(&a, &b)
 		if c == 0 {
 			c = strings.Compare(a.Name, b.Name)

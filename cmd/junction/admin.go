@@ -265,7 +265,7 @@ var queueColumns = []column{
 
 var connColumns = []column{
 	col("ID", "id"), col("PROTOCOL", "protocol"), col("REMOTE", "remoteAddr"), col("USER", "user"),
-	col("CLIENT ID", "clientId", "clientID"), col("OPENED", "opened"),
+	col("CLIENT ID", "clientId", "clientID"), col("OPENED", "opened"), col("CONSUMERS", "consumers"),
 	col("MSGS IN", "messagesIn"), col("MSGS OUT", "messagesOut"),
 }
 
@@ -363,7 +363,11 @@ func runQueue(ctx context.Context, args []string, getenv func(string) string, st
 		if err := need(1); err != nil {
 			return err
 		}
-		err = af.call(ctx, http.MethodDelete, "/queues/"+esc(pos[0]), nil, &out)
+		// The API answers 204, no body: say what was deleted (--json
+		// printed null).
+		if err = af.call(ctx, http.MethodDelete, "/queues/"+esc(pos[0]), nil, nil); err == nil {
+			out = map[string]any{"deleted": pos[0]}
+		}
 	case "purge":
 		if err := need(1); err != nil {
 			return err

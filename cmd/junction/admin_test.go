@@ -11,6 +11,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	gostomp "github.com/go-stomp/stomp/v3"
+
+	"github.com/junctionmq/junction/internal/stompclient"
 )
 
 // The admin commands against a running broker: send and receive over
@@ -92,6 +96,7 @@ func TestAdminHelp(t *testing.T) {
 		{"queue", "-h"}, {"queue", "--help"}, {"queue", "help"},
 		{"conn", "-h"}, {"conn", "--help"},
 		{"config", "-h"}, {"config", "--help"},
+		{"cluster", "-h"}, {"cluster", "--help"}, {"cluster", "help"},
 	} {
 		var out, errOut bytes.Buffer
 		err := run(context.Background(), args, noEnv, &out, &errOut)
@@ -103,6 +108,10 @@ func TestAdminHelp(t *testing.T) {
 	if err := run(context.Background(), []string{"queue", "bogus"}, noEnv, io.Discard, io.Discard); err == nil ||
 		!strings.Contains(err.Error(), "unknown command") {
 		t.Errorf("junction queue bogus: %v", err)
+	}
+	if err := run(context.Background(), []string{"cluster", "bogus"}, noEnv, io.Discard, io.Discard); err == nil ||
+		!strings.Contains(err.Error(), "usage:") {
+		t.Errorf("junction cluster bogus: %v", err)
 	}
 }
 
@@ -235,5 +244,75 @@ func TestAdminBrowseMarksBinary(t *testing.T) {
 	if !strings.Contains(out.String(), "base64:AAECA/8=") || strings.Contains(out.String(), "base64:AAECAw==") ||
 		!strings.Contains(out.String(), "AAECAw==") {
 		t.Fatalf("queue browse: the binary body unmarked, or the text one marked:\n%s", out.String())
+	}
+}
+
+// junction queue delete --json prints what was deleted; the API answers
+// 204 with no body, and it printed null.
+func TestAdminQueueDeleteJSON(t *testing.T) {
+	startServe(t, testConfig(t))
+	console := lastInstance.addrs["console"].String()
+	for _, name := range []string{"del.a", "del.b"} {
+		if err := run(context.Background(), []string{"queue", "create", name, "--console", console}, noEnv, io.Discard, io.Discard); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var out bytes.Buffer
+	if err := run(context.Background(), []string{"queue", "delete", "del.a", "--json", "--console", console}, noEnv, &out, &out); err != nil {
+		t.Fatalf("queue delete --json: %v\n%s", err, out.String())
+	}
+	var got map[string]any
+	if err := json.Unmarshal(out.Bytes(), &got); err != nil || got["deleted"] != "del.a" {
+		t.Fatalf("queue delete --json printed %q (%v), want {\"deleted\": \"del.a\"}", out.String(), err)
+	}
+	// Without --json it says so too.
+	out.Reset()
+	if err := run(context.Background(), []string{"queue", "delete", "del.b", "--console", console}, noEnv, &out, &out); err != nil ||
+		!strings.Contains(out.String(), "deleted") || !strings.Contains(out.String(), "del.b") {
+		t.Fatalf("queue delete: %v\n%s", err, out.String())
+	}
+	// A queue that is not there is still an error, with no JSON printed.
+	out.Reset()
+	if err := run(context.Background(), []string{"queue", "delete", "del.a", "--json", "--console", console}, noEnv, &out, io.Discard); err == nil ||
+		!strings.Contains(err.Error(), "404") || out.Len() != 0 {
+		t.Fatalf("deleting a deleted queue: %v\n%s", err, out.String())
+	}
+}
+
+// junction conn ls shows each connection's consumers, which the API
+// gives, in a column of its own that lines up with its header.
+func TestAdminConnLsConsumers(t *testing.T) {
+	stompAddr, _ := startServe(t, testConfig(t))
+	console := lastInstance.addrs["console"].String()
+	c, err := gostomp.Dial("tcp", stompAddr, gostomp.ConnOpt.HeartBeat(0, 0), stompclient.Quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.MustDisconnect()
+	for _, dest := range []string{"/queue/conn.a", "/queue/conn.b"} {
+		if _, err := c.Subscribe(dest, gostomp.AckAuto); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// SUBSCRIBE has no answer: wait (bounded) until the API counts both.
+	var out string
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		var b bytes.Buffer
+		if err := run(context.Background(), []string{"conn", "ls", "--console", console}, noEnv, &b, &b); err != nil {
+			t.Fatalf("conn ls: %v\n%s", err, b.String())
+		}
+		out = b.String()
+		lines := strings.Split(strings.TrimRight(out, "\n"), "\n")
+		at := strings.Index(lines[0], "CONSUMERS")
+		if at < 0 {
+			t.Fatalf("conn ls has no CONSUMERS column:\n%s", out)
+		}
+		if len(lines) == 2 && len(lines[1]) > at && strings.HasPrefix(lines[1][at:], "2 ") && lines[1][at-1] == ' ' {
+			break // the count sits under its header
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("conn ls never showed 2 consumers under CONSUMERS:\n%s", out)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

@@ -313,6 +313,10 @@ func runCluster(ctx context.Context, args []string, getenv func(string) string, 
 	if len(args) == 0 {
 		return errors.New(clusterUsage)
 	}
+	if isHelp(args[0]) {
+		fmt.Fprint(stdout, clusterUsage)
+		return nil
+	}
 	sub := args[0]
 	fs, af := newAdminFlags("cluster "+sub, getenv, stderr)
 	pos, err := parseInterleaved(fs, args[1:])

@@ -66,7 +66,16 @@ type ReloadResult struct {
 	RestartRequired []string `json:"restartRequired"`
 	// Error says why nothing changed (an unreadable or invalid file).
 	Error string `json:"error,omitempty"`
+	// File is the configuration file read again; empty when the broker
+	// was started without one, and Note then says so.
+	File string `json:"file,omitempty"`
+	Note string `json:"note,omitempty"`
 }
+
+// noConfigFile is a reload's Note when the broker has no configuration
+// file: its flags and environment are those it started with.
+const noConfigFile = "no configuration file to read: the broker was started without --config ($JUNCTION_CONFIG), " +
+	"and its flags and environment cannot change while it runs; restart it with --config FILE to change settings live"
 
 // liveConfig is the configuration in force and what reloads it.
 type liveConfig struct {
@@ -150,6 +159,10 @@ func (lc *liveConfig) reload(trigger string) ReloadResult {
 		lc.in.log.Error().Str("trigger", trigger).Err(err).Msg("configuration not reloaded; keeping the one in force")
 		lc.record(res)
 		return res
+	}
+	if res.File = src.file; res.File == "" {
+		res.Note = noConfigFile
+		lc.in.log.Warn().Str("trigger", trigger).Msg("configuration reload: " + noConfigFile)
 	}
 	changed := diffConfig(lc.cur, next)
 	applied := lc.cur
@@ -459,6 +472,8 @@ func runConfigReload(ctx context.Context, args []string, getenv func(string) str
 		if err := printJSON(stdout, res); err != nil {
 			return err
 		}
+	} else if res.Error == "" && err == nil && res.File == "" && res.Note != "" {
+		fmt.Fprintln(stdout, res.Note) // rather than "applied: (none)"
 	} else if res.Error == "" && err == nil {
 		fmt.Fprintf(stdout, "applied: %s\n", listOrNone(res.Applied))
 		fmt.Fprintf(stdout, "restart required: %s\n", listOrNone(res.RestartRequired))

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"net/http"
 	"os"
@@ -481,6 +482,42 @@ func TestUserCLI(t *testing.T) {
 	}
 	if err := run(context.Background(), []string{"user", "ls"}, noEnv, io.Discard, io.Discard); err == nil {
 		t.Error("no --file and no JUNCTION_USERS accepted")
+	}
+}
+
+// junction user add NAME --password ” refuses the empty password; it
+// took the flag as absent and asked for a password (or read stdin).
+func TestUserEmptyPasswordFlag(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "users.yaml")
+	for _, args := range [][]string{
+		{"add", "--file", path, "dave", "--password", ""},
+		{"add", "--file", path, "--password=", "dave"},
+	} {
+		var out bytes.Buffer
+		// A line on stdin, which the prompt would have taken.
+		err := runUser(args, noEnv, strings.NewReader("fromstdin\n"), &out, &out)
+		if err == nil || !strings.Contains(err.Error(), "--password is empty") {
+			t.Errorf("junction user %s: %v, want the empty --password refused\n%s", strings.Join(args, " "), err, out.String())
+		}
+		if _, err := os.Stat(path); !errors.Is(err, fs.ErrNotExist) {
+			t.Fatalf("junction user %s wrote the users file: %v", strings.Join(args, " "), err)
+		}
+	}
+	if err := runUser([]string{"add", "--file", path, "dave", "--password", "pw1"}, noEnv, strings.NewReader(""), io.Discard, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	// passwd too: the old password stays.
+	if err := runUser([]string{"passwd", "--file", path, "dave", "--password", ""}, noEnv, strings.NewReader("fromstdin\n"), io.Discard, io.Discard); err == nil ||
+		!strings.Contains(err.Error(), "--password is empty") {
+		t.Errorf("junction user passwd --password '': %v", err)
+	}
+	u, err := security.LoadUsers(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, _ := security.New(security.Options{Users: u})
+	if _, err := st.Authenticate(context.Background(), "dave", "pw1"); err != nil {
+		t.Fatalf("dave's password changed: %v", err)
 	}
 }
 

@@ -117,6 +117,15 @@ func runUser(args []string, getenv func(string) string, stdin io.Reader, stdout,
 		return nil
 	}
 	name := names[0]
+	if password != nil && *password == "" && isFlagSet(fset, "password") {
+		// Given but empty (--password ''): refused, not taken as absent
+		// (which would prompt, or read stdin).
+		hint := "leave the flag out to be asked for it"
+		if sub == "add" {
+			hint += ", or give --no-password for a certificate user"
+		}
+		return fmt.Errorf("junction user %s: --password is empty: a password cannot be empty (%s)", sub, hint)
+	}
 	readPassword := func() (string, error) {
 		if *password != "" {
 			return *password, nil

@@ -404,6 +404,7 @@ function describeReload(r) {
   if (!r) return "No reload since the start.";
   const when = new Date(r.time).toLocaleString() + " (" + r.trigger + ")";
   if (r.error) return "Last reload " + when + " failed, nothing changed: " + r.error;
+  if (r.note) return "Last reload " + when + ": " + r.note; // no configuration file
   return "Last reload " + when + ": applied " + (r.applied.join(", ") || "nothing") +
     "; restart required for " + (r.restartRequired.join(", ") || "nothing") + ".";
 }
