@@ -334,6 +334,11 @@ func (n *Node) openGroup(id uint64) (*group, bool, error) {
 		}
 	}
 	g.rn = rn
+	// The term and commit index the log holds: a follower of a group
+	// that stays idle gets no Ready with a HardState to say them (its
+	// leader's heartbeats change neither).
+	g.term.Store(hs.GetTerm())
+	g.commit.Store(hs.GetCommit())
 	g.state.mu.Lock()
 	g.applied.Store(g.state.applied)
 	g.state.mu.Unlock()
