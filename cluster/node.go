@@ -240,6 +240,12 @@ func New(cfg Config) (*Node, error) {
 		empty = empty && fresh
 		n.groups = append(n.groups, grp)
 	}
+	if empty && cfg.Join && len(n.peers) == 0 {
+		// Nothing to learn the members from: its transport would refuse
+		// their links (not peers), so that no one could ever add it.
+		rl.Close()
+		return nil, errors.New("cluster: joining with an empty log needs Peers, the current members: a node accepts links only from its peers")
+	}
 	if empty && cfg.Join {
 		// This node's log is empty and it joins a running cluster: maybe
 		// it was a member whose data was lost, which Raft does not allow

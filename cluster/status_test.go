@@ -1,7 +1,10 @@
 package cluster
 
 import (
+	"context"
 	"fmt"
+	"net"
+	"strings"
 	"testing"
 	"time"
 )
@@ -38,5 +41,46 @@ func TestStatusAfterRestartOfIdleGroups(t *testing.T) {
 			t.Fatalf("the restarted node's status after 10s:%s", last)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestJoinWithoutPeersIsRefused: a node that joins with an empty log
+// and no peers could never be added (its transport refuses the
+// members' links: "node 2 is not a peer", and `junction cluster add`
+// times out leaving it a learner of every group), so it is refused at
+// start, saying what it needs.
+func TestJoinWithoutPeersIsRefused(t *testing.T) {
+	c := startCluster(t, 3, 2)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	cfg := Config{NodeID: 4, Listen: ln.Addr().String(), Listener: ln, Groups: 2, Join: true,
+		Secret: testSecret, Dir: t.TempDir(), Tick: 20 * time.Millisecond, ElectionTicks: 10, Logger: testLogger(t, 4)}
+	n4, err := New(cfg)
+	if err == nil {
+		defer n4.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		t.Fatalf("node 4 started to join without peers; adding it: %v", c.nodes[0].AddMember(ctx, 4, cfg.Listen))
+	}
+	if !strings.Contains(err.Error(), "Peers") {
+		t.Fatalf("the refusal does not say what is missing: %v", err)
+	}
+	// With the members as peers, the same node joins.
+	cfg.Peers = map[uint64]string{}
+	for i, pc := range c.cfgs {
+		cfg.Peers[uint64(i+1)] = pc.Listen
+	}
+	n4, err = New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n4.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := c.nodes[0].AddMember(ctx, 4, cfg.Listen); err != nil {
+		t.Fatal(err)
 	}
 }
