@@ -212,9 +212,11 @@ func (n *Node) changeLocal(ctx context.Context, gid uint64, op uint8, id uint64,
 				err = fmt.Errorf("node %d is not a learner of the group", id)
 				return
 			}
-			// Promote once the learner's log is close to the leader's.
+			// Promote once the learner's log is close to the leader's:
+			// it has acknowledged entries (Match 0: it never answered,
+			// which a short log would otherwise let pass).
 			last, _ := g.storage.LastIndex()
-			if pr, ok := g.rn.Status().Progress[id]; !ok || pr.Match+64 < last {
+			if pr, ok := g.rn.Status().Progress[id]; !ok || pr.Match == 0 || pr.Match+64 < last {
 				err = errNotYet
 				return
 			}

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"strings"
@@ -82,5 +83,32 @@ func TestJoinWithoutPeersIsRefused(t *testing.T) {
 	defer cancel()
 	if err := c.nodes[0].AddMember(ctx, 4, cfg.Listen); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestAddMemberPromotesOnlyACaughtUpLearner: a learner is promoted to
+// voter once its log is close to the leader's, which a learner that
+// never answered is not, however short the log: adding a node that is
+// not there (a wrong address, a node not started) must not make it a
+// voter, which would raise every group's majority to 3 of 4 with one
+// of the 4 missing.
+func TestAddMemberPromotesOnlyACaughtUpLearner(t *testing.T) {
+	c := startCluster(t, 3, 2)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	nowhere := ln.Addr().String()
+	ln.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	err = c.nodes[0].AddMember(ctx, 4, nowhere)
+	if !errors.Is(err, ErrMembership) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("adding a node that is not there: %v, want a membership error for the deadline", err)
+	}
+	for _, g := range c.nodes[0].Status().Groups {
+		if slicesContainsU(g.Voters, 4) {
+			t.Errorf("group %d: node 4, which never answered, is a voter: %v", g.ID, g.Voters)
+		}
 	}
 }
