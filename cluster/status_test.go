@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/junctionmq/junction/core"
 )
 
 // TestStatusAfterRestartOfIdleGroups: a node restarted on its data
@@ -110,5 +112,45 @@ func TestAddMemberPromotesOnlyACaughtUpLearner(t *testing.T) {
 		if slicesContainsU(g.Voters, 4) {
 			t.Errorf("group %d: node 4, which never answered, is a voter: %v", g.ID, g.Voters)
 		}
+	}
+}
+
+// TestForwardedCountsClientOperations: junction_cluster_forwarded_total
+// counts, as documented, the operations of this node's clients sent to
+// other nodes' groups (out) and those served here for other nodes
+// (in): not the answers and deliveries that come back (the leader of
+// a group written through another node counted every confirmation it
+// sent as "out").
+func TestForwardedCountsClientOperations(t *testing.T) {
+	c := startCluster(t, 3, 3)
+	c.waitBalanced()
+	addr := ""
+	for i := range 100 {
+		if a := fmt.Sprintf("fw%d", i); c.leaderOf(a) == 1 {
+			addr = a
+			break
+		}
+	}
+	if addr == "" {
+		t.Fatal("no address led by node 2 among 100")
+	}
+	s := session(t, c.access[0], "")
+	before := []Status{c.nodes[0].Status(), c.nodes[1].Status()}
+	const n = 100
+	for i := range n {
+		m := &core.Message{Address: addr, RoutingType: core.Anycast, Durable: true, Body: []byte(fmt.Sprint(i)), Priority: core.DefaultPriority}
+		if err := s.Send(context.Background(), m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	after := []Status{c.nodes[0].Status(), c.nodes[1].Status()}
+	out1, in1 := after[0].ForwardedOut-before[0].ForwardedOut, after[0].ForwardedIn-before[0].ForwardedIn
+	out2, in2 := after[1].ForwardedOut-before[1].ForwardedOut, after[1].ForwardedIn-before[1].ForwardedIn
+	t.Logf("%d sends from node 1 to node 2's group: node 1 out %d in %d, node 2 out %d in %d", n, out1, in1, out2, in2)
+	if out1 < n || in2 < n {
+		t.Errorf("the sends forwarded: node 1 out %d, node 2 in %d; want at least %d each", out1, in2, n)
+	}
+	if out2 > n/4 || in1 > n/4 {
+		t.Errorf("the confirmations counted as forwarded operations: node 2 out %d, node 1 in %d (sends %d)", out2, in1, n)
 	}
 }
