@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -152,5 +153,31 @@ func TestForwardedCountsClientOperations(t *testing.T) {
 	}
 	if out2 > n/4 || in1 > n/4 {
 		t.Errorf("the confirmations counted as forwarded operations: node 2 out %d, node 1 in %d (sends %d)", out2, in1, n)
+	}
+}
+
+// TestMembershipChangesThatChangeNothingAreRefused: removing a node
+// that is no member, or adding a member again at another address, is an
+// error (`junction cluster remove 9` said "node 9 removed from every
+// group"; `junction cluster add 3 OTHER:PORT` said "node 3 added" and
+// kept its address); adding a member again at its address is a retry
+// that succeeds.
+func TestMembershipChangesThatChangeNothingAreRefused(t *testing.T) {
+	c := startCluster(t, 3, 2)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := c.nodes[0].RemoveMember(ctx, 9); !errors.Is(err, ErrMembership) || !strings.Contains(err.Error(), "not a member") {
+		t.Errorf("removing node 9, no member: %v", err)
+	}
+	if err := c.nodes[0].AddMember(ctx, 3, "127.0.0.1:1"); !errors.Is(err, ErrMembership) || !strings.Contains(err.Error(), "already a member, at "+c.cfgs[2].Listen) {
+		t.Errorf("adding node 3 again at another address: %v", err)
+	}
+	if err := c.nodes[1].AddMember(ctx, 3, c.cfgs[2].Listen); err != nil {
+		t.Errorf("adding node 3 again at its address: %v", err)
+	}
+	for _, g := range c.nodes[0].Status().Groups {
+		if !slices.Equal(g.Voters, []uint64{1, 2, 3}) || len(g.Learners) != 0 {
+			t.Errorf("group %d: voters %v, learners %v", g.ID, g.Voters, g.Learners)
+		}
 	}
 }
