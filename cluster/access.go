@@ -985,6 +985,26 @@ func (a *access) ask(g uint64, what uint8, arg string) ([]byte, error) {
 	}
 }
 
+// askEvery asks every group's leader the same catalog question at
+// once, and returns the answers and errors by group (index g-1): a
+// question to every group costs the slowest group's wait, not the sum
+// of them (a node starting while groups had no leader waited up to
+// LeaderWait for each in turn before its listeners opened).
+func (a *access) askEvery(what uint8, arg string) ([][]byte, []error) {
+	k := a.n.cfg.Groups
+	ps, errs := make([][]byte, k), make([]error, k)
+	var wg sync.WaitGroup
+	for i := range k {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ps[i], errs[i] = a.ask(uint64(i+1), what, arg)
+		}()
+	}
+	wg.Wait()
+	return ps, errs
+}
+
 // askRetryPause spaces the retries of a catalog question.
 const askRetryPause = 50 * time.Millisecond
 
@@ -1001,8 +1021,9 @@ func (a *access) AddressRoutingTypes(name string) (anycast, multicast, exists bo
 func (a *access) DurableSubscriptions(clientID string) ([]core.SubscriptionInfo, error) {
 	seen := map[string]bool{}
 	var out []core.SubscriptionInfo
+	ps, errs := a.askEvery(catDurableSubs, clientID)
 	for g := uint64(1); g <= uint64(a.n.cfg.Groups); g++ {
-		p, err := a.ask(g, catDurableSubs, clientID)
+		p, err := ps[g-1], errs[g-1]
 		if err != nil {
 			return nil, fmt.Errorf("durable subscriptions of %q in group %d: %w", clientID, g, err)
 		}
@@ -1023,8 +1044,9 @@ func (a *access) DurableSubscriptions(clientID string) ([]core.SubscriptionInfo,
 func (a *access) DurableClientIDs() []string {
 	seen := map[string]bool{}
 	var out []string
+	ps, errs := a.askEvery(catDurableClientIDs, "")
 	for g := uint64(1); g <= uint64(a.n.cfg.Groups); g++ {
-		p, err := a.ask(g, catDurableClientIDs, "")
+		p, err := ps[g-1], errs[g-1]
 		if err != nil {
 			continue
 		}
@@ -1044,8 +1066,9 @@ func (a *access) DurableClientIDs() []string {
 // Retained implements core.Catalog.
 func (a *access) Retained() []*core.Message {
 	var out []*core.Message
+	ps, errs := a.askEvery(catRetained, "")
 	for g := uint64(1); g <= uint64(a.n.cfg.Groups); g++ {
-		p, err := a.ask(g, catRetained, "")
+		p, err := ps[g-1], errs[g-1]
 		if err != nil {
 			continue
 		}

@@ -181,3 +181,45 @@ func TestMembershipChangesThatChangeNothingAreRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestEveryGroupQuestionWaitsOnce: a question asked of every group (an
+// MQTT server's restore at start asks for the client record holders and
+// the durable client ids) waits for leaderless groups together, not one
+// after the other: a node started while its peers were down waited
+// LeaderWait for each of 8 groups in turn, twice, before its listeners
+// opened (48 s, deaf to SIGTERM meanwhile).
+func TestEveryGroupQuestionWaitsOnce(t *testing.T) {
+	c := startCluster(t, 3, 8)
+	c.crash(1)
+	c.crash(2)
+	n := c.nodes[0]
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		led := 0
+		for _, g := range n.Status().Groups {
+			if g.Leader != 0 {
+				led++
+			}
+		}
+		if led == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("node 1, alone, still knows a leader for %d groups after 10s", led)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	wait := n.cfg.LeaderWait
+	t0 := time.Now()
+	if h := n.access.ClientRecordHolders(); len(h) != 0 {
+		t.Errorf("record holders %v", h)
+	}
+	if ids := n.access.DurableClientIDs(); len(ids) != 0 {
+		t.Errorf("durable client ids %v", ids)
+	}
+	// Two questions of 8 leaderless groups: twice the leader wait, and
+	// some slack for a busy machine; in turn it took 16 times.
+	if took := time.Since(t0); took > 5*wait {
+		t.Fatalf("two questions of 8 leaderless groups took %v (leader wait %v)", took, wait)
+	}
+}
