@@ -225,6 +225,16 @@ func New(cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("cluster: opening the raft log: %w", err)
 	}
 	n.rlog = rl
+	// The groups are fixed when the cluster is created: a node that ran
+	// with another number would place addresses in other groups than
+	// its peers do (a message sent through it unseen by their
+	// consumers), and found the groups its log lacks on its own.
+	if gs := rl.Groups(); len(gs) > 0 {
+		if last := gs[len(gs)-1]; last > uint64(cfg.Groups) || (last < uint64(cfg.Groups) && !cfg.Join) {
+			rl.Close()
+			return nil, fmt.Errorf("cluster: the log in %s holds groups up to %d, but %d are configured: the number of groups is fixed when the cluster is created", cfg.Dir, last, cfg.Groups)
+		}
+	}
 	n.links = newLinks(n)
 	n.rpc = newServer(n)
 	n.access = newAccess(n)

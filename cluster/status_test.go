@@ -223,3 +223,33 @@ func TestEveryGroupQuestionWaitsOnce(t *testing.T) {
 		t.Fatalf("two questions of 8 leaderless groups took %v (leader wait %v)", took, wait)
 	}
 }
+
+// TestRestartWithOtherGroupsIsRefused: a node restarted on its data with
+// another number of groups than the cluster's is refused: with 4 of 8
+// it placed addresses in other groups than its peers (a message sent to
+// /queue/se through it was never seen by a consumer of another node),
+// and with more it would found the groups its log lacks on its own.
+func TestRestartWithOtherGroupsIsRefused(t *testing.T) {
+	c := startCluster(t, 3, 4)
+	c.crash(2)
+	for _, groups := range []int{2, 8} {
+		cfg := c.cfgs[2]
+		cfg.Groups = groups
+		ln, err := net.Listen("tcp", cfg.Listen)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Listener = ln
+		n, err := New(cfg)
+		if err == nil {
+			n.Close()
+			t.Fatalf("node 3 restarted with %d groups, the cluster's 4", groups)
+		}
+		ln.Close()
+		if !strings.Contains(err.Error(), "fixed when the cluster is created") {
+			t.Fatalf("with %d groups: %v", groups, err)
+		}
+	}
+	c.restart(2, false)
+	c.waitLeaders()
+}
