@@ -324,6 +324,16 @@ func runCluster(ctx context.Context, args []string, getenv func(string) string, 
 	if err != nil {
 		return err
 	}
+	err = clusterCommand(ctx, sub, pos, af, stdout)
+	// A single broker has no cluster endpoints: say so, rather than
+	// "no such endpoint: /api/v1/cluster (HTTP 404)".
+	if ae := (*apiError)(nil); errors.As(err, &ae) && ae.status == http.StatusNotFound && strings.Contains(ae.msg, "/api/v1/cluster") {
+		return fmt.Errorf("junction cluster: the broker at %s is not a cluster node (it was started without --cluster-node-id)", af.console)
+	}
+	return err
+}
+
+func clusterCommand(ctx context.Context, sub string, pos []string, af *adminFlags, stdout io.Writer) error {
 	switch {
 	case sub == "status" && len(pos) == 0:
 		var st cluster.Status

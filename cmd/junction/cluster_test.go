@@ -21,3 +21,18 @@ func TestClusterHelp(t *testing.T) {
 		}
 	}
 }
+
+// TestClusterCommandsOnASingleBroker: `junction cluster status` against
+// a broker that is no cluster node says so (it said "no such endpoint:
+// /api/v1/cluster (HTTP 404)").
+func TestClusterCommandsOnASingleBroker(t *testing.T) {
+	startServe(t, testConfig(t))
+	console := lastInstance.addrs["console"].String()
+	for _, args := range [][]string{{"cluster", "status"}, {"cluster", "remove", "2"}, {"cluster", "add", "4", "127.0.0.1:1"}} {
+		var out, errs bytes.Buffer
+		err := run(context.Background(), append(args, "--console", console), func(string) string { return "" }, &out, &errs)
+		if err == nil || !strings.Contains(err.Error(), "is not a cluster node") {
+			t.Fatalf("junction %s on a single broker: %v", strings.Join(args, " "), err)
+		}
+	}
+}
