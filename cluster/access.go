@@ -332,6 +332,12 @@ func (s *remoteSession) sent(g uint64, ln *sendLane, ps *pendingSend, err error)
 		}
 	}
 	ln.mu.Unlock()
+	if errors.Is(err, core.ErrUnavailable) && !time.Now().Before(ps.deadline) {
+		// The last try's error says what that try waited ("waited
+		// 3s"); the client waited for all of them.
+		start := ps.deadline.Add(-(s.a.n.cfg.RequestTimeout + s.a.n.cfg.LeaderWait))
+		err = fmt.Errorf("%w; gave up after %v of tries", err, time.Since(start).Round(100*time.Millisecond))
+	}
 	ps.done(err)
 }
 

@@ -253,3 +253,29 @@ func TestRestartWithOtherGroupsIsRefused(t *testing.T) {
 	c.restart(2, false)
 	c.waitLeaders()
 }
+
+// TestSendWithoutLeaderSaysHowLongItTried: a durable send to a group
+// that has no leader (the majority gone) fails once its tries are
+// over, saying how long the client waited, not only the last try's
+// wait (a STOMP client got "group 1 has no leader (waited 3s)" after
+// 15 s).
+func TestSendWithoutLeaderSaysHowLongItTried(t *testing.T) {
+	c := startClusterWith(t, 3, 2, func(cfg *Config) { cfg.RequestTimeout = time.Second })
+	c.crash(1)
+	c.crash(2)
+	s := session(t, c.access[0], "")
+	t0 := time.Now()
+	err := s.Send(context.Background(), &core.Message{Address: "nolead", RoutingType: core.Anycast, Durable: true, Body: []byte("x"), Priority: core.DefaultPriority})
+	took := time.Since(t0)
+	if !errors.Is(err, core.ErrUnavailable) {
+		t.Fatalf("send without a majority: %v", err)
+	}
+	i := strings.Index(err.Error(), "gave up after ")
+	if i < 0 {
+		t.Fatalf("after %v: %v", took, err)
+	}
+	said, perr := time.ParseDuration(strings.Fields(err.Error()[i+len("gave up after "):])[0])
+	if perr != nil || said < took-time.Second || said > took+100*time.Millisecond { // rounded to 100ms
+		t.Fatalf("after %v the error says %v: %v", took, said, err)
+	}
+}
