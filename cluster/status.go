@@ -141,6 +141,12 @@ func (n *Node) AddMember(ctx context.Context, id uint64, addr string) error {
 
 // RemoveMember removes node id from every group.
 func (n *Node) RemoveMember(ctx context.Context, id uint64) error {
+	if id == n.cfg.NodeID {
+		// Once out of a group a node hears no more of it, and out of
+		// every group its peers drop it: it could not see its removal
+		// through, and would stop half way.
+		return fmt.Errorf("%w: node %d cannot remove itself: ask another member", ErrMembership, id)
+	}
 	if in, err := n.isMember(id); err != nil {
 		return fmt.Errorf("%w: %w", ErrMembership, err)
 	} else if !in {

@@ -279,3 +279,26 @@ func TestSendWithoutLeaderSaysHowLongItTried(t *testing.T) {
 		t.Fatalf("after %v the error says %v: %v", took, said, err)
 	}
 }
+
+// TestNodeCannotRemoveItself: a removal asked of the node being removed
+// (`junction cluster remove 2 --console NODE2`) is refused, changing
+// nothing: once out of a group the node hears no more of it, and it
+// stopped half way (removed from the first groups, the command timed
+// out, the others kept it).
+func TestNodeCannotRemoveItself(t *testing.T) {
+	c := startCluster(t, 3, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	if err := c.nodes[0].RemoveMember(ctx, 1); !errors.Is(err, ErrMembership) || !strings.Contains(err.Error(), "ask another member") {
+		t.Fatalf("node 1 removing itself: %v", err)
+	}
+	for _, g := range c.nodes[1].Status().Groups {
+		if !slices.Equal(g.Voters, []uint64{1, 2, 3}) {
+			t.Errorf("group %d: voters %v", g.ID, g.Voters)
+		}
+	}
+	// Through another member it goes.
+	if err := c.nodes[1].RemoveMember(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+}
