@@ -337,6 +337,12 @@ func (s *remoteSession) sent(g uint64, ln *sendLane, ps *pendingSend, err error)
 		}
 	}
 	ln.mu.Unlock()
+	if errors.Is(err, core.ErrUnavailable) && !time.Now().Before(ps.deadline) {
+		// The last try's error says what that try waited ("waited
+		// 3s"); the client waited for all of them.
+		start := ps.deadline.Add(-(s.a.n.cfg.RequestTimeout + s.a.n.cfg.LeaderWait))
+		err = fmt.Errorf("%w; gave up after %v of tries", err, time.Since(start).Round(100*time.Millisecond))
+	}
 	ps.done(err)
 }
 
@@ -990,6 +996,26 @@ func (a *access) ask(g uint64, what uint8, arg string) ([]byte, error) {
 	}
 }
 
+// askEvery asks every group's leader the same catalog question at
+// once, and returns the answers and errors by group (index g-1): a
+// question to every group costs the slowest group's wait, not the sum
+// of them (a node starting while groups had no leader waited up to
+// LeaderWait for each in turn before its listeners opened).
+func (a *access) askEvery(what uint8, arg string) ([][]byte, []error) {
+	k := a.n.cfg.Groups
+	ps, errs := make([][]byte, k), make([]error, k)
+	var wg sync.WaitGroup
+	for i := range k {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ps[i], errs[i] = a.ask(uint64(i+1), what, arg)
+		}()
+	}
+	wg.Wait()
+	return ps, errs
+}
+
 // askRetryPause spaces the retries of a catalog question.
 const askRetryPause = 50 * time.Millisecond
 
@@ -1006,8 +1032,9 @@ func (a *access) AddressRoutingTypes(name string) (anycast, multicast, exists bo
 func (a *access) DurableSubscriptions(clientID string) ([]core.SubscriptionInfo, error) {
 	seen := map[string]bool{}
 	var out []core.SubscriptionInfo
+	ps, errs := a.askEvery(catDurableSubs, clientID)
 	for g := uint64(1); g <= uint64(a.n.cfg.Groups); g++ {
-		p, err := a.ask(g, catDurableSubs, clientID)
+		p, err := ps[g-1], errs[g-1]
 		if err != nil {
 			return nil, fmt.Errorf("durable subscriptions of %q in group %d: %w", clientID, g, err)
 		}
@@ -1028,8 +1055,9 @@ func (a *access) DurableSubscriptions(clientID string) ([]core.SubscriptionInfo,
 func (a *access) DurableClientIDs() []string {
 	seen := map[string]bool{}
 	var out []string
+	ps, errs := a.askEvery(catDurableClientIDs, "")
 	for g := uint64(1); g <= uint64(a.n.cfg.Groups); g++ {
-		p, err := a.ask(g, catDurableClientIDs, "")
+		p, err := ps[g-1], errs[g-1]
 		if err != nil {
 			continue
 		}
@@ -1049,8 +1077,9 @@ func (a *access) DurableClientIDs() []string {
 // Retained implements core.Catalog.
 func (a *access) Retained() []*core.Message {
 	var out []*core.Message
+	ps, errs := a.askEvery(catRetained, "")
 	for g := uint64(1); g <= uint64(a.n.cfg.Groups); g++ {
-		p, err := a.ask(g, catRetained, "")
+		p, err := ps[g-1], errs[g-1]
 		if err != nil {
 			continue
 		}

@@ -42,7 +42,7 @@ type links struct {
 	peers map[uint64]*peerLink
 	epoch uint64 // next outbound epoch (unique per node run: starts at the run's clock)
 
-	sent, received atomic.Uint64 // forwarding frames, pings aside
+	sent, received atomic.Uint64 // client operations forwarded (isOperation)
 	resets         atomic.Uint64 // times everything with a peer was reset
 }
 
@@ -79,7 +79,7 @@ func (l *links) send(to uint64, m *rpcMsg) error {
 	}
 	p.outSeq++
 	ok := l.n.tr.Send(to, transport.LaneRPC, p.buf)
-	if m.kind != kPing {
+	if isOperation(m.kind) {
 		l.sent.Add(1)
 	}
 	if len(p.buf) > 64<<10 {
@@ -108,6 +108,18 @@ func (l *links) send(to uint64, m *rpcMsg) error {
 	return nil
 }
 
+// isOperation reports whether a frame of kind k carries an operation
+// one node's access side asks of another's groups (what Status's
+// Forwarded counts), not an answer, a delivery or a notice of loss
+// coming back, nor the links' own frames.
+func isOperation(k msgKind) bool {
+	switch k {
+	case kResult, kDeliver, kSessionLost, kConsumerLost, kPing, kLinkReset:
+		return false
+	}
+	return true
+}
+
 func (l *links) breakOutLocked(p *peerLink) {
 	l.mu.Lock()
 	l.epoch++
@@ -119,7 +131,7 @@ func (l *links) breakOutLocked(p *peerLink) {
 // receive checks a frame's place in the link and reports whether to
 // handle it.
 func (l *links) receive(from uint64, m *rpcMsg) bool {
-	if m.kind != kPing {
+	if isOperation(m.kind) {
 		l.received.Add(1)
 	}
 	l.n.noteReached(from)

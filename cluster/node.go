@@ -236,6 +236,16 @@ func New(cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("cluster: opening the raft log: %w", err)
 	}
 	n.rlog = rl
+	// The groups are fixed when the cluster is created: a node that ran
+	// with another number would place addresses in other groups than
+	// its peers do (a message sent through it unseen by their
+	// consumers), and found the groups its log lacks on its own.
+	if gs := rl.Groups(); len(gs) > 0 {
+		if last := gs[len(gs)-1]; last > uint64(cfg.Groups) || (last < uint64(cfg.Groups) && !cfg.Join) {
+			rl.Close()
+			return nil, fmt.Errorf("cluster: the log in %s holds groups up to %d, but %d are configured: the number of groups is fixed when the cluster is created", cfg.Dir, last, cfg.Groups)
+		}
+	}
 	n.links = newLinks(n)
 	n.rpc = newServer(n)
 	n.access = newAccess(n)
@@ -250,6 +260,12 @@ func New(cfg Config) (*Node, error) {
 		}
 		empty = empty && fresh
 		n.groups = append(n.groups, grp)
+	}
+	if empty && cfg.Join && len(n.peers) == 0 {
+		// Nothing to learn the members from: its transport would refuse
+		// their links (not peers), so that no one could ever add it.
+		rl.Close()
+		return nil, errors.New("cluster: joining with an empty log needs Peers, the current members: a node accepts links only from its peers")
 	}
 	if empty && cfg.Join {
 		// This node's log is empty and it joins a running cluster: maybe
@@ -345,6 +361,11 @@ func (n *Node) openGroup(id uint64) (*group, bool, error) {
 		}
 	}
 	g.rn = rn
+	// The term and commit index the log holds: a follower of a group
+	// that stays idle gets no Ready with a HardState to say them (its
+	// leader's heartbeats change neither).
+	g.term.Store(hs.GetTerm())
+	g.commit.Store(hs.GetCommit())
 	g.state.mu.Lock()
 	g.applied.Store(g.state.applied)
 	g.state.mu.Unlock()

@@ -54,8 +54,9 @@ func (a *access) ClientRecords(clientID string) ([]core.ClientRecord, error) {
 func (a *access) ClientRecordHolders() []string {
 	seen := map[string]bool{}
 	var out []string
+	ps, errs := a.askEvery(catRecordHolders, "")
 	for g := uint64(1); g <= uint64(a.n.cfg.Groups); g++ {
-		p, err := a.ask(g, catRecordHolders, "")
+		p, err := ps[g-1], errs[g-1]
 		if err != nil {
 			a.n.log.Warn().Err(err).Uint64("group", g).Msg("client record holders of a group unknown")
 			continue

@@ -121,6 +121,14 @@ func (n *Node) AddMember(ctx context.Context, id uint64, addr string) error {
 	if id == 0 || addr == "" {
 		return fmt.Errorf("%w: a member needs an id and an address", ErrMembership)
 	}
+	// Adding a member again is a retry (a learner of some groups yet),
+	// but not at another address: ids are never reused, and the change
+	// would keep the address it has.
+	if in, err := n.isMember(id); err != nil {
+		return fmt.Errorf("%w: %w", ErrMembership, err)
+	} else if known := n.Status().Members[id]; in && known != addr {
+		return fmt.Errorf("%w: node %d is already a member, at %s", ErrMembership, id, known)
+	}
 	for _, op := range []uint8{memberAddLearner, memberPromote} {
 		for g := uint64(1); g <= uint64(n.cfg.Groups); g++ {
 			if err := n.memberChange(ctx, g, op, id, addr); err != nil {
@@ -133,12 +141,37 @@ func (n *Node) AddMember(ctx context.Context, id uint64, addr string) error {
 
 // RemoveMember removes node id from every group.
 func (n *Node) RemoveMember(ctx context.Context, id uint64) error {
+	if id == n.cfg.NodeID {
+		// Once out of a group a node hears no more of it, and out of
+		// every group its peers drop it: it could not see its removal
+		// through, and would stop half way.
+		return fmt.Errorf("%w: node %d cannot remove itself: ask another member", ErrMembership, id)
+	}
+	if in, err := n.isMember(id); err != nil {
+		return fmt.Errorf("%w: %w", ErrMembership, err)
+	} else if !in {
+		return fmt.Errorf("%w: node %d is not a member of any group (as node %d knows them)", ErrMembership, id, n.cfg.NodeID)
+	}
 	for g := uint64(1); g <= uint64(n.cfg.Groups); g++ {
 		if err := n.memberChange(ctx, g, memberRemove, id, ""); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// isMember reports whether node id is a voter or a learner of any group
+// as this node has applied their configurations.
+func (n *Node) isMember(id uint64) (bool, error) {
+	in := false
+	err := n.doLoop(func() {
+		for _, g := range n.groups {
+			if cs := g.confState; cs != nil && (slices.Contains(cs.GetVoters(), id) || slices.Contains(cs.GetLearners(), id)) {
+				in = true
+			}
+		}
+	})
+	return in, err
 }
 
 // Kinds of membership change (kMember's n).
@@ -212,9 +245,11 @@ func (n *Node) changeLocal(ctx context.Context, gid uint64, op uint8, id uint64,
 				err = fmt.Errorf("node %d is not a learner of the group", id)
 				return
 			}
-			// Promote once the learner's log is close to the leader's.
+			// Promote once the learner's log is close to the leader's:
+			// it has acknowledged entries (Match 0: it never answered,
+			// which a short log would otherwise let pass).
 			last, _ := g.storage.LastIndex()
-			if pr, ok := g.rn.Status().Progress[id]; !ok || pr.Match+64 < last {
+			if pr, ok := g.rn.Status().Progress[id]; !ok || pr.Match == 0 || pr.Match+64 < last {
 				err = errNotYet
 				return
 			}

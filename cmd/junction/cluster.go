@@ -318,11 +318,27 @@ func runCluster(ctx context.Context, args []string, getenv func(string) string, 
 		return nil
 	}
 	sub := args[0]
+	switch sub {
+	case "-h", "-help", "--help", "help":
+		// As the top-level usage says: junction cluster -h.
+		fmt.Fprint(stdout, clusterUsage)
+		return nil
+	}
 	fs, af := newAdminFlags("cluster "+sub, getenv, stderr)
 	pos, err := parseInterleaved(fs, args[1:])
 	if err != nil {
 		return err
 	}
+	err = clusterCommand(ctx, sub, pos, af, stdout)
+	// A single broker has no cluster endpoints: say so, rather than
+	// "no such endpoint: /api/v1/cluster (HTTP 404)".
+	if ae := (*apiError)(nil); errors.As(err, &ae) && ae.status == http.StatusNotFound && strings.Contains(ae.msg, "/api/v1/cluster") {
+		return fmt.Errorf("junction cluster: the broker at %s is not a cluster node (it was started without --cluster-node-id)", af.console)
+	}
+	return err
+}
+
+func clusterCommand(ctx context.Context, sub string, pos []string, af *adminFlags, stdout io.Writer) error {
 	switch {
 	case sub == "status" && len(pos) == 0:
 		var st cluster.Status
