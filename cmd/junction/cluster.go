@@ -318,12 +318,6 @@ func runCluster(ctx context.Context, args []string, getenv func(string) string, 
 		return nil
 	}
 	sub := args[0]
-	switch sub {
-	case "-h", "-help", "--help", "help":
-		// As the top-level usage says: junction cluster -h.
-		fmt.Fprint(stdout, clusterUsage)
-		return nil
-	}
 	fs, af := newAdminFlags("cluster "+sub, getenv, stderr)
 	pos, err := parseInterleaved(fs, args[1:])
 	if err != nil {
