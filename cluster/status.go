@@ -112,14 +112,25 @@ func (n *Node) Status() Status {
 // Each change is proposed by the group's leader, so the node asked
 // forwards the change to the leader of each group (kMember).
 
-// ErrMembership wraps a membership change that could not be made.
-var ErrMembership = errors.New("cluster: membership change failed")
+// ErrMembership wraps a membership change that could not be made;
+// ErrMembershipRefused (which wraps it too) one refused as asked: a
+// member without an address, one already there at another address, a
+// node that is no member, a node removing itself.
+var (
+	ErrMembership              = errors.New("cluster: membership change failed")
+	ErrMembershipRefused error = membershipRefused{}
+)
+
+type membershipRefused struct{}
+
+func (membershipRefused) Error() string        { return "cluster: membership change refused" }
+func (membershipRefused) Is(target error) bool { return target == ErrMembership }
 
 // AddMember adds node id, reachable at addr, to every group. It returns
 // once the node is a voter of every group, or ctx ends.
 func (n *Node) AddMember(ctx context.Context, id uint64, addr string) error {
 	if id == 0 || addr == "" {
-		return fmt.Errorf("%w: a member needs an id and an address", ErrMembership)
+		return fmt.Errorf("%w: a member needs an id and an address", ErrMembershipRefused)
 	}
 	// Adding a member again is a retry (a learner of some groups yet),
 	// but not at another address: ids are never reused, and the change
@@ -127,7 +138,7 @@ func (n *Node) AddMember(ctx context.Context, id uint64, addr string) error {
 	if in, err := n.isMember(id); err != nil {
 		return fmt.Errorf("%w: %w", ErrMembership, err)
 	} else if known := n.Status().Members[id]; in && known != addr {
-		return fmt.Errorf("%w: node %d is already a member, at %s", ErrMembership, id, known)
+		return fmt.Errorf("%w: node %d is already a member, at %s", ErrMembershipRefused, id, known)
 	}
 	for _, op := range []uint8{memberAddLearner, memberPromote} {
 		for g := uint64(1); g <= uint64(n.cfg.Groups); g++ {
@@ -145,12 +156,12 @@ func (n *Node) RemoveMember(ctx context.Context, id uint64) error {
 		// Once out of a group a node hears no more of it, and out of
 		// every group its peers drop it: it could not see its removal
 		// through, and would stop half way.
-		return fmt.Errorf("%w: node %d cannot remove itself: ask another member", ErrMembership, id)
+		return fmt.Errorf("%w: node %d cannot remove itself: ask another member", ErrMembershipRefused, id)
 	}
 	if in, err := n.isMember(id); err != nil {
 		return fmt.Errorf("%w: %w", ErrMembership, err)
 	} else if !in {
-		return fmt.Errorf("%w: node %d is not a member of any group (as node %d knows them)", ErrMembership, id, n.cfg.NodeID)
+		return fmt.Errorf("%w: node %d is not a member of any group (as node %d knows them)", ErrMembershipRefused, id, n.cfg.NodeID)
 	}
 	for g := uint64(1); g <= uint64(n.cfg.Groups); g++ {
 		if err := n.memberChange(ctx, g, memberRemove, id, ""); err != nil {

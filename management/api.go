@@ -84,7 +84,7 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 		errors.Is(err, core.ErrConnectionNotFound), errors.Is(err, core.ErrScheduledNotFound):
 		status = http.StatusNotFound
 	case errors.Is(err, core.ErrQueueExists), errors.Is(err, core.ErrSubscriptionInUse),
-		errors.Is(err, core.ErrAddressFull), errors.Is(err, core.ErrUnroutable):
+		errors.Is(err, core.ErrAddressFull), errors.Is(err, core.ErrUnroutable), errors.Is(err, ErrMemberRefused):
 		status = http.StatusConflict
 	case errors.Is(err, core.ErrInvalidAddress), errors.Is(err, core.ErrInvalidMessage),
 		errors.Is(err, core.ErrRoutingMismatch):

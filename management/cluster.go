@@ -2,6 +2,7 @@ package management
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"strconv"
 	"time"
@@ -9,12 +10,19 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
+// ErrMemberRefused marks a membership change refused as asked; the API
+// answers it 409, where a change that failed (no leader, a timeout) is
+// 500.
+var ErrMemberRefused = errors.New("membership change refused")
+
 // ClusterAdmin is what the API needs of a cluster node (cmd adapts the
 // cluster package's Node; management imports nothing but core).
 type ClusterAdmin interface {
 	// Status is the node's view of the cluster, served as JSON.
 	Status() any
 	// AddMember adds a node to every group; RemoveMember removes one.
+	// A change refused as asked (the node is a member already, or is
+	// none) returns an error wrapping ErrMemberRefused (409).
 	AddMember(ctx context.Context, id uint64, addr string) error
 	RemoveMember(ctx context.Context, id uint64) error
 	// Metrics are the node's cluster counters, for /metrics.

@@ -229,11 +229,26 @@ type clusterAdmin struct{ n *cluster.Node }
 
 func (a clusterAdmin) Status() any { return a.n.Status() }
 func (a clusterAdmin) AddMember(ctx context.Context, id uint64, addr string) error {
-	return a.n.AddMember(ctx, id, addr)
+	return memberError(a.n.AddMember(ctx, id, addr))
 }
 func (a clusterAdmin) RemoveMember(ctx context.Context, id uint64) error {
-	return a.n.RemoveMember(ctx, id)
+	return memberError(a.n.RemoveMember(ctx, id))
 }
+
+// memberError marks the cluster's refusals for the API (409, not 500).
+func memberError(err error) error {
+	if errors.Is(err, cluster.ErrMembershipRefused) {
+		return memberRefused{err}
+	}
+	return err
+}
+
+// memberRefused is a refusal of the cluster's, with its own words, that
+// the API knows as management.ErrMemberRefused.
+type memberRefused struct{ err error }
+
+func (r memberRefused) Error() string   { return r.err.Error() }
+func (r memberRefused) Unwrap() []error { return []error{management.ErrMemberRefused, r.err} }
 func (a clusterAdmin) Metrics() management.ClusterMetrics {
 	st := a.n.Status()
 	m := management.ClusterMetrics{ForwardedOut: st.ForwardedOut, ForwardedIn: st.ForwardedIn, FencedConnections: st.FencedConnections, LinkResets: st.LinkResets}

@@ -3,8 +3,13 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/junctionmq/junction/cluster"
+	"github.com/junctionmq/junction/management"
 )
 
 // TestClusterHelp: `junction cluster -h`, which the top-level usage
@@ -34,5 +39,22 @@ func TestClusterCommandsOnASingleBroker(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "is not a cluster node") {
 			t.Fatalf("junction %s on a single broker: %v", strings.Join(args, " "), err)
 		}
+	}
+}
+
+// TestMemberRefusalIs409: the cluster's refusals of a membership change
+// reach the API as management.ErrMemberRefused (409), in their own words;
+// other failures stay what they are (500).
+func TestMemberRefusalIs409(t *testing.T) {
+	refused := memberError(fmt.Errorf("%w: node 9 is not a member of any group", cluster.ErrMembershipRefused))
+	if !errors.Is(refused, management.ErrMemberRefused) || !errors.Is(refused, cluster.ErrMembership) {
+		t.Fatalf("%v: not a refusal for the API", refused)
+	}
+	if got, want := refused.Error(), "cluster: membership change refused: node 9 is not a member of any group"; got != want {
+		t.Fatalf("message %q, want %q", got, want)
+	}
+	failed := memberError(fmt.Errorf("%w: group 1 has no leader", cluster.ErrMembership))
+	if errors.Is(failed, management.ErrMemberRefused) {
+		t.Fatalf("%v: a failure taken for a refusal", failed)
 	}
 }
