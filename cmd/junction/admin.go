@@ -107,7 +107,14 @@ func (af *adminFlags) call(ctx context.Context, method, path string, body any, o
 		}
 		rd = bytes.NewReader(b)
 	}
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	// Longer than the broker's own bound of a membership change (2
+	// minutes, management's membershipTimeout), so that the broker's
+	// answer, not a bare deadline, tells how an add went.
+	timeout := 30 * time.Second
+	if strings.HasPrefix(path, "/cluster/members") {
+		timeout = 150 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	base := strings.TrimRight(af.console, "/")
 	if !strings.Contains(base, "://") {

@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -47,7 +48,7 @@ func runCert(args []string, stdout, stderr io.Writer) error {
 	}
 	names := []string{"localhost", "127.0.0.1", "::1"}
 	for h := range strings.SplitSeq(*hosts, ",") {
-		if h = strings.TrimSpace(h); h != "" {
+		if h = strings.TrimSpace(h); h != "" && !slices.Contains(names, h) {
 			names = append(names, h)
 		}
 	}

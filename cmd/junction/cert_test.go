@@ -193,3 +193,16 @@ func TestCertUsage(t *testing.T) {
 		}
 	}
 }
+
+// TestCertDevHostsOnce: a host given with --hosts that is among the
+// defaults (127.0.0.1) is named once in the certificate.
+func TestCertDevHostsOnce(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "tls")
+	if out, err := runCertCmd(t, "dev", "-dir", dir, "-hosts", "127.0.0.1,broker.example"); err != nil {
+		t.Fatalf("cert dev: %v\n%s", err, out)
+	}
+	srv := parseCert(t, filepath.Join(dir, "server.pem"))
+	if len(srv.IPAddresses) != 2 || len(srv.DNSNames) != 2 {
+		t.Fatalf("names in the certificate: IPs %v, DNS %v; want 127.0.0.1 and ::1, localhost and broker.example, each once", srv.IPAddresses, srv.DNSNames)
+	}
+}

@@ -688,6 +688,8 @@ func serve(ctx context.Context, cfg Config, logw io.Writer, ready func(*instance
 	if in.msgs != nil {
 		ev = ev.Str("journal", filepath.Join(cfg.DataDir, "journal")).Int("recovered_messages", rs.Messages).Int("recovered_paged", rs.Paged).
 			Int("recovered_queues", rs.Queues).Dur("recovery_time", rs.Duration)
+	} else if in.cluster != nil {
+		ev = ev.Str("journal", "the cluster's Raft log ("+filepath.Join(cfg.DataDir, "cluster")+"): replicated to a majority")
 	} else {
 		ev = ev.Str("journal", "off (persistence disabled: nothing survives a restart)")
 	}
