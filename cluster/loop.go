@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"errors"
 	"encoding/binary"
 	"fmt"
 	"time"
@@ -393,9 +394,13 @@ func (g *group) maybeSnapshot() {
 	g.snapshotting = true
 	written := func(err error) {
 		g.snapshotting = false
-		if err != nil {
+		switch {
+		case errors.Is(err, raft.ErrSnapOutOfDate):
+			// A snapshot installed from the leader meanwhile is further on.
+			g.n.log.Debug().Uint64("group", g.id).Uint64("index", applied).Msg("snapshot overtaken")
+		case err != nil:
 			g.n.log.Error().Err(err).Uint64("group", g.id).Msg("snapshot failed")
-		} else {
+		default:
 			g.n.log.Debug().Uint64("group", g.id).Uint64("index", applied).Int("bytes", len(data)).Dur("took", time.Since(start)).Msg("snapshot")
 		}
 		// After a failure, retry after another SnapshotEntries (or
