@@ -1,8 +1,8 @@
 package cluster
 
 import (
-	"errors"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"time"
 
