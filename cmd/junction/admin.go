@@ -408,7 +408,7 @@ func runQueue(ctx context.Context, args []string, getenv func(string) string, st
 		}
 		return queueScheduled(ctx, af, pos[0], *cancelID, *offset, *limit, stdout)
 	default:
-		return fmt.Errorf("junction queue: unknown command %q\n%s", sub, adminUsage)
+		return fmt.Errorf("queue: unknown command %q\n%s", sub, adminUsage)
 	}
 	if err != nil {
 		return err
@@ -457,7 +457,7 @@ func runConn(ctx context.Context, args []string, getenv func(string) string, std
 		fmt.Fprintln(stdout, "closed", pos[0])
 		return nil
 	}
-	return fmt.Errorf("junction conn: bad command line\n%s", adminUsage)
+	return fmt.Errorf("conn: bad command line\n%s", adminUsage)
 }
 
 // headerList collects repeated --header K=V flags.
@@ -503,10 +503,10 @@ func runSend(args []string, getenv func(string) string, stdin io.Reader, stdout,
 		return err
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("junction send: unexpected argument %q (the body is --body TEXT or standard input)\n%s", fs.Arg(0), adminUsage)
+		return fmt.Errorf("send: unexpected argument %q (the body is --body TEXT or standard input)\n%s", fs.Arg(0), adminUsage)
 	}
 	if *to == "" {
-		return fmt.Errorf("junction send: --to is required\n%s", adminUsage)
+		return fmt.Errorf("send: --to is required\n%s", adminUsage)
 	}
 	data := []byte(*body)
 	if !isFlagSet(fs, "body") {
@@ -526,7 +526,7 @@ func runSend(args []string, getenv func(string) string, stdin io.Reader, stdout,
 	for _, h := range headers {
 		k, v, ok := strings.Cut(h, "=")
 		if !ok {
-			return fmt.Errorf("junction send: --header %q is not K=V", h)
+			return fmt.Errorf("send: --header %q is not K=V", h)
 		}
 		if k == frame.ContentType {
 			contentType = v
@@ -559,10 +559,10 @@ func runReceive(args []string, getenv func(string) string, stdout, stderr io.Wri
 		return err
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("junction receive: unexpected argument %q\n%s", fs.Arg(0), adminUsage)
+		return fmt.Errorf("receive: unexpected argument %q\n%s", fs.Arg(0), adminUsage)
 	}
 	if *from == "" {
-		return fmt.Errorf("junction receive: --from is required\n%s", adminUsage)
+		return fmt.Errorf("receive: --from is required\n%s", adminUsage)
 	}
 	c, err := gostomp.Dial("tcp", *addr, login()...)
 	if err != nil {
@@ -587,7 +587,7 @@ func runReceive(args []string, getenv func(string) string, stdout, stderr io.Wri
 			if *count == 0 {
 				return nil
 			}
-			return fmt.Errorf("junction receive: %d of %d messages within %v", n, *count, *timeout)
+			return fmt.Errorf("receive: %d of %d messages within %v", n, *count, *timeout)
 		}
 	}
 	return nil

@@ -68,7 +68,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if fs.NArg() > 0 {
 		fs.Usage()
-		return fmt.Errorf("junction bench: unexpected arguments %q", fs.Args())
+		return fmt.Errorf("bench: unexpected arguments %q", fs.Args())
 	}
 	o.ReceiveOnly, o.SendOnly = o.Producers == 0, o.Consumers == 0
 	if o.Protocol == "" && o.URL == "" {

@@ -342,7 +342,7 @@ func runCluster(ctx context.Context, args []string, getenv func(string) string, 
 	// A single broker has no cluster endpoints: say so, rather than
 	// "no such endpoint: /api/v1/cluster (HTTP 404)".
 	if ae := (*apiError)(nil); errors.As(err, &ae) && ae.status == http.StatusNotFound && strings.Contains(ae.msg, "/api/v1/cluster") {
-		return fmt.Errorf("junction cluster: the broker at %s is not a cluster node (it was started without --cluster-node-id)", af.console)
+		return fmt.Errorf("cluster: the broker at %s is not a cluster node (it was started without --cluster-node-id)", af.console)
 	}
 	return err
 }
@@ -379,7 +379,7 @@ func clusterCommand(ctx context.Context, sub string, pos []string, af *adminFlag
 		fmt.Fprintf(stdout, "node %s removed from every group\n", pos[0])
 		return nil
 	}
-	return fmt.Errorf("junction cluster: bad command line\n%s", clusterUsage)
+	return fmt.Errorf("cluster: bad command line\n%s", clusterUsage)
 }
 
 func printClusterStatus(w io.Writer, st cluster.Status) {

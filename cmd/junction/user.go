@@ -93,7 +93,7 @@ func runUser(args []string, getenv func(string) string, stdin io.Reader, stdout,
 		args = fset.Args()[1:]
 	}
 	if *file == "" {
-		return errors.New("junction user: --file is required (or set JUNCTION_USERS)")
+		return errors.New("user: --file is required (or set JUNCTION_USERS)")
 	}
 	wantNames := 1
 	if sub == "ls" {
