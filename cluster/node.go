@@ -582,7 +582,10 @@ func (n *Node) waitLeader(ctx context.Context, gid uint64) (uint64, error) {
 		select {
 		case <-ch:
 		case <-ctx.Done():
-			return 0, ctx.Err()
+			// Unavailable all the same (a caller's deadline of about
+			// LeaderWait races the timer): a client is told the group
+			// has no leader, never a bare "context deadline exceeded".
+			return 0, fmt.Errorf("%w: group %d has no leader (%w)", core.ErrUnavailable, gid, ctx.Err())
 		case <-deadline.C:
 			return 0, fmt.Errorf("%w: group %d has no leader (waited %v)", core.ErrUnavailable, gid, n.cfg.LeaderWait)
 		case <-n.draining:
