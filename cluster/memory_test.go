@@ -83,21 +83,23 @@ func TestClusterProducersWaitOverBudget(t *testing.T) {
 		}
 		return used
 	}
-	// The producer stops once the group is full, and stays stopped.
-	deadline := time.Now().Add(15 * time.Second)
-	for last := int64(-1); ; {
-		time.Sleep(300 * time.Millisecond)
-		n := sent.Load()
-		if n == last {
-			break
+	// The group fills to about its part of the budget...
+	deadline := time.Now().Add(20 * time.Second)
+	for held() < budget/2-4<<10 {
+		if time.Now().After(deadline) || sent.Load() == 3000 {
+			t.Fatalf("the group did not fill: %d of 3000 sent, %d bytes held (its part of the budget: %d)", sent.Load(), held(), budget/2)
 		}
-		last = n
-		if time.Now().After(deadline) || n == 3000 {
-			t.Fatalf("the producer did not wait: %d of 3000 sent, the group holds %d bytes (its part of the budget: %d)", n, held(), budget/2)
-		}
+		time.Sleep(20 * time.Millisecond)
 	}
+	// ...and then the producer waits: at most the sends under way when
+	// it filled go on.
 	n := sent.Load()
-	if used := held(); used > budget/2+64<<10 || used < budget/4 {
+	time.Sleep(time.Second)
+	if more := sent.Load() - n; more > 16 {
+		t.Fatalf("the producer did not wait: %d more sent in the second after the group filled (%d bytes held, its part %d)", more, held(), budget/2)
+	}
+	n = sent.Load()
+	if used := held(); used > budget/2+64<<10 {
 		t.Fatalf("the producer waits after %d messages with %d bytes held; want about the group's part, %d", n, used, budget/2)
 	}
 	// A consumer makes room: the producer goes on.
