@@ -5,7 +5,7 @@ FUZZTIME  ?= 10s
 BENCHTIME ?= 2s
 ROUNDS    ?= 10
 
-.PHONY: help run build test race lint bench bench-stomp crash-test ha-test cluster-test cluster-bench paging-test e2e interop fuzz clean
+.PHONY: help run build test race lint bench bench-stomp crash-test ha-test cluster-test cluster-bench cluster-bench-memory paging-test e2e interop fuzz clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -39,8 +39,20 @@ CLUSTER_SKIP ?=
 cluster-test: ## 3-node cluster processes under faults (proxies, netns when root) and STOMP/MQTT/AMQP load ROUNDS times; the ledger's checks and one leader per term
 	JUNCTION_CLUSTER_ROUNDS=$(ROUNDS) $(GO) test -count=1 -run '^TestCluster' -skip '$(CLUSTER_SKIP)' -v -timeout 60m ./internal/clustertest/
 
-cluster-bench: ## single broker and 3-node cluster side by side: durable msgs/s, CPU per message, confirm and commit latency (JUNCTION_CLUSTER_FIGURES runs)
+# Measurements of TestClusterFigures and TestClusterMemoryFigures
+# (internal/clustertest/figures_test.go), set by environment variables:
+# JUNCTION_CLUSTER_FIGURES_DURATION (10s) each bench run;
+# JUNCTION_CLUSTER_FIGURES_BASE=path measures the cluster of the junction
+# binary at path too, in the same alternation (before and after);
+# JUNCTION_CLUSTER_FIGURES_DIR=dir puts the brokers' data under dir
+# (/dev/shm: tmpfs, no fsync cost); cluster-bench-memory's backlog part:
+# JUNCTION_CLUSTER_FIGURES_BACKLOG (30s), JUNCTION_CLUSTER_FIGURES_MAX_MEMORY
+# (96MiB).
+cluster-bench: ## single broker and 3-node cluster side by side: durable msgs/s, CPU per message (per node), confirm and commit latency, RSS per node (JUNCTION_CLUSTER_FIGURES runs)
 	JUNCTION_CLUSTER_FIGURES=$${JUNCTION_CLUSTER_FIGURES:-3} $(GO) test -count=1 -run '^TestClusterFigures$$' -v -timeout 30m ./internal/clustertest/
+
+cluster-bench-memory: ## a cluster node's memory: RSS per node after each of JUNCTION_CLUSTER_FIGURES_MEMORY (3) bench runs in a row; a backlog over a small --max-memory, no consumers: messages held per group, producers made to wait, memory used and RSS per node
+	JUNCTION_CLUSTER_FIGURES_MEMORY=$${JUNCTION_CLUSTER_FIGURES_MEMORY:-3} $(GO) test -count=1 -run '^TestClusterMemoryFigures$$' -v -timeout 30m ./internal/clustertest/
 
 PAGING_BYTES ?= 1GiB
 paging-test: ## send PAGING_BYTES (default 1GiB) of unconsumed durable messages to a broker with a 32 MiB budget; check its peak memory; drain in order

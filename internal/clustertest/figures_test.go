@@ -9,9 +9,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -25,7 +27,10 @@ import (
 // times (`make cluster-bench`) and logs each run and the medians. With
 // JUNCTION_CLUSTER_FIGURES_BASE=path, the cluster is measured with the
 // junction binary at path too (say, main's), in the same alternation:
-// before and after side by side.
+// before and after side by side. Each run also reports each broker
+// process's CPU per message and resident memory after the bench, per
+// node. JUNCTION_CLUSTER_FIGURES_DIR=dir puts the brokers' data
+// directories under dir (say /dev/shm, a tmpfs: no fsync cost).
 func TestClusterFigures(t *testing.T) {
 	s := os.Getenv("JUNCTION_CLUSTER_FIGURES")
 	if s == "" {
@@ -40,6 +45,7 @@ func TestClusterFigures(t *testing.T) {
 		dur = d
 	}
 	bin := Binary(t)
+	where := figuresDir(t)
 	base := os.Getenv("JUNCTION_CLUSTER_FIGURES_BASE")
 	names := []string{"single node", "3 nodes, client on the leader", "3 nodes, client on a follower"}
 	if base != "" {
@@ -70,23 +76,40 @@ func TestClusterFigures(t *testing.T) {
 		})
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "medians of %d runs of %v each (4 producers, 4 consumers, 1 KiB, durable, window 16):\n", runs, dur)
-	fmt.Fprintf(&b, "%-38s %10s %14s %12s %12s %12s %12s\n", "", "msgs/s", "CPU µs/msg", "confirm p50", "confirm p99", "commit p50", "commit p99")
+	fmt.Fprintf(&b, "medians of %d runs of %v each (4 producers, 4 consumers, 1 KiB, durable, window 16; data %s):\n", runs, dur, where)
+	fmt.Fprintf(&b, "%-38s %10s %14s %12s %12s %12s %12s %12s\n", "", "msgs/s", "CPU µs/msg", "confirm p50", "confirm p99", "commit p50", "commit p99", "RSS max")
 	for _, name := range names {
 		m := median(results[name])
-		fmt.Fprintf(&b, "%-38s %10.0f %14.1f %10.2fms %10.2fms %12s %12s\n", name, m.rate, m.cpuPerMsg, m.confirmP50, m.confirmP99, ms(m.commitP50), ms(m.commitP99))
+		fmt.Fprintf(&b, "%-38s %10.0f %14.1f %10.2fms %10.2fms %12s %12s %10.0fMB\n", name, m.rate, m.cpuPerMsg, m.confirmP50, m.confirmP99, ms(m.commitP50), ms(m.commitP99), slices.Max(m.rss))
+	}
+	fmt.Fprintf(&b, "per process (the cluster's: the leader of the queue's group first; RSS after the bench: a cluster's follower bench comes after its leader bench, on the same nodes):\n")
+	fmt.Fprintf(&b, "%-38s %24s %24s\n", "", "CPU µs/msg", "RSS MB")
+	for _, name := range names {
+		m := median(results[name])
+		fmt.Fprintf(&b, "%-38s %24s %24s\n", name, join(m.nodeCPU, "%.1f"), join(m.rss, "%.0f"))
 	}
 	t.Log("\n" + b.String())
 }
 
 type figure struct {
-	rate, cpuPerMsg                              float64 // confirmed msgs/s; broker CPU µs per confirmed message, summed over nodes
-	confirmP50, confirmP99, commitP50, commitP99 float64 // ms
+	rate, cpuPerMsg                              float64   // confirmed msgs/s; broker CPU µs per confirmed message, summed over nodes
+	confirmP50, confirmP99, commitP50, commitP99 float64   // ms
+	nodeCPU                                      []float64 // CPU µs per confirmed message of each broker process
+	rss                                          []float64 // resident memory of each broker process after the bench, MB
 }
 
 func (f figure) String() string {
-	return fmt.Sprintf("%.0f msgs/s, %.1f µs CPU/msg, confirm p50 %.2f ms p99 %.2f ms, commit p50 %s p99 %s",
-		f.rate, f.cpuPerMsg, f.confirmP50, f.confirmP99, ms(f.commitP50), ms(f.commitP99))
+	return fmt.Sprintf("%.0f msgs/s, %.1f µs CPU/msg (per process %s), confirm p50 %.2f ms p99 %.2f ms, commit p50 %s p99 %s, RSS %s MB",
+		f.rate, f.cpuPerMsg, join(f.nodeCPU, "%.1f"), f.confirmP50, f.confirmP99, ms(f.commitP50), ms(f.commitP99), join(f.rss, "%.0f"))
+}
+
+// join formats each of v with format, separated by slashes.
+func join(v []float64, format string) string {
+	s := make([]string, len(v))
+	for i, x := range v {
+		s[i] = fmt.Sprintf(format, x)
+	}
+	return strings.Join(s, "/")
 }
 
 // ms formats milliseconds; NaN (no Raft: a single broker) as "-".
@@ -106,7 +129,16 @@ func median(fs []figure) figure {
 		sort.Float64s(v)
 		return v[len(v)/2]
 	}
+	each := func(get func(figure) []float64) []float64 {
+		v := make([]float64, len(get(fs[0])))
+		for i := range v {
+			v[i] = pick(func(f figure) float64 { return get(f)[i] })
+		}
+		return v
+	}
 	return figure{
+		nodeCPU:    each(func(f figure) []float64 { return f.nodeCPU }),
+		rss:        each(func(f figure) []float64 { return f.rss }),
 		rate:       pick(func(f figure) float64 { return f.rate }),
 		cpuPerMsg:  pick(func(f figure) float64 { return f.cpuPerMsg }),
 		confirmP50: pick(func(f figure) float64 { return f.confirmP50 }),
@@ -128,7 +160,74 @@ func cpuTime(t *testing.T, pid int) time.Duration {
 	return time.Duration(u+s) * time.Second / 100 // USER_HZ
 }
 
+// rss is a process's resident memory (VmRSS) in bytes.
+func rss(t *testing.T, pid int) int64 { return procStatus(t, pid, "VmRSS") }
+
+// procStatus is a field of /proc/PID/status given in kB, in bytes.
+func procStatus(t *testing.T, pid int, field string) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) == 3 && f[0] == field+":" && f[2] == "kB" {
+			kb, err := strconv.ParseInt(f[1], 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return kb << 10
+		}
+	}
+	t.Fatalf("no %s in /proc/%d/status", field, pid)
+	return 0
+}
+
+// rssMB is rss of each of pids, in MB.
+func rssMB(t *testing.T, pids []int) []float64 {
+	v := make([]float64, len(pids))
+	for i, p := range pids {
+		v[i] = float64(rss(t, p)) / 1e6
+	}
+	return v
+}
+
+// figuresDir applies JUNCTION_CLUSTER_FIGURES_DIR: the test's temporary
+// directories, the brokers' data directories among them, are made under
+// it (t.TempDir follows TMPDIR). It returns where they are, with the
+// file system's type. Call it after Binary: the build stays where it is.
+func figuresDir(t *testing.T) string {
+	dir := os.Getenv("JUNCTION_CLUSTER_FIGURES_DIR")
+	if dir == "" {
+		dir = os.TempDir()
+	} else {
+		if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+			t.Fatalf("JUNCTION_CLUSTER_FIGURES_DIR=%q is not a directory (%v)", dir, err)
+		}
+		t.Setenv("TMPDIR", dir)
+	}
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(dir, &st); err != nil {
+		t.Fatal(err)
+	}
+	kind := fmt.Sprintf("file system type %#x", st.Type)
+	switch st.Type {
+	case 0x01021994:
+		kind = "tmpfs"
+	case 0xef53:
+		kind = "ext4"
+	case 0x58465342:
+		kind = "xfs"
+	case 0x9123683e:
+		kind = "btrfs"
+	case 0x794c7630:
+		kind = "overlayfs"
+	}
+	return fmt.Sprintf("under %s (%s)", dir, kind)
+}
+
 type benchResult struct {
+	Sent      int64   `json:"sent"`
+	Stopped   string  `json:"stopped"`
 	Confirmed int64   `json:"confirmed"`
 	SendS     float64 `json:"send_s"`
 	Confirm   struct {
@@ -139,19 +238,23 @@ type benchResult struct {
 
 func runBench(t *testing.T, bin, addr, dest string, dur time.Duration, pids []int) figure {
 	t.Helper()
-	var before time.Duration
-	for _, p := range pids {
-		before += cpuTime(t, p)
+	before := make([]time.Duration, len(pids))
+	for i, p := range pids {
+		before[i] = cpuTime(t, p)
 	}
 	out, err := exec.Command(bin, "bench", "--url", "stomp://"+addr, "--durable", "--duration", dur.String(),
 		"--producers", "4", "--consumers", "4", "--destination", dest, "--json").Output()
 	if err != nil {
 		t.Fatalf("junction bench: %v\n%s", err, out)
 	}
-	var after time.Duration
-	for _, p := range pids {
-		after += cpuTime(t, p)
+	var used time.Duration
+	f := figure{nodeCPU: make([]float64, len(pids))}
+	for i, p := range pids {
+		d := cpuTime(t, p) - before[i]
+		used += d
+		f.nodeCPU[i] = float64(d.Microseconds())
 	}
+	f.rss = rssMB(t, pids)
 	var r benchResult
 	if err := json.Unmarshal(out, &r); err != nil {
 		t.Fatalf("junction bench output: %v\n%s", err, out)
@@ -159,8 +262,12 @@ func runBench(t *testing.T, bin, addr, dest string, dur time.Duration, pids []in
 	if r.Confirmed == 0 {
 		t.Fatalf("junction bench confirmed nothing:\n%s", out)
 	}
-	return figure{rate: float64(r.Confirmed) / r.SendS, cpuPerMsg: float64((after - before).Microseconds()) / float64(r.Confirmed),
-		confirmP50: r.Confirm.P50 / 1000, confirmP99: r.Confirm.P99 / 1000}
+	for i := range f.nodeCPU {
+		f.nodeCPU[i] /= float64(r.Confirmed)
+	}
+	f.rate, f.cpuPerMsg = float64(r.Confirmed)/r.SendS, float64(used.Microseconds())/float64(r.Confirmed)
+	f.confirmP50, f.confirmP99 = r.Confirm.P50/1000, r.Confirm.P99/1000
+	return f
 }
 
 func figuresSingle(t *testing.T, bin string, dur time.Duration) figure {
@@ -197,12 +304,9 @@ func waitListen(t *testing.T, addr string) {
 func figuresCluster(t *testing.T, nodeBin, bin string, dur time.Duration) (local, forwarded figure) {
 	c := StartBinary(t, NewDirectNet(t, 3), nodeBin)
 	leaders := c.WaitHealthy(30 * time.Second)
-	var pids []int
-	for id := uint64(1); id <= 3; id++ {
-		pids = append(pids, c.Nodes[id].Pid())
-	}
 	q := Queues()[0]
 	leader := leaders[GroupOf(q)]
+	pids := c.pids(leader)
 	for i, through := range []uint64{leader, leader%3 + 1} {
 		h0 := c.commitHistogram(t)
 		f := runBench(t, bin, c.Nodes[through].Addrs.STOMP, q, dur, pids)
@@ -218,6 +322,18 @@ func figuresCluster(t *testing.T, nodeBin, bin string, dur time.Duration) (local
 	return local, forwarded
 }
 
+// pids are the nodes' process ids, node first, then the others in
+// order of id.
+func (c *Cluster) pids(first uint64) []int {
+	pids := []int{c.Nodes[first].Pid()}
+	for id := uint64(1); id <= uint64(len(c.Nodes)); id++ {
+		if id != first {
+			pids = append(pids, c.Nodes[id].Pid())
+		}
+	}
+	return pids
+}
+
 // histogram is a Prometheus histogram's cumulative bucket counts by
 // upper bound.
 type histogram map[float64]float64
@@ -226,17 +342,10 @@ type histogram map[float64]float64
 // nodes (and their label sets).
 func (c *Cluster) commitHistogram(t *testing.T) histogram {
 	h := histogram{}
-	for _, n := range c.Nodes {
-		res, err := c.http.Get("http://" + n.Addrs.Console + "/metrics")
-		if err != nil {
-			t.Fatal(err)
-		}
-		sc := bufio.NewScanner(res.Body)
-		sc.Buffer(make([]byte, 1<<20), 1<<20)
-		for sc.Scan() {
-			line := sc.Text()
+	for id := range c.Nodes {
+		c.scrape(t, id, func(line string) {
 			if !strings.HasPrefix(line, "junction_cluster_commit_latency_seconds_bucket{") {
-				continue
+				return
 			}
 			i := strings.Index(line, `le="`)
 			j := strings.Index(line[i+4:], `"`)
@@ -249,10 +358,37 @@ func (c *Cluster) commitHistogram(t *testing.T) histogram {
 			if err1 == nil && err2 == nil {
 				h[le] += v
 			}
-		}
-		res.Body.Close()
+		})
 	}
 	return h
+}
+
+// scrape calls each with every line of node id's /metrics.
+func (c *Cluster) scrape(t *testing.T, id uint64, each func(line string)) {
+	t.Helper()
+	res, err := c.http.Get("http://" + c.Nodes[id].Addrs.Console + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	sc := bufio.NewScanner(res.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		each(sc.Text())
+	}
+}
+
+// gauge is the value of an unlabelled metric of node id (NaN if absent).
+func (c *Cluster) gauge(t *testing.T, id uint64, name string) float64 {
+	v := math.NaN()
+	c.scrape(t, id, func(line string) {
+		if f := strings.Fields(line); len(f) == 2 && f[0] == name {
+			if x, err := strconv.ParseFloat(f[1], 64); err == nil {
+				v = x
+			}
+		}
+	})
+	return v
 }
 
 func (h histogram) minus(o histogram) histogram {
@@ -301,4 +437,197 @@ func accepting(addrs ...string) []string {
 		}
 	}
 	return open
+}
+
+// TestClusterMemoryFigures measures a cluster node's memory (`make
+// cluster-bench-memory`; JUNCTION_CLUSTER_FIGURES_MEMORY=runs), in two
+// parts, each on a fresh 3-node cluster as TestClusterFigures starts it:
+//
+//   - bench: runs in a row of TestClusterFigures' durable bench
+//     (JUNCTION_CLUSTER_FIGURES_DURATION each) through the leader of the
+//     queue's group, everything sent consumed; each node's resident
+//     memory after each run;
+//   - backlog: the nodes' budget --max-memory
+//     JUNCTION_CLUSTER_FIGURES_MAX_MEMORY (96MiB), two producers on a
+//     queue of each group (through the group's leader: 1 KiB, durable,
+//     window 16) and no consumers, for JUNCTION_CLUSTER_FIGURES_BACKLOG
+//     (30s): the messages each group holds, second by second, and
+//     whether and when its producers were made to wait (the count stops
+//     rising); then each node's junction_memory_used_bytes and resident
+//     memory (now and at its peak).
+//
+// JUNCTION_CLUSTER_FIGURES_BASE=path measures the cluster of the
+// junction binary at path first, in each part (before and after);
+// JUNCTION_CLUSTER_FIGURES_DIR as for TestClusterFigures.
+func TestClusterMemoryFigures(t *testing.T) {
+	s := os.Getenv("JUNCTION_CLUSTER_FIGURES_MEMORY")
+	if s == "" {
+		t.Skip("measurements: set JUNCTION_CLUSTER_FIGURES_MEMORY=runs (make cluster-bench-memory)")
+	}
+	runs, err := strconv.Atoi(s)
+	if err != nil || runs < 1 {
+		t.Fatalf("JUNCTION_CLUSTER_FIGURES_MEMORY=%q", s)
+	}
+	dur := 10 * time.Second
+	if d, err := time.ParseDuration(os.Getenv("JUNCTION_CLUSTER_FIGURES_DURATION")); err == nil {
+		dur = d
+	}
+	backlog := 30 * time.Second
+	if d, err := time.ParseDuration(os.Getenv("JUNCTION_CLUSTER_FIGURES_BACKLOG")); err == nil {
+		backlog = d
+	}
+	budget := "96MiB"
+	if b := os.Getenv("JUNCTION_CLUSTER_FIGURES_MAX_MEMORY"); b != "" {
+		budget = b
+	}
+	bin := Binary(t)
+	where := figuresDir(t)
+	type version struct{ name, bin string }
+	versions := []version{{"this", bin}}
+	if base := os.Getenv("JUNCTION_CLUSTER_FIGURES_BASE"); base != "" {
+		versions = []version{{"base", base}, {"this", bin}}
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "resident memory of each node (the leader of the queue's group first), MB, after each of %d runs in a row of %v (4 producers, 4 consumers, 1 KiB, durable, window 16; data %s):\n", runs, dur, where)
+	for _, v := range versions {
+		t.Run("bench-"+v.name, func(t *testing.T) {
+			rows := memoryBenches(t, v.bin, bin, runs, dur)
+			fmt.Fprintf(&b, "%-6s", v.name)
+			for i, r := range rows {
+				fmt.Fprintf(&b, "  after run %d: %s", i+1, join(r, "%.0f"))
+			}
+			b.WriteString("\n")
+		})
+	}
+	fmt.Fprintf(&b, "backlog: --max-memory %s, 2 producers on a queue of each group (through its leader), no consumers, %v (data %s):\n", budget, backlog, where)
+	for _, v := range versions {
+		t.Run("backlog-"+v.name, func(t *testing.T) {
+			fmt.Fprintf(&b, "%s:\n%s", v.name, memoryBacklog(t, v.bin, bin, budget, backlog))
+		})
+	}
+	t.Log("\n" + b.String())
+}
+
+// memoryBenches runs the bench runs times in a row on one cluster of
+// nodeBin and returns each node's resident memory (MB) after each run,
+// the leader of the queue's group first.
+func memoryBenches(t *testing.T, nodeBin, bin string, runs int, dur time.Duration) [][]float64 {
+	c := StartBinary(t, NewDirectNet(t, 3), nodeBin)
+	q := Queues()[0]
+	leader := c.WaitHealthy(30 * time.Second)[GroupOf(q)]
+	pids := c.pids(leader)
+	var rows [][]float64
+	for run := range runs {
+		f := runBench(t, bin, c.Nodes[leader].Addrs.STOMP, q, dur, pids)
+		c.Event("run %d, bench to group %d through its leader %d: %v", run+1, GroupOf(q), leader, f)
+		rows = append(rows, f.rss)
+	}
+	return rows
+}
+
+// memoryBacklog runs the backlog part on a cluster of nodeBin with the
+// budget maxMemory and returns its report.
+func memoryBacklog(t *testing.T, nodeBin, bin, maxMemory string, dur time.Duration) string {
+	c := start(t, NewDirectNet(t, 3), nodeBin, "max-memory: "+maxMemory+"\n")
+	leaders := c.WaitHealthy(30 * time.Second)
+	queues := Queues()
+	held := func() []float64 {
+		v := make([]float64, Groups)
+		for g := uint64(1); g <= Groups; g++ {
+			st, err := c.Status(leaders[g])
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, gs := range st.Groups {
+				if gs.ID == g {
+					v[g-1] = float64(gs.Messages)
+				}
+			}
+		}
+		return v
+	}
+	type sent struct {
+		r   benchResult
+		out []byte
+		err error
+	}
+	results := make([]chan sent, Groups)
+	for i, q := range queues {
+		results[i] = make(chan sent, 1)
+		addr := c.Nodes[leaders[GroupOf(q)]].Addrs.STOMP
+		go func() {
+			// Sends the brokers hold back are never confirmed: the bench
+			// gives up on them 2 s (--drain) + 5 s (its grace) after
+			// sending and says so (stopped), with a non-zero exit.
+			out, err := exec.Command(bin, "bench", "--url", "stomp://"+addr, "--durable", "--duration", dur.String(),
+				"--producers", "2", "--consumers", "0", "--destination", q, "--drain", "2s", "--json").Output()
+			var s sent
+			s.out, s.err = out, err
+			if jerr := json.Unmarshal(out, &s.r); jerr != nil && s.err == nil {
+				s.err = jerr
+			}
+			results[i] <- s
+		}()
+	}
+	// The messages each group holds, every second while the producers
+	// send.
+	var samples [][]float64
+	start := time.Now()
+	for i := 0; time.Since(start) < dur; i++ {
+		samples = append(samples, held())
+		time.Sleep(time.Until(start.Add(time.Duration(i+1) * time.Second)))
+	}
+	var b strings.Builder
+	for i, q := range queues {
+		s := <-results[i]
+		if s.r.Sent == 0 {
+			t.Fatalf("junction bench to %s: %v\n%s", q, s.err, s.out)
+		}
+		g := GroupOf(q)
+		counts := make([]float64, len(samples))
+		for k := range samples {
+			counts[k] = samples[k][g-1]
+		}
+		end := "every send confirmed"
+		if s.r.Stopped != "" {
+			end = fmt.Sprintf("sends still unconfirmed 7 s after sending ended (junction bench stopped: %s)", s.r.Stopped)
+		}
+		fmt.Fprintf(&b, "  group %d (%s, through node %d): %s; producers: %d confirmed, %s\n",
+			g, q, leaders[g], waited(counts), s.r.Confirmed, end)
+		c.Event("group %d held, second by second: %s", g, join(counts, "%.0f"))
+	}
+	fmt.Fprintf(&b, "  messages held per group at the end: %s\n", join(held(), "%.0f"))
+	for id := uint64(1); id <= uint64(len(c.Nodes)); id++ {
+		pid := c.Nodes[id].Pid()
+		fmt.Fprintf(&b, "  node %d: junction_memory_used_bytes %.0f (%.1f MiB) of junction_memory_max_bytes %.0f; RSS %.0f MB, peak %.0f MB\n", id,
+			c.gauge(t, id, "junction_memory_used_bytes"), c.gauge(t, id, "junction_memory_used_bytes")/(1<<20),
+			c.gauge(t, id, "junction_memory_max_bytes"), float64(rss(t, pid))/1e6, float64(procStatus(t, pid, "VmHWM"))/1e6)
+	}
+	return b.String()
+}
+
+// waited describes a group's message count, sampled every second while
+// its producers sent: the rate at which it grew, and whether it stopped
+// growing (the producers made to wait) from some second to the end
+// (every later second's growth under 2% of the fastest second's).
+func waited(counts []float64) string {
+	var peak float64
+	for k := 1; k < len(counts); k++ {
+		peak = max(peak, counts[k]-counts[k-1])
+	}
+	full := len(counts)
+	for full > 1 && counts[full-1]-counts[full-2] <= peak/50 {
+		full--
+	}
+	last := counts[len(counts)-1]
+	if peak == 0 {
+		return fmt.Sprintf("%.0f messages, never grew in %ds", last, len(counts)-1)
+	}
+	if full == len(counts) {
+		return fmt.Sprintf("%.0f messages after %ds, never stopped growing (fastest %.0f msgs/s)", last, len(counts)-1, peak)
+	}
+	rateBefore := (counts[full-1] - counts[0]) / float64(full-1)
+	rateAfter := (last - counts[full-1]) / float64(len(counts)-full)
+	return fmt.Sprintf("held %.0f messages from second %d (%.0f msgs/s before, fastest %.0f); then %.1f msgs/s for %ds, to %.0f",
+		counts[full-1], full-1, rateBefore, peak, rateAfter, len(counts)-full, last)
 }
