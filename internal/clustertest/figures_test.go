@@ -193,17 +193,23 @@ func rssMB(t *testing.T, pids []int) []float64 {
 
 // figuresDir applies JUNCTION_CLUSTER_FIGURES_DIR: the test's temporary
 // directories, the brokers' data directories among them, are made under
-// it (t.TempDir follows TMPDIR). It returns where they are, with the
+// it (t.TempDir follows GOTMPDIR, else TMPDIR). It returns where they are, with the
 // file system's type. Call it after Binary: the build stays where it is.
 func figuresDir(t *testing.T) string {
 	dir := os.Getenv("JUNCTION_CLUSTER_FIGURES_DIR")
 	if dir == "" {
-		dir = os.TempDir()
+		if dir = os.Getenv("GOTMPDIR"); dir == "" {
+			dir = os.TempDir()
+		}
 	} else {
 		if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
 			t.Fatalf("JUNCTION_CLUSTER_FIGURES_DIR=%q is not a directory (%v)", dir, err)
 		}
 		t.Setenv("TMPDIR", dir)
+		t.Setenv("GOTMPDIR", dir) // which t.TempDir prefers
+		if td := t.TempDir(); !strings.HasPrefix(td, filepath.Clean(dir)+"/") {
+			t.Fatalf("JUNCTION_CLUSTER_FIGURES_DIR=%s: the test's temporary directories are made in %s", dir, filepath.Dir(td))
+		}
 	}
 	var st syscall.Statfs_t
 	if err := syscall.Statfs(dir, &st); err != nil {
