@@ -28,8 +28,9 @@ import (
 // JUNCTION_CLUSTER_FIGURES_BASE=path, the cluster is measured with the
 // junction binary at path too (say, main's), in the same alternation:
 // before and after side by side. Each run also reports each broker
-// process's CPU per message and resident memory after the bench, per
-// node. JUNCTION_CLUSTER_FIGURES_DIR=dir puts the brokers' data
+// process's CPU per message and resident memory after the bench (a
+// cluster's nodes in the order: the leader of the queue's group, the
+// follower the second bench goes through, the other follower). JUNCTION_CLUSTER_FIGURES_DIR=dir puts the brokers' data
 // directories under dir (say /dev/shm, a tmpfs: no fsync cost).
 func TestClusterFigures(t *testing.T) {
 	s := os.Getenv("JUNCTION_CLUSTER_FIGURES")
@@ -82,7 +83,7 @@ func TestClusterFigures(t *testing.T) {
 		m := median(results[name])
 		fmt.Fprintf(&b, "%-38s %10.0f %14.1f %10.2fms %10.2fms %12s %12s %10.0fMB\n", name, m.rate, m.cpuPerMsg, m.confirmP50, m.confirmP99, ms(m.commitP50), ms(m.commitP99), slices.Max(m.rss))
 	}
-	fmt.Fprintf(&b, "per process (the cluster's: the leader of the queue's group first; RSS after the bench: a cluster's follower bench comes after its leader bench, on the same nodes):\n")
+	fmt.Fprintf(&b, "per process (the cluster's: the leader of the queue's group, the follower the second bench goes through, the other follower; RSS after the bench, the second on the nodes of the first):\n")
 	fmt.Fprintf(&b, "%-38s %24s %24s\n", "", "CPU µs/msg", "RSS MB")
 	for _, name := range names {
 		m := median(results[name])
@@ -309,33 +310,31 @@ func waitListen(t *testing.T, addr string) {
 // nodes run nodeBin, the bench runs bin.
 func figuresCluster(t *testing.T, nodeBin, bin string, dur time.Duration) (local, forwarded figure) {
 	c := StartBinary(t, NewDirectNet(t, 3), nodeBin)
-	leaders := c.WaitHealthy(30 * time.Second)
 	q := Queues()[0]
-	leader := leaders[GroupOf(q)]
-	pids := c.pids(leader)
-	for i, through := range []uint64{leader, leader%3 + 1} {
-		h0 := c.commitHistogram(t)
-		f := runBench(t, bin, c.Nodes[through].Addrs.STOMP, q, dur, pids)
-		h := c.commitHistogram(t).minus(h0)
-		f.commitP50, f.commitP99 = h.quantile(0.5)*1000, h.quantile(0.99)*1000
-		c.Event("bench to group %d (led by %d) through node %d: %v", GroupOf(q), leader, through, f)
-		if i == 0 {
-			local = f
-		} else {
-			forwarded = f
-		}
-	}
+	leader := c.WaitHealthy(30 * time.Second)[GroupOf(q)]
+	follower := leader%3 + 1
+	pids := c.pids(leader, follower, 6-leader-follower)
+	local = c.bench(t, bin, leader, q, dur, pids)
+	forwarded = c.bench(t, bin, follower, q, dur, pids)
 	return local, forwarded
 }
 
-// pids are the nodes' process ids, node first, then the others in
-// order of id.
-func (c *Cluster) pids(first uint64) []int {
-	pids := []int{c.Nodes[first].Pid()}
-	for id := uint64(1); id <= uint64(len(c.Nodes)); id++ {
-		if id != first {
-			pids = append(pids, c.Nodes[id].Pid())
-		}
+// bench runs the bench to queue q through node through, and adds the
+// cluster's commit latency over it to the figure.
+func (c *Cluster) bench(t *testing.T, bin string, through uint64, q string, dur time.Duration, pids []int) figure {
+	h0 := c.commitHistogram(t)
+	f := runBench(t, bin, c.Nodes[through].Addrs.STOMP, q, dur, pids)
+	h := c.commitHistogram(t).minus(h0)
+	f.commitP50, f.commitP99 = h.quantile(0.5)*1000, h.quantile(0.99)*1000
+	c.Event("bench to %s (group %d) through node %d: %v", q, GroupOf(q), through, f)
+	return f
+}
+
+// pids are the process ids of the nodes ids, in that order.
+func (c *Cluster) pids(ids ...uint64) []int {
+	var pids []int
+	for _, id := range ids {
+		pids = append(pids, c.Nodes[id].Pid())
 	}
 	return pids
 }
@@ -494,10 +493,21 @@ func TestClusterMemoryFigures(t *testing.T) {
 		versions = []version{{"base", base}, {"this", bin}}
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "resident memory of each node (the leader of the queue's group first), MB, after each of %d runs in a row of %v (4 producers, 4 consumers, 1 KiB, durable, window 16; data %s):\n", runs, dur, where)
+	// go test -run 'TestClusterMemoryFigures/backlog' runs a part alone:
+	// each part's heading comes with its first figures.
+	heading := func(h string) func() {
+		return func() {
+			if h != "" {
+				b.WriteString(h)
+				h = ""
+			}
+		}
+	}
+	benchHeading := heading(fmt.Sprintf("resident memory of each node (the leader of the queue's group first), MB, after each of %d runs in a row of %v (4 producers, 4 consumers, 1 KiB, durable, window 16; data %s):\n", runs, dur, where))
 	for _, v := range versions {
 		t.Run("bench-"+v.name, func(t *testing.T) {
 			rows := memoryBenches(t, v.bin, bin, runs, dur)
+			benchHeading()
 			fmt.Fprintf(&b, "%-6s", v.name)
 			for i, r := range rows {
 				fmt.Fprintf(&b, "  after run %d: %s", i+1, join(r, "%.0f"))
@@ -505,10 +515,12 @@ func TestClusterMemoryFigures(t *testing.T) {
 			b.WriteString("\n")
 		})
 	}
-	fmt.Fprintf(&b, "backlog: --max-memory %s, 2 producers on a queue of each group (through its leader), no consumers, %v (data %s):\n", budget, backlog, where)
+	backlogHeading := heading(fmt.Sprintf("backlog: --max-memory %s, 2 producers on a queue of each group (through its leader), no consumers, %v (data %s):\n", budget, backlog, where))
 	for _, v := range versions {
 		t.Run("backlog-"+v.name, func(t *testing.T) {
-			fmt.Fprintf(&b, "%s:\n%s", v.name, memoryBacklog(t, v.bin, bin, budget, backlog))
+			r := memoryBacklog(t, v.bin, bin, budget, backlog)
+			backlogHeading()
+			fmt.Fprintf(&b, "%s:\n%s", v.name, r)
 		})
 	}
 	t.Log("\n" + b.String())
@@ -521,12 +533,11 @@ func memoryBenches(t *testing.T, nodeBin, bin string, runs int, dur time.Duratio
 	c := StartBinary(t, NewDirectNet(t, 3), nodeBin)
 	q := Queues()[0]
 	leader := c.WaitHealthy(30 * time.Second)[GroupOf(q)]
-	pids := c.pids(leader)
+	follower := leader%3 + 1
+	pids := c.pids(leader, follower, 6-leader-follower)
 	var rows [][]float64
-	for run := range runs {
-		f := runBench(t, bin, c.Nodes[leader].Addrs.STOMP, q, dur, pids)
-		c.Event("run %d, bench to group %d through its leader %d: %v", run+1, GroupOf(q), leader, f)
-		rows = append(rows, f.rss)
+	for range runs {
+		rows = append(rows, c.bench(t, bin, leader, q, dur, pids).rss)
 	}
 	return rows
 }
