@@ -30,8 +30,9 @@ import (
 // before and after side by side. Each run also reports each broker
 // process's CPU per message and resident memory after the bench (a
 // cluster's nodes in the order: the leader of the queue's group, the
-// follower the second bench goes through, the other follower). JUNCTION_CLUSTER_FIGURES_DIR=dir puts the brokers' data
-// directories under dir (say /dev/shm, a tmpfs: no fsync cost).
+// follower the second bench goes through, the other follower).
+// JUNCTION_CLUSTER_FIGURES_DIR=dir puts the brokers' data directories
+// under dir (say /dev/shm, a tmpfs: no fsync cost).
 func TestClusterFigures(t *testing.T) {
 	s := os.Getenv("JUNCTION_CLUSTER_FIGURES")
 	if s == "" {
@@ -41,10 +42,7 @@ func TestClusterFigures(t *testing.T) {
 	if err != nil || runs < 1 {
 		t.Fatalf("JUNCTION_CLUSTER_FIGURES=%q", s)
 	}
-	dur := 10 * time.Second
-	if d, err := time.ParseDuration(os.Getenv("JUNCTION_CLUSTER_FIGURES_DURATION")); err == nil {
-		dur = d
-	}
+	dur := envDuration("JUNCTION_CLUSTER_FIGURES_DURATION", 10*time.Second)
 	bin := Binary(t)
 	where := figuresDir(t)
 	base := os.Getenv("JUNCTION_CLUSTER_FIGURES_BASE")
@@ -90,6 +88,14 @@ func TestClusterFigures(t *testing.T) {
 		fmt.Fprintf(&b, "%-38s %24s %24s\n", name, join(m.nodeCPU, "%.1f"), join(m.rss, "%.0f"))
 	}
 	t.Log("\n" + b.String())
+}
+
+// envDuration is the duration in the environment variable name, or def.
+func envDuration(name string, def time.Duration) time.Duration {
+	if d, err := time.ParseDuration(os.Getenv(name)); err == nil {
+		return d
+	}
+	return def
 }
 
 type figure struct {
@@ -194,8 +200,9 @@ func rssMB(t *testing.T, pids []int) []float64 {
 
 // figuresDir applies JUNCTION_CLUSTER_FIGURES_DIR: the test's temporary
 // directories, the brokers' data directories among them, are made under
-// it (t.TempDir follows GOTMPDIR, else TMPDIR). It returns where they are, with the
-// file system's type. Call it after Binary: the build stays where it is.
+// it (t.TempDir follows GOTMPDIR, else TMPDIR). It returns where they
+// are, with the file system's type. Call it after Binary: the build
+// stays where it is.
 func figuresDir(t *testing.T) string {
 	dir := os.Getenv("JUNCTION_CLUSTER_FIGURES_DIR")
 	if dir == "" {
@@ -473,14 +480,8 @@ func TestClusterMemoryFigures(t *testing.T) {
 	if err != nil || runs < 1 {
 		t.Fatalf("JUNCTION_CLUSTER_FIGURES_MEMORY=%q", s)
 	}
-	dur := 10 * time.Second
-	if d, err := time.ParseDuration(os.Getenv("JUNCTION_CLUSTER_FIGURES_DURATION")); err == nil {
-		dur = d
-	}
-	backlog := 30 * time.Second
-	if d, err := time.ParseDuration(os.Getenv("JUNCTION_CLUSTER_FIGURES_BACKLOG")); err == nil {
-		backlog = d
-	}
+	dur := envDuration("JUNCTION_CLUSTER_FIGURES_DURATION", 10*time.Second)
+	backlog := envDuration("JUNCTION_CLUSTER_FIGURES_BACKLOG", 30*time.Second)
 	budget := "96MiB"
 	if b := os.Getenv("JUNCTION_CLUSTER_FIGURES_MAX_MEMORY"); b != "" {
 		budget = b
