@@ -44,14 +44,24 @@ type op struct {
 	utype   uint16
 	payload []byte
 	n       uint32 // opTx: operations in the transaction
+	// inEntry: payload is a slice of a committed entry's data (decodeOps),
+	// not memory of its own.
+	inEntry bool
 }
 
-// rec is a live record.
+// rec is a live record. Its payload, and its updates', may be slices of
+// the entries they were applied from (inEntry): those entries are in
+// the group's log, which holds them in memory until a snapshot lets it
+// compact them, and snapshot gives every record still live then memory
+// of its own. So a record pins nothing the log does not hold anyway,
+// and a follower copies only the records that outlive a snapshot
+// instead of every payload of every entry.
 type rec struct {
 	utype   uint16
 	payload []byte
 	updates []update
 	seq     uint64 // append order
+	inEntry bool   // payload or an update's is a slice of an entry
 }
 
 type update struct {
@@ -96,13 +106,14 @@ func (s *groupState) apply(ops []op) {
 				s.bytes -= old.size()
 			}
 			s.seq++
-			r := &rec{utype: o.utype, payload: o.payload, seq: s.seq}
+			r := &rec{utype: o.utype, payload: o.payload, seq: s.seq, inEntry: o.inEntry}
 			m[o.id] = r
 			s.bytes += r.size()
 			s.maxID[o.ns] = max(s.maxID[o.ns], o.id)
 		case opUpdate:
 			if r := m[o.id]; r != nil {
 				r.updates = append(r.updates, update{o.utype, o.payload})
+				r.inEntry = r.inEntry || o.inEntry
 				s.bytes += int64(len(o.payload))
 			}
 		case opDelete:
@@ -112,6 +123,18 @@ func (s *groupState) apply(ops []op) {
 			}
 		}
 	}
+}
+
+// owned returns a copy of r whose payloads are memory of their own.
+func (r *rec) owned() *rec {
+	c := &rec{utype: r.utype, payload: slices.Clone(r.payload), seq: r.seq}
+	if len(r.updates) > 0 {
+		c.updates = make([]update, len(r.updates))
+		for i, u := range r.updates {
+			c.updates[i] = update{u.utype, slices.Clone(u.payload)}
+		}
+	}
+	return c
 }
 
 func (r *rec) size() int64 {
@@ -225,6 +248,14 @@ func (s *groupState) snapshot() []byte {
 		slices.SortFunc(ids, func(a, c uint64) int { return cmpU64(m[a].seq, m[c].seq) })
 		for _, id := range ids {
 			r := m[id]
+			if r.inEntry {
+				// The log may compact this record's entry once the
+				// snapshot is made: the record takes its own copy. A
+				// new rec, not a change to this one: an activation's
+				// replay reads records outside mu.
+				r = r.owned()
+				m[id] = r
+			}
 			b = binary.AppendUvarint(b, id)
 			b = binary.LittleEndian.AppendUint16(b, r.utype)
 			b = appendBytes(b, r.payload)
@@ -336,10 +367,9 @@ func entryHeader(p []byte) (proposer, proposal uint64, k int) {
 	return proposer, proposal, 1 + a + b
 }
 
-// decodeOps decodes an entry's data. The payloads of a quarter of the
-// entry or more are slices of p, not copies (an entry's data is never
-// changed once made, and the group's state keeps them, so the entry
-// lives as long as one of its records does); smaller ones are copied.
+// decodeOps decodes an entry's data. The payloads are slices of p, not
+// copies (an entry's data is never changed once made): the group's
+// state keeps them until its next snapshot (see rec).
 func decodeOps(p []byte) (proposer, proposal uint64, ops []op, err error) {
 	d := reader{b: p}
 	if d.byte() != entryVersion {
@@ -358,12 +388,7 @@ func decodeOps(p []byte) (proposer, proposal uint64, ops []op, err error) {
 		case opAppend, opUpdate:
 			o.utype = d.u16()
 			o.payload = d.shared()
-			if 4*len(o.payload) < len(p) {
-				// A record kept long (a binding, a message left behind
-				// by its neighbours) would pin its whole entry: small
-				// payloads are copied, large ones point into the entry.
-				o.payload = slices.Clone(o.payload)
-			}
+			o.inEntry = true
 		case opDelete:
 		case opTx:
 			o.n = uint32(d.uvarint())
