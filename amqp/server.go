@@ -149,6 +149,8 @@ type Server struct {
 	conns map[*conn]struct{} // guarded by mu
 	// watch closes the connections of a ServeConn context that ends.
 	watch inbound.Watch[*conn]
+	// workers run the connections' work (conn.inWorker).
+	workers inbound.Workers
 }
 
 // New returns a server for broker b.

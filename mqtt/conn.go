@@ -208,16 +208,17 @@ const (
 	workClose        // conn.close
 )
 
-// inWorker runs one kind of work in a worker, and waits for it. It
-// makes no closure (go copies the arguments), so that this goroutine's
-// stack stays as small as waiting needs.
+// inWorker runs one kind of work in a worker (inbound.Workers), and
+// waits for it. It makes no closure, so that this goroutine's stack
+// stays as small as waiting needs.
 func (c *conn) inWorker(kind int) {
 	c.working.Add(1)
-	go c.worker(kind)
+	c.s.workers.Go(c, kind)
 	c.working.Wait()
 }
 
-func (c *conn) worker(kind int) {
+// Work is the connection's work of one kind, on a worker.
+func (c *conn) Work(kind int) {
 	defer c.working.Done()
 	switch kind {
 	case workRun:

@@ -13,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/junctionmq/junction/core"
+	inwait "github.com/junctionmq/junction/internal/inbound" // mqtt has a type inbound
 )
 
 // Config configures a Server. Zero fields take the defaults given.
@@ -183,6 +184,8 @@ type Server struct {
 	sends       context.Context
 	cancelSends context.CancelFunc
 	closeOnce   sync.Once
+	// workers run the connections' work (conn.inWorker).
+	workers inwait.Workers
 }
 
 // New starts an MQTT front-end over broker b: it picks up the sessions a

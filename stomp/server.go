@@ -156,6 +156,8 @@ type Server struct {
 	conns map[*conn]struct{} // guarded by mu
 	// watch stops the connections of a ServeConn context that ends.
 	watch inbound.Watch[*conn]
+	// workers run the connections' work (conn.inWorker).
+	workers inbound.Workers
 }
 
 // New returns a server for broker b.
