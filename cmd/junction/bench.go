@@ -63,12 +63,12 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		fmt.Fprint(fs.Output(), benchUsage)
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		fs.Usage()
-		return fmt.Errorf("bench: unexpected arguments %q", fs.Args())
+		return usagef("bench: unexpected arguments %q", fs.Args())
 	}
 	o.ReceiveOnly, o.SendOnly = o.Producers == 0, o.Consumers == 0
 	if o.Protocol == "" && o.URL == "" {
