@@ -71,7 +71,7 @@ func TestExitStatus(t *testing.T) {
 		{exitFailure, []string{"receive", "--from", "/queue/exit.empty", "--timeout", "200ms", "--stomp", stompAddr}},
 		{0, []string{"queue", "delete", "exit.q", "--console", console}},
 		{exitFailure, []string{"queue", "delete", "exit.q", "--console", console}}, // gone
-		{exitFailure, []string{"bench", "--url", "stomp://" + closed, "--count", "1", "--dial-timeout", "1s"}},
+		{exitFailure, []string{"bench", "--url", "stomp://" + closed, "--count", "1", "--dial-timeout", "1s", "--console", closed}},
 	}
 	for _, c := range cases {
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)

@@ -132,7 +132,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	case "user":
 		return runUser(args, getenv, os.Stdin, stdout, stderr)
 	case "bench":
-		return runBench(ctx, args, stdout, stderr)
+		return runBench(ctx, args, getenv, stdout, stderr)
 	case "help":
 		fmt.Fprint(stdout, usage)
 		return nil
