@@ -2,6 +2,7 @@ package amqp_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -92,6 +93,9 @@ func TestSameLinkNameAttachesEachLink(t *testing.T) {
 			d, _ := expect[*frames.Detach](c)
 			if a.Source != nil || d.Handle != h || !d.Closed || d.Error == nil || d.Error.Condition != frames.ErrCondResourceLocked {
 				t.Fatalf("second receiver of a durable subscription: attach %+v, detach %+v", a, d)
+			}
+			if !strings.Contains(d.Error.Description, "has a consumer already") {
+				t.Errorf("second receiver of a durable subscription: description %q does not say why", d.Error.Description)
 			}
 		}
 	}

@@ -398,7 +398,7 @@ func (b *Broker) DeleteAddress(name string) error {
 	for _, q := range qs {
 		if q.stats.consumers.Load() > 0 {
 			b.mu.Unlock()
-			return fmt.Errorf("%w: queue %q", ErrSubscriptionInUse, q.name)
+			return inUsef("address %q: queue %q has consumers", name, q.name)
 		}
 	}
 	for _, q := range qs {
@@ -430,7 +430,7 @@ func (b *Broker) DeleteQueue(name string) error {
 		return ErrQueueNotFound
 	}
 	if q.stats.consumers.Load() > 0 {
-		return fmt.Errorf("%w: queue %q", ErrSubscriptionInUse, name)
+		return inUsef("queue %q has consumers", name)
 	}
 	b.deleteQueue(q)
 	return nil

@@ -37,11 +37,37 @@ import (
 // nothing.
 
 // ErrDivertExists and ErrDivertNotFound answer CreateDivert and
-// DeleteDivert.
+// DeleteDivert; ErrInvalidDivert is a divert that does not validate
+// (Divert.Validate, CreateDivert), whatever field is wrong.
 var (
 	ErrDivertExists   = errors.New("core: divert exists")
 	ErrDivertNotFound = errors.New("core: divert not found")
+	ErrInvalidDivert  = errors.New("core: invalid divert")
 )
+
+// divertError is what Validate reports: its text names the divert and
+// the field (`divert "a": filter: ...`), and it is ErrInvalidDivert and
+// its cause (a selector's syntax error, ErrInvalidAddress for a
+// forwarding address) for errors.Is and errors.As.
+type divertError struct {
+	msg   string
+	cause error
+}
+
+func (e *divertError) Error() string { return e.msg }
+
+func (e *divertError) Unwrap() []error {
+	if e.cause == nil {
+		return []error{ErrInvalidDivert}
+	}
+	return []error{ErrInvalidDivert, e.cause}
+}
+
+// invalidDivert is a divertError about divert name: "divert %q: " and
+// the message; cause may be nil.
+func invalidDivert(name string, cause error, format string, a ...any) error {
+	return &divertError{fmt.Sprintf("divert %q: ", name) + fmt.Sprintf(format, a...), cause}
+}
 
 // errDivertsInCluster refuses the API's diverts on a cluster node. A
 // cluster applies diverts where a send enters it, on the node's access
@@ -85,16 +111,20 @@ type Divert struct {
 	recID uint64
 }
 
-// Validate checks a divert.
+// Validate checks a divert. Its errors are ErrInvalidDivert, with a
+// text that names the divert and the field at fault.
 func (d *Divert) Validate() error {
 	if d.Name == "" {
-		return errors.New("divert: name is required")
+		return &divertError{"divert: name is required", nil}
 	}
 	if d.Address == "" {
-		return fmt.Errorf("divert %q: address is required", d.Name)
+		return invalidDivert(d.Name, nil, "address is required")
 	}
 	if err := wildcard.Validate(d.Address); err != nil {
-		return fmt.Errorf("divert %q: address: %w", d.Name, err)
+		return invalidDivert(d.Name, err, "address %q has an empty word", d.Address)
+	}
+	if strings.TrimSpace(d.ForwardingAddress) == "" {
+		return invalidDivert(d.Name, nil, "forwarding-address is required")
 	}
 	if _, err := d.compile(); err != nil {
 		return err
@@ -125,20 +155,22 @@ func (d *Divert) compile() (*compiled, error) {
 		c.rt = ""
 	case "ANYCAST", "MULTICAST", "STRIP":
 	default:
-		return nil, fmt.Errorf("divert %q: routing-type must be PASS, ANYCAST, MULTICAST or STRIP; got %q", d.Name, d.RoutingType)
+		return nil, invalidDivert(d.Name, nil, "routing-type must be PASS, ANYCAST, MULTICAST or STRIP; got %q", d.RoutingType)
 	}
 	sel, err := parseSelector(d.Filter)
 	if err != nil {
-		return nil, fmt.Errorf("divert %q: filter: %w", d.Name, err)
+		return nil, invalidDivert(d.Name, err, "filter: %s", strings.TrimPrefix(err.Error(), ErrInvalidSelector.Error()+": "))
 	}
 	c.sel = sel
 	for _, part := range strings.Split(d.ForwardingAddress, ",") {
 		addr, rt := ParseDestination(strings.TrimSpace(part))
 		if err := validAddress(addr); err != nil {
-			return nil, fmt.Errorf("divert %q: forwarding-address: %w", d.Name, err)
+			// validAddress says "core: invalid address: <why>": the
+			// divert's text says the why.
+			return nil, invalidDivert(d.Name, err, "forwarding-address: %s", strings.TrimPrefix(err.Error(), ErrInvalidAddress.Error()+": "))
 		}
 		if addr == d.Address && !c.pattern {
-			return nil, fmt.Errorf("divert %q: forwards to its own address", d.Name)
+			return nil, invalidDivert(d.Name, nil, "forwards to its own address %q", addr)
 		}
 		c.to = append(c.to, destination{addr, rt})
 	}
@@ -245,7 +277,7 @@ func (b *Broker) CreateDivert(d Divert) error {
 		return errDivertsInCluster
 	}
 	if err := d.Validate(); err != nil {
-		return fmt.Errorf("%w: %v", ErrInvalidAddress, err)
+		return fmt.Errorf("core: invalid %w", err) // core: invalid divert "a": filter: ...
 	}
 	d.fromConfig, d.recID = false, 0
 	b.divMu.Lock()

@@ -399,7 +399,7 @@ func (s *Session) Subscribe(o ConsumerOptions) (*Consumer, error) {
 		// A subscription has one consumer at a time, unless shared.
 		if len(q.consumers) > 0 {
 			q.mu.Unlock()
-			return nil, fmt.Errorf("%w: %q", ErrSubscriptionInUse, q.name)
+			return nil, inUsef("subscription %q has a consumer already (one at a time unless shared)", q.name)
 		}
 	}
 	if subscription && !q.shared && q.up == nil {
@@ -541,7 +541,7 @@ func (s *Session) queueForPass(o ConsumerOptions, sel *selector.Selector, g *gra
 		if q := b.queues[name]; q != nil {
 			// JMS 2.0: a shared subscription's consumers share its selector.
 			if q.filter.String() != sel.String() {
-				return nil, nil, fmt.Errorf("%w: shared subscription %q has selector %q, not %q", ErrSubscriptionInUse, name, q.filter.String(), sel.String())
+				return nil, nil, inUsef("shared subscription %q has selector %q, not %q (its consumers share one)", name, q.filter.String(), sel.String())
 			}
 			if dry {
 				return nil, nil, nil
@@ -602,7 +602,7 @@ func (s *Session) queueForPass(o ConsumerOptions, sel *selector.Selector, g *gra
 		// the subscription holds), replaces the subscription, as JMS
 		// specifies for the first two.
 		if q.stats.consumers.Load() > 0 {
-			return nil, nil, fmt.Errorf("%w: %q", ErrSubscriptionInUse, name)
+			return nil, nil, inUsef("durable subscription %q has an active consumer: it cannot be replaced until that consumer closes", name)
 		}
 		if n := g.missing(q.address, PermDeleteDurableQueue); n != nil {
 			return nil, n, nil
@@ -692,7 +692,11 @@ func (s *Session) Unsubscribe(name string) error {
 			}
 		}
 	}
-	return s.b.DeleteQueue(qname)
+	err := s.b.DeleteQueue(qname)
+	if errors.Is(err, ErrSubscriptionInUse) {
+		return inUsef("durable subscription %q has an active consumer", qname)
+	}
+	return err
 }
 
 // TemporaryQueuePrefix begins the name of every temporary queue (see

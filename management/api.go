@@ -99,15 +99,17 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 }
 
 // deleteError words core's refusals of a deletion for an operator: core
-// says ErrSubscriptionInUse ("durable subscription has an active
-// consumer") for any queue with consumers, a plain queue included, and
-// its not-found sentinels carry no name.
+// says ErrSubscriptionInUse (`core: address "a": queue "q" has
+// consumers`) for any queue with consumers, a plain queue included; this
+// adds what to do. Its not-found sentinels carry no name.
 func deleteError(err error, kind, name string) error {
 	switch {
 	case errors.Is(err, core.ErrSubscriptionInUse):
 		which := fmt.Sprintf("%s %q", kind, name)
-		if _, q, ok := strings.Cut(err.Error(), ": queue "); ok && kind == "address" {
-			which = fmt.Sprintf("the queue %s of address %q", q, name)
+		if _, rest, ok := strings.Cut(err.Error(), ": queue "); ok && kind == "address" {
+			if q, err := strconv.QuotedPrefix(rest); err == nil {
+				which = fmt.Sprintf("the queue %s of address %q", q, name)
+			}
 		}
 		return reworded{which + " has consumers: close them, or their connections, first", err}
 	case err == core.ErrQueueNotFound || err == core.ErrAddressNotFound:

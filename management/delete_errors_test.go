@@ -23,6 +23,9 @@ func TestDeleteErrorsSayWhy(t *testing.T) {
 		if !strings.Contains(msg, `"jobs" has consumers`) || strings.Contains(msg, "durable subscription") {
 			t.Errorf("DELETE %s: %q", path, msg)
 		}
+		if strings.Contains(path, "addresses") && !strings.HasPrefix(msg, `the queue "jobs" of address "jobs" has consumers`) {
+			t.Errorf("DELETE %s: %q does not name the queue", path, msg)
+		}
 	}
 	c.Close()
 	e.Want(204, "DELETE", "/api/v1/queues/jobs", nil)

@@ -26,7 +26,7 @@ func (s *Server) createDivert(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case errors.Is(err, core.ErrDivertExists):
 			writeError(w, http.StatusConflict, err.Error())
-		case errors.Is(err, core.ErrInvalidAddress):
+		case errors.Is(err, core.ErrInvalidDivert), errors.Is(err, core.ErrInvalidAddress):
 			writeError(w, http.StatusBadRequest, err.Error())
 		case errors.Is(err, core.ErrNotInCluster):
 			writeError(w, http.StatusNotImplemented, err.Error())

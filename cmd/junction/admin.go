@@ -75,7 +75,7 @@ func newAdminFlags(name string, getenv func(string) string, stderr io.Writer) (*
 func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
 	var pos []string
 	for {
-		if err := fs.Parse(args); err != nil {
+		if err := parseFlags(fs, args); err != nil {
 			return nil, err
 		}
 		args = fs.Args()
@@ -300,7 +300,7 @@ func markBinary(rows []map[string]any) []map[string]any {
 // runQueue serves junction queue ...
 func runQueue(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return errors.New(adminUsage)
+		return usagef("%s", adminUsage)
 	}
 	if isHelp(args[0]) {
 		fmt.Fprint(stdout, adminUsage)
@@ -320,7 +320,7 @@ func runQueue(ctx context.Context, args []string, getenv func(string) string, st
 	}
 	need := func(n int) error {
 		if len(pos) != n {
-			return fmt.Errorf("junction queue %s: want %d argument(s), got %d\n%s", sub, n, len(pos), adminUsage)
+			return usagef("queue %s: want %d argument(s), got %d\n%s", sub, n, len(pos), adminUsage)
 		}
 		return nil
 	}
@@ -408,7 +408,7 @@ func runQueue(ctx context.Context, args []string, getenv func(string) string, st
 		}
 		return queueScheduled(ctx, af, pos[0], *cancelID, *offset, *limit, stdout)
 	default:
-		return fmt.Errorf("queue: unknown command %q\n%s", sub, adminUsage)
+		return usagef("queue: unknown command %q\n%s", sub, adminUsage)
 	}
 	if err != nil {
 		return err
@@ -427,7 +427,7 @@ func runQueue(ctx context.Context, args []string, getenv func(string) string, st
 // runConn serves junction conn ...
 func runConn(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return errors.New(adminUsage)
+		return usagef("%s", adminUsage)
 	}
 	if isHelp(args[0]) {
 		fmt.Fprint(stdout, adminUsage)
@@ -457,7 +457,7 @@ func runConn(ctx context.Context, args []string, getenv func(string) string, std
 		fmt.Fprintln(stdout, "closed", pos[0])
 		return nil
 	}
-	return fmt.Errorf("conn: bad command line\n%s", adminUsage)
+	return usagef("conn: bad command line\n%s", adminUsage)
 }
 
 // headerList collects repeated --header K=V flags.
@@ -499,14 +499,14 @@ func runSend(args []string, getenv func(string) string, stdin io.Reader, stdout,
 	login := stompCredentials(fs, getenv)
 	var headers headerList
 	fs.Var(&headers, "header", "a header `K=V` (repeatable)")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("send: unexpected argument %q (the body is --body TEXT or standard input)\n%s", fs.Arg(0), adminUsage)
+		return usagef("send: unexpected argument %q (the body is --body TEXT or standard input)\n%s", fs.Arg(0), adminUsage)
 	}
 	if *to == "" {
-		return fmt.Errorf("send: --to is required\n%s", adminUsage)
+		return usagef("send: --to is required\n%s", adminUsage)
 	}
 	data := []byte(*body)
 	if !isFlagSet(fs, "body") {
@@ -526,7 +526,7 @@ func runSend(args []string, getenv func(string) string, stdin io.Reader, stdout,
 	for _, h := range headers {
 		k, v, ok := strings.Cut(h, "=")
 		if !ok {
-			return fmt.Errorf("send: --header %q is not K=V", h)
+			return usagef("send: --header %q is not K=V", h)
 		}
 		if k == frame.ContentType {
 			contentType = v
@@ -555,14 +555,14 @@ func runReceive(args []string, getenv func(string) string, stdout, stderr io.Wri
 	timeout := fs.Duration("timeout", 10*time.Second, "give up waiting after this long without a message")
 	addr := fs.String("stomp", stompAddr(getenv), "broker STOMP `HOST:PORT`")
 	login := stompCredentials(fs, getenv)
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("receive: unexpected argument %q\n%s", fs.Arg(0), adminUsage)
+		return usagef("receive: unexpected argument %q\n%s", fs.Arg(0), adminUsage)
 	}
 	if *from == "" {
-		return fmt.Errorf("receive: --from is required\n%s", adminUsage)
+		return usagef("receive: --from is required\n%s", adminUsage)
 	}
 	c, err := gostomp.Dial("tcp", *addr, login()...)
 	if err != nil {

@@ -2,14 +2,20 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
+	"net/url"
 	"os"
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
+	"github.com/junctionmq/junction/core"
 	"github.com/junctionmq/junction/internal/bench"
 	"github.com/junctionmq/junction/internal/bench/scenario"
 )
@@ -34,11 +40,18 @@ the broker's CPU per message (--pid) (junction bench stomp -h):
          per idle connection; --churn: after connecting and closing)
   amqp:  durable-pipelined, durable-wait, settled, fanout
 
+Without --destination the first form uses a fresh bench.<random> queue
+(topic for MQTT) and deletes it at the end through Junction's console
+API (--console); where it cannot (another broker, no console, no manage
+permission) it says so on stderr and the run still succeeds. A
+send-only run (--consumers 0) keeps its messages for a later
+--producers 0 run.
+
 flags of the first form:
 `
 
 // runBench is `junction bench`: a load generator for any broker.
-func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func runBench(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	if len(args) > 0 && (slices.Contains(bench.Protocols, args[0]) || args[0] == "conns") {
 		return scenario.Main(ctx, args, stdout, stderr)
 	}
@@ -59,20 +72,35 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.DurationVar(&o.Drain, "drain", 0, "wait for outstanding messages after sending (default 10s)")
 	fs.DurationVar(&o.DialTimeout, "dial-timeout", 0, "connect and attach timeout (default 5s)")
 	asJSON := fs.Bool("json", false, "print the result as one JSON object")
+	console := fs.String("console", getenv("JUNCTION_CONSOLE"), "Junction's console `URL` or HOST:PORT, to delete the bench.<random> destination at the end "+
+		"($JUNCTION_CONSOLE; default port 8161 of the --url host); the --url credentials log in")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), benchUsage)
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		fs.Usage()
-		return fmt.Errorf("bench: unexpected arguments %q", fs.Args())
+		return usagef("bench: unexpected arguments %q", fs.Args())
 	}
 	o.ReceiveOnly, o.SendOnly = o.Producers == 0, o.Consumers == 0
 	if o.Protocol == "" && o.URL == "" {
 		o.Protocol = "stomp"
+	}
+	fresh := o.Destination == ""
+	if err := o.Normalize(); err != nil {
+		return usagef("bench: %v", err) // the options, before any connection
+	}
+	if fresh && o.SendOnly {
+		fmt.Fprintf(stderr, "junction bench: the messages stay on the broker in %s (--consumers 0): a later run with --producers 0 --destination %s receives them\n",
+			o.Destination, o.Destination)
+	} else if fresh {
+		// The run made the destination: remove it at the end, whatever
+		// the outcome, through the console's API (the protocols have
+		// no way to delete a queue).
+		defer deleteBenchDestination(ctx, o, *console, stderr)
 	}
 	var mu sync.Mutex
 	shown := false
@@ -113,4 +141,55 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 func isTerminal(w io.Writer) bool {
 	f, ok := w.(*os.File)
 	return ok && isTTY(f) && !strings.EqualFold(os.Getenv("TERM"), "dumb")
+}
+
+// deleteBenchDestination deletes the address (and so its queue) that a
+// run created under a fresh bench.<random> name, through the console's
+// API of the broker (Junction's; on a cluster node the API deletes it
+// in the group that holds it). It never fails the run: what it cannot
+// do it says on stderr, for other brokers have no such API or another
+// one. Junction's answer that the address does not exist (a run that
+// failed before making it) is not worth a word.
+func deleteBenchDestination(ctx context.Context, o bench.Options, console string, stderr io.Writer) {
+	name := benchAddress(o.Destination)
+	u, err := url.Parse(o.URL)
+	if err != nil {
+		return // Normalize checked it
+	}
+	if console == "" {
+		console = net.JoinHostPort(u.Hostname(), "8161")
+	}
+	af := &adminFlags{console: console, user: u.User.Username()}
+	af.password, _ = u.User.Password()
+	// Bounded, and done after a signal too (the run's context is over).
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	for {
+		err = af.call(ctx, http.MethodDelete, "/addresses/"+url.PathEscape(name), nil, nil)
+		// The broker may not have seen the consumers' connections close
+		// yet: their queue is still in use for a moment.
+		var ae *apiError
+		if !errors.As(err, &ae) || ae.status != http.StatusConflict || ctx.Err() != nil {
+			break
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	var ae *apiError
+	if errors.As(err, &ae) && ae.status == http.StatusNotFound && strings.Contains(ae.msg, core.ErrAddressNotFound.Error()) {
+		return // Junction has no such address: the run never made it (it failed first), or it is gone
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "junction bench: could not delete %s through the console at %s (it stays on the broker if the run made it): %v\n", name, console, err)
+	}
+}
+
+// benchAddress is the address of a fresh bench destination:
+// bench.<random> for /queue/bench.<random> (STOMP), queue://bench.<random>
+// (AMQP) and bench/<random> (MQTT).
+func benchAddress(dest string) string {
+	dest = strings.TrimPrefix(strings.TrimPrefix(dest, "/queue/"), "queue://")
+	return strings.ReplaceAll(dest, "/", ".")
 }

@@ -8,12 +8,16 @@ import (
 	"errors"
 	"io"
 	"net"
+	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/junctionmq/junction/internal/bench"
+	"github.com/junctionmq/junction/internal/freeport"
 )
 
 // TestBenchAgainstJunction runs `junction bench` briefly over each
@@ -21,6 +25,13 @@ import (
 func TestBenchAgainstJunction(t *testing.T) {
 	startServe(t, testConfig(t))
 	addrs := lastInstance.addrs
+	broker := lastInstance.broker
+	env := func(k string) string {
+		if k == "JUNCTION_CONSOLE" {
+			return addrs["console"].String()
+		}
+		return ""
+	}
 	for _, tc := range []struct {
 		name string
 		args []string
@@ -41,12 +52,18 @@ func TestBenchAgainstJunction(t *testing.T) {
 			defer cancel()
 			var out, errb bytes.Buffer
 			args := append([]string{"bench", "--json", "--drain", "5s"}, tc.args...)
-			if err := run(ctx, args, func(string) string { return "" }, &out, &errb); err != nil {
+			if err := run(ctx, args, env, &out, &errb); err != nil {
 				t.Fatalf("junction %s: %v\n%s", strings.Join(args, " "), err, errb.String())
 			}
 			var r bench.Result
 			if err := json.Unmarshal(out.Bytes(), &r); err != nil {
 				t.Fatalf("JSON output %q: %v", out.String(), err)
+			}
+			// The run's fresh destination is gone with it.
+			if name := benchAddress(r.Destination); !strings.HasPrefix(name, "bench.") {
+				t.Errorf("destination %q: address %q", r.Destination, name)
+			} else if _, _, ok := broker.AddressRoutingTypes(name); ok || broker.Queue(name) != nil || errb.Len() > 0 {
+				t.Errorf("after the run: address %q still there %v, stderr %q", name, ok, errb.String())
 			}
 			t.Logf("%s: sent %d received %d send %.0f/s e2e p50 %.0fus p99 %.0fus max %.0fus",
 				tc.name, r.Sent, r.Received, r.SendRate, r.E2E.P50, r.E2E.P99, r.E2E.Max)
@@ -75,7 +92,7 @@ func TestBenchAgainstJunction(t *testing.T) {
 	// The text summary.
 	var out bytes.Buffer
 	args := []string{"bench", "--url", "stomp://" + addrs["stomp"].String(), "--count", "200", "--durable"}
-	if err := run(context.Background(), args, func(string) string { return "" }, &out, &out); err != nil {
+	if err := run(context.Background(), args, env, &out, &out); err != nil {
 		t.Fatalf("%v\n%s", err, out.String())
 	}
 	for _, want := range []string{"sent", "received", "p50", "p99.9", "end-to-end", "confirm"} {
@@ -105,8 +122,8 @@ func TestBenchUsageErrors(t *testing.T) {
 		{"bench", "extra"},
 	} {
 		var out bytes.Buffer
-		if err := run(ctx, args, func(string) string { return "" }, &out, &out); err == nil {
-			t.Errorf("junction %v: no error", args)
+		if err := run(ctx, args, func(string) string { return "" }, &out, &out); exitCode(err) != exitUsage {
+			t.Errorf("junction %v: %v, want a usage error (exit status 2)", args, err)
 		}
 	}
 }
@@ -251,7 +268,7 @@ func TestBenchSignalPrintsFigures(t *testing.T) {
 	time.AfterFunc(time.Second, cancel)
 	var out bytes.Buffer
 	start := time.Now()
-	err = run(ctx, []string{"bench", "--url", "stomp://" + l.Addr().String(), "--durable", "--duration", "1m", "--json"},
+	err = run(ctx, []string{"bench", "--url", "stomp://" + l.Addr().String(), "--durable", "--duration", "1m", "--json", "--console", "127.0.0.1:1"},
 		func(string) string { return "" }, &out, io.Discard)
 	if !errors.Is(err, bench.ErrInterrupted) {
 		t.Fatalf("bench: %v, want interrupted", err)
@@ -265,5 +282,91 @@ func TestBenchSignalPrintsFigures(t *testing.T) {
 	}
 	if r.Stopped != "interrupted" || r.SendS < 0.5 {
 		t.Errorf("figures %+v, want a run stopped by the signal after about a second", r)
+	}
+}
+
+// TestBenchLeavesNoQueueUnlessItCannotDelete: a run that cannot delete
+// its fresh queue (no console there) still succeeds and says so on
+// stderr; a send-only run keeps its messages on purpose and says where.
+func TestBenchLeavesNoQueueUnlessItCannotDelete(t *testing.T) {
+	startServe(t, testConfig(t))
+	broker := lastInstance.broker
+	stompURL := "stomp://" + lastInstance.addrs["stomp"].String()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := l.Addr().String()
+	l.Close()
+	benchRun := func(args ...string) (bench.Result, string) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		var out, errb bytes.Buffer
+		args = append([]string{"bench", "--json", "--url", stompURL, "--count", "50", "--durable"}, args...)
+		if err := run(ctx, args, func(string) string { return "" }, &out, &errb); err != nil {
+			t.Fatalf("junction %s: %v\n%s", strings.Join(args, " "), err, errb.String())
+		}
+		var r bench.Result
+		if err := json.Unmarshal(out.Bytes(), &r); err != nil {
+			t.Fatalf("JSON output %q: %v", out.String(), err)
+		}
+		return r, errb.String()
+	}
+	r, stderr := benchRun("--console", closed)
+	name := benchAddress(r.Destination)
+	if broker.Queue(name) == nil || !strings.Contains(stderr, "could not delete "+name+" through the console at "+closed+" (it stays on the broker if the run made it)") {
+		t.Errorf("console unreachable: queue %q kept %v, stderr %q", name, broker.Queue(name) != nil, stderr)
+	}
+	// A run that failed before making its queue: nothing to say about it.
+	var errb bytes.Buffer
+	err = run(context.Background(), []string{"bench", "--url", "stomp://" + closed, "--count", "1", "--console", lastInstance.addrs["console"].String()},
+		func(string) string { return "" }, io.Discard, &errb)
+	if err == nil || errb.Len() > 0 {
+		t.Errorf("bench against nothing: %v, stderr %q", err, errb.String())
+	}
+	r, stderr = benchRun("--consumers", "0", "--console", lastInstance.addrs["console"].String())
+	name = benchAddress(r.Destination)
+	if q := broker.Queue(name); q == nil || q.Stats().Depth != 50 || !strings.Contains(stderr, "the messages stay on the broker in "+r.Destination) {
+		t.Errorf("send-only run: queue %q, stderr %q", name, stderr)
+	}
+}
+
+// TestBenchDeletesItsQueueOnACluster: against a cluster node, the
+// console's API deletes the run's fresh queue in the group that holds
+// it, as on a single broker.
+func TestBenchDeletesItsQueueOnACluster(t *testing.T) {
+	addrs, err := freeport.Addrs(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := testConfig(t)
+	secret := filepath.Join(t.TempDir(), "secret")
+	if err := os.WriteFile(secret, []byte("bench-cluster-secret"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Cluster = ClusterConfig{NodeID: 1, Listen: addrs[0], Peers: "1=" + addrs[0], Groups: 2, ElectionTimeout: 300 * time.Millisecond,
+		Insecure: true, SecretFile: secret}
+	startServe(t, cfg)
+	console := lastInstance.addrs["console"].String()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var out, errb bytes.Buffer
+	args := []string{"bench", "--json", "--url", "stomp://" + lastInstance.addrs["stomp"].String(), "--count", "50", "--durable", "--console", console}
+	if err := run(ctx, args, func(string) string { return "" }, &out, &errb); err != nil {
+		t.Fatalf("junction %s: %v\n%s", strings.Join(args, " "), err, errb.String())
+	}
+	var r bench.Result
+	if err := json.Unmarshal(out.Bytes(), &r); err != nil {
+		t.Fatalf("JSON output %q: %v", out.String(), err)
+	}
+	if r.Received != 50 || errb.Len() > 0 {
+		t.Fatalf("bench on a cluster node: %+v, stderr %q", r, errb.String())
+	}
+	name := benchAddress(r.Destination)
+	var st bytes.Buffer
+	err = run(ctx, []string{"queue", "stat", name, "--console", console}, func(string) string { return "" }, &st, &st)
+	if ae := (*apiError)(nil); !errors.As(err, &ae) || ae.status != http.StatusNotFound {
+		t.Fatalf("queue %s after the run: %v\n%s", name, err, st.String())
 	}
 }

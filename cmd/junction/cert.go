@@ -27,7 +27,7 @@ existing CA in DIR is reused and existing files are kept, unless -force.
 // runCert runs `junction cert ...`.
 func runCert(args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || args[0] != "dev" {
-		return errors.New(certUsage)
+		return usagef("%s", certUsage)
 	}
 	fset := flag.NewFlagSet("junction cert dev", flag.ContinueOnError)
 	fset.SetOutput(stderr)
@@ -40,11 +40,11 @@ func runCert(args []string, stdout, stderr io.Writer) error {
 	client := fset.String("client", "", "also write a client certificate with this common name (client-NAME.pem)")
 	node := fset.Uint64("node", 0, "also write cluster node ID's certificate (node-ID.pem) for --cluster-tls-cert")
 	force := fset.Bool("force", false, "replace existing files, CA included")
-	if err := fset.Parse(args[1:]); err != nil {
+	if err := parseFlags(fset, args[1:]); err != nil {
 		return err
 	}
 	if fset.NArg() > 0 {
-		return fmt.Errorf("unexpected argument %q", fset.Arg(0))
+		return usagef("cert dev: unexpected argument %q", fset.Arg(0))
 	}
 	names := []string{"localhost", "127.0.0.1", "::1"}
 	for h := range strings.SplitSeq(*hosts, ",") {
@@ -53,7 +53,7 @@ func runCert(args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	if *client != "" && strings.ContainsAny(*client, `/\`) {
-		return fmt.Errorf("-client %q: a name without slashes, please", *client)
+		return usagef("cert dev: -client %q: a name without slashes, please", *client)
 	}
 	return certDev(certDevOptions{dir: *dir, hosts: names, client: *client, node: *node, force: *force}, stdout)
 }

@@ -326,7 +326,7 @@ flags: --console URL or HOST:PORT of any node (default 127.0.0.1:8161, $JUNCTION
 // runCluster runs `junction cluster ...` against a node's API.
 func runCluster(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return errors.New(clusterUsage)
+		return usagef("%s", clusterUsage)
 	}
 	if isHelp(args[0]) {
 		fmt.Fprint(stdout, clusterUsage)
@@ -362,10 +362,10 @@ func clusterCommand(ctx context.Context, sub string, pos []string, af *adminFlag
 	case sub == "add" && len(pos) == 2:
 		id, err := strconv.ParseUint(pos[0], 10, 64)
 		if err != nil || id == 0 {
-			return fmt.Errorf("junction cluster add: the id %q must be a positive number", pos[0])
+			return usagef("cluster add: the id %q must be a positive number", pos[0])
 		}
 		if _, _, err := net.SplitHostPort(pos[1]); err != nil {
-			return fmt.Errorf("junction cluster add: %q: %v", pos[1], err)
+			return usagef("cluster add: %q: %v", pos[1], err)
 		}
 		if err := af.call(ctx, http.MethodPost, "/cluster/members", map[string]any{"id": id, "address": pos[1]}, nil); err != nil {
 			return err
@@ -379,7 +379,7 @@ func clusterCommand(ctx context.Context, sub string, pos []string, af *adminFlag
 		fmt.Fprintf(stdout, "node %s removed from every group\n", pos[0])
 		return nil
 	}
-	return fmt.Errorf("cluster: bad command line\n%s", clusterUsage)
+	return usagef("cluster: bad command line\n%s", clusterUsage)
 }
 
 func printClusterStatus(w io.Writer, st cluster.Status) {

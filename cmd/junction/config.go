@@ -504,11 +504,11 @@ func loadConfig(args []string, getenv func(string) string, stderr io.Writer) (Co
 		}
 		values[o.flag] = fs.String(o.flag, o.get(&def), o.usage+" (env "+envName(o.flag)+")")
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return Config{}, err
 	}
 	if fs.NArg() > 0 {
-		return Config{}, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+		return Config{}, usagef("unexpected argument %q", fs.Arg(0))
 	}
 	cfg := defaultConfig()
 	if *configFile != "" {
@@ -534,7 +534,7 @@ func loadConfig(args []string, getenv func(string) string, stderr io.Writer) (Co
 		for _, o := range options {
 			if o.flag == f.Name && ferr == nil {
 				if err := o.set(&cfg, *values[o.flag]); err != nil {
-					ferr = fmt.Errorf("--%s: %w", o.flag, err)
+					ferr = usagef("--%s: %w", o.flag, err)
 				}
 			}
 		}
@@ -543,9 +543,25 @@ func loadConfig(args []string, getenv func(string) string, stderr io.Writer) (Co
 		return Config{}, ferr
 	}
 	if errs := cfg.validate(); len(errs) > 0 {
+		// A value given as a flag that makes no sense is the command
+		// line's error (exit status 2); one from the file or the
+		// environment is not.
+		given := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) {
+			for _, o := range options {
+				if o.flag == f.Name {
+					given[o.path] = true
+				}
+			}
+		})
 		var list []error
+		fromFlag := false
 		for _, e := range errs {
 			list = append(list, e)
+			fromFlag = fromFlag || given[e.path]
+		}
+		if fromFlag {
+			return Config{}, usageError{errors.Join(list...)}
 		}
 		return Config{}, errors.Join(list...)
 	}

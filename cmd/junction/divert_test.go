@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"sort"
 	"strings"
@@ -181,6 +182,19 @@ func TestCompositeDivertsAndVirtualTopicsDurableAcrossRestart(t *testing.T) {
 	res.Body.Close()
 	if res.StatusCode != http.StatusCreated {
 		t.Fatalf("POST /diverts: %d", res.StatusCode)
+	}
+	// An invalid one is a 400 that says what is wrong with it, not
+	// "invalid address" when no address is at fault.
+	body, _ = json.Marshal(map[string]any{"name": "bad", "address": "payments", "forwardingAddress": "audit", "routingType": "sideways"})
+	res, err = http.Post(console+"/api/v1/diverts", "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	answer, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != http.StatusBadRequest || !strings.Contains(string(answer), `invalid divert \"bad\": routing-type must be`) ||
+		strings.Contains(string(answer), "invalid address") {
+		t.Fatalf("POST /diverts with a bad routing type: %d %s", res.StatusCode, answer)
 	}
 	for _, st := range lastInstance.broker.QueueStats() {
 		if strings.Contains(st.Name, ",") {

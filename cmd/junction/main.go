@@ -27,6 +27,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/junctionmq/junction/internal/bench/scenario"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -36,13 +38,51 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
 	stop()
-	if errors.Is(err, flag.ErrHelp) {
-		os.Exit(0) // asked for: the usage is printed
-	}
-	if err != nil {
+	if err != nil && !errors.Is(err, flag.ErrHelp) { // help: the usage is printed
 		fmt.Fprintln(os.Stderr, "junction:", err)
-		os.Exit(2)
 	}
+	os.Exit(exitCode(err))
+}
+
+// The exit statuses of junction, for scripts (listed in usage and in
+// README.md). exitCode is the one place that decides them.
+const (
+	exitOK      = 0 // success, and a help request (-h, --help, help)
+	exitFailure = 1 // the command ran and failed: broker unreachable, an error answered by the API or a protocol, a timeout, an invalid file
+	exitUsage   = 2 // the command line is wrong: unknown command or flag, a missing or extra argument, a bad flag value
+)
+
+// exitCode is the exit status for run's error.
+func exitCode(err error) int {
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		return exitOK
+	case errors.As(err, new(usageError)), errors.Is(err, scenario.ErrUsage):
+		return exitUsage
+	}
+	return exitFailure
+}
+
+// usageError is a wrong command line (exit status 2); any other error
+// of run is a failure (1).
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+// usagef is a usageError with a message.
+func usagef(format string, a ...any) error {
+	return usageError{fmt.Errorf(format, a...)}
+}
+
+// parseFlags parses a command's flags; an error other than a help
+// request is the command line's.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	err := fs.Parse(args)
+	if err != nil && !errors.Is(err, flag.ErrHelp) {
+		return usageError{err}
+	}
+	return err
 }
 
 // run is main without the process: tests call it with their own
@@ -74,7 +114,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			return runConfigReload(ctx, args[1:], getenv, stdout, stderr)
 		}
 		if len(args) != 2 || args[0] != "validate" {
-			return errors.New(configUsage)
+			return usagef("%s", configUsage)
 		}
 		return validateFile(args[1], stdout)
 	case "queue":
@@ -92,12 +132,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	case "user":
 		return runUser(args, getenv, os.Stdin, stdout, stderr)
 	case "bench":
-		return runBench(ctx, args, stdout, stderr)
+		return runBench(ctx, args, getenv, stdout, stderr)
 	case "help":
 		fmt.Fprint(stdout, usage)
 		return nil
 	}
-	return fmt.Errorf("unknown command %q\n%s", cmd, usage)
+	return usagef("unknown command %q\n%s", cmd, usage)
 }
 
 const configUsage = "usage: junction config validate FILE | junction config reload [--console URL] | junction config defaults"
@@ -114,6 +154,10 @@ const usage = `usage:
   junction cluster status|add|remove ...   a cluster's members and groups, membership changes (junction cluster -h)
   junction send|receive ...       send or receive a message over STOMP, for quick tests
   junction bench [flags]          load-test any STOMP, MQTT or AMQP broker (junction bench -h)
+
+exit status: 0 success (and -h, --help, help); 1 the command failed (broker unreachable,
+  an error from the API or the broker, a timeout, an invalid file); 2 a wrong command line
+  (unknown command or flag, a missing or extra argument, a bad flag value)
 `
 
 // validateFile reports every error of a configuration file.

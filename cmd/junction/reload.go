@@ -451,7 +451,7 @@ func runConfigReload(ctx context.Context, args []string, getenv func(string) str
 		return err
 	}
 	if len(pos) != 0 {
-		return errors.New("usage: junction config reload [--console URL] [--json]")
+		return usagef("usage: junction config reload [--console URL] [--json]")
 	}
 	var res ReloadResult
 	err = af.call(ctx, http.MethodPost, "/config/reload", struct{}{}, &res)

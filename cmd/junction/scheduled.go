@@ -17,7 +17,7 @@ func queueScheduled(ctx context.Context, af *adminFlags, name, cancel string, of
 	esc := url.PathEscape
 	if cancel != "" {
 		if _, err := strconv.ParseUint(cancel, 10, 64); err != nil {
-			return fmt.Errorf("junction queue scheduled: --cancel wants a message id, got %q", cancel)
+			return usagef("queue scheduled: --cancel wants a message id, got %q", cancel)
 		}
 		if err := af.call(ctx, http.MethodDelete, "/queues/"+esc(name)+"/scheduled/"+cancel, nil, nil); err != nil {
 			return err

@@ -48,7 +48,7 @@ func (r *roleList) Set(v string) error {
 // runUser runs `junction user ...`.
 func runUser(args []string, getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return errors.New(userUsage)
+		return usagef("%s", userUsage)
 	}
 	sub, args := args[0], args[1:]
 	fset := flag.NewFlagSet("junction user "+sub, flag.ContinueOnError)
@@ -78,12 +78,12 @@ func runUser(args []string, getenv func(string) string, stdin io.Reader, stdout,
 		fmt.Fprint(stdout, userUsage)
 		return nil
 	default:
-		return fmt.Errorf("unknown user command %q\n%s", sub, userUsage)
+		return usagef("unknown user command %q\n%s", sub, userUsage)
 	}
 	// Flags may come before and after the user name.
 	var names []string
 	for {
-		if err := fset.Parse(args); err != nil {
+		if err := parseFlags(fset, args); err != nil {
 			return err
 		}
 		if fset.NArg() == 0 {
@@ -93,14 +93,14 @@ func runUser(args []string, getenv func(string) string, stdin io.Reader, stdout,
 		args = fset.Args()[1:]
 	}
 	if *file == "" {
-		return errors.New("user: --file is required (or set JUNCTION_USERS)")
+		return usagef("user: --file is required (or set JUNCTION_USERS)")
 	}
 	wantNames := 1
 	if sub == "ls" {
 		wantNames = 0
 	}
 	if len(names) != wantNames {
-		return fmt.Errorf("junction user %s: want %d user name(s), got %d\n%s", sub, wantNames, len(names), userUsage)
+		return usagef("user %s: want %d user name(s), got %d\n%s", sub, wantNames, len(names), userUsage)
 	}
 
 	users, err := security.LoadUsers(*file)
@@ -124,7 +124,7 @@ func runUser(args []string, getenv func(string) string, stdin io.Reader, stdout,
 		if sub == "add" {
 			hint += ", or give --no-password for a certificate user"
 		}
-		return fmt.Errorf("junction user %s: --password is empty: a password cannot be empty (%s)", sub, hint)
+		return usagef("user %s: --password is empty: a password cannot be empty (%s)", sub, hint)
 	}
 	readPassword := func() (string, error) {
 		if *password != "" {
@@ -137,7 +137,7 @@ func runUser(args []string, getenv func(string) string, stdin io.Reader, stdout,
 		var pw string
 		if *noPassword {
 			if *password != "" {
-				return errors.New("junction user add: --password and --no-password exclude each other")
+				return usagef("user add: --password and --no-password exclude each other")
 			}
 		} else if pw, err = readPassword(); err != nil {
 			return err

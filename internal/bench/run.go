@@ -229,8 +229,11 @@ func (r *run) deliver(body []byte) {
 	r.received.Add(1)
 }
 
-// normalize fills defaults and checks o.
-func (o *Options) normalize() error {
+// Normalize fills the defaults (a fresh Destination among them) and
+// checks o; calling it again changes nothing. Run calls it: a caller
+// calls it first to learn the destination a run will use, or to tell
+// bad options from a failed run.
+func (o *Options) Normalize() error {
 	raw := o.URL
 	if raw == "" {
 		raw = DefaultURL(o.Protocol)
@@ -387,7 +390,7 @@ var ErrStuck = errors.New("stopped: no progress")
 // and when ctx ends (ErrInterrupted) it stops at once; either way the
 // Result holds what was measured so far and says why it stopped.
 func Run(ctx context.Context, o Options) (Result, error) {
-	if err := o.normalize(); err != nil {
+	if err := o.Normalize(); err != nil {
 		return Result{}, err
 	}
 	// base is set before any consumer exists: receive-only runs get

@@ -246,10 +246,10 @@ func TestTextOutput(t *testing.T) {
 }
 
 func TestRunUsage(t *testing.T) {
-	if err := Main(context.Background(), nil, io.Discard, io.Discard); !errors.Is(err, errUsage) {
+	if err := Main(context.Background(), nil, io.Discard, io.Discard); !errors.Is(err, ErrUsage) {
 		t.Errorf("no args: %v", err)
 	}
-	if err := Main(context.Background(), []string{"amqp091"}, io.Discard, io.Discard); !errors.Is(err, errUsage) {
+	if err := Main(context.Background(), []string{"amqp091"}, io.Discard, io.Discard); !errors.Is(err, ErrUsage) {
 		t.Errorf("unknown protocol: %v", err)
 	}
 }

@@ -114,15 +114,15 @@ func parseCommand(s *commonSpec, c *common, args []string, stderr io.Writer, reg
 		if errors.Is(err, flag.ErrHelp) {
 			return err
 		}
-		return errUsage
+		return ErrUsage
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "unexpected arguments: %q\n", fs.Args())
 		fs.Usage()
-		return errUsage
+		return ErrUsage
 	}
 	if err := validate(); err != nil {
-		return err
+		return usageErr{err}
 	}
 	return c.resolveAddr()
 }

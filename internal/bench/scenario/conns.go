@@ -71,21 +71,21 @@ func parseConnsFlags(args []string, stderr io.Writer) (*connsConfig, error) {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil, err
 		}
-		return nil, errUsage
+		return nil, ErrUsage
 	}
 	switch {
 	case c.proto != "stomp" && c.proto != "amqp":
 		fmt.Fprintf(stderr, "-proto must be stomp or amqp\n")
-		return nil, errUsage
+		return nil, ErrUsage
 	case c.scenario != "idle" && c.scenario != "connect":
 		fmt.Fprintf(stderr, "-scenario must be idle or connect\n")
-		return nil, errUsage
+		return nil, ErrUsage
 	case c.addr == "":
 		fmt.Fprintf(stderr, "-addr is required\n")
-		return nil, errUsage
+		return nil, ErrUsage
 	case c.pid <= 0:
 		fmt.Fprintf(stderr, "-pid is required (the broker's memory and CPU are read from /proc)\n")
-		return nil, errUsage
+		return nil, ErrUsage
 	}
 	return c, nil
 }

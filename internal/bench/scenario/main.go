@@ -7,9 +7,16 @@ import (
 	"io"
 )
 
-// errUsage reports bad command-line usage; the usage text has already been
-// printed.
-var errUsage = errors.New("junction bench: usage")
+// ErrUsage reports bad command-line usage (errors.Is: a bad flag value
+// is reported with its own message); the usage text has already been
+// printed. junction exits 2 for it.
+var ErrUsage = errors.New("bench: bad command line (usage above)")
+
+// usageErr is a bad flag value: its own message, and errors.Is ErrUsage.
+type usageErr struct{ error }
+
+func (e usageErr) Unwrap() error        { return e.error }
+func (e usageErr) Is(target error) bool { return target == ErrUsage }
 
 const topUsage = `usage: junction bench <protocol> --scenario S [flags]
 
@@ -22,12 +29,12 @@ protocols:
 
 // Main runs the fixed scenarios of one protocol: args are
 // "stomp|mqtt|amqp [flags]", as after `junction bench`. A help request
-// returns flag.ErrHelp, bad usage an error wrapping errUsage, both with
+// returns flag.ErrHelp, bad usage an error wrapping ErrUsage, both with
 // the usage printed.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, topUsage)
-		return errUsage
+		return ErrUsage
 	}
 	switch args[0] {
 	case "stomp":
@@ -59,6 +66,6 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return nil
 	default:
 		fmt.Fprintf(stderr, "unknown protocol %q\n%s", args[0], topUsage)
-		return errUsage
+		return ErrUsage
 	}
 }
