@@ -742,3 +742,21 @@ func TestQueueElseTopic(t *testing.T) {
 		t.Fatalf("String() = %q", got)
 	}
 }
+
+// Unsubscribing deletes a subscription, never an anycast queue that
+// happens to have the subscription's name.
+func TestUnsubscribeSparesAQueueOfTheSameName(t *testing.T) {
+	b := newBroker(t)
+	pub := newSession(t, b, "")
+	if err := b.CreateQueue("app.jobs", Anycast); err != nil {
+		t.Fatal(err)
+	}
+	send(t, pub, "app.jobs", Anycast, "1")
+	s := newSession(t, b, "app")
+	if err := s.Unsubscribe("jobs"); !errors.Is(err, ErrQueueNotFound) {
+		t.Fatalf("unsubscribe named like an anycast queue: %v, want ErrQueueNotFound", err)
+	}
+	if q := b.Queue("app.jobs"); q == nil || q.Stats().Depth != 1 {
+		t.Fatal("the anycast queue app.jobs was deleted (or lost its message) by an unsubscribe")
+	}
+}

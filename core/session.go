@@ -685,11 +685,16 @@ func (s *Session) Unsubscribe(name string) error {
 		return s.remote.Unsubscribe(name)
 	}
 	qname := durableName(s.opts.ClientID, name)
+	q := s.b.Queue(qname)
+	if q == nil || q.routing != Multicast {
+		// Only a subscription goes: an anycast queue that happens to be
+		// named <client id>.<name> is not the client's to delete by
+		// unsubscribing.
+		return fmt.Errorf("%w: no durable subscription %q", ErrQueueNotFound, qname)
+	}
 	if !s.trusted() {
-		if q := s.b.Queue(qname); q != nil {
-			if err := s.authorize(PermDeleteDurableQueue, q.address); err != nil {
-				return err
-			}
+		if err := s.authorize(PermDeleteDurableQueue, q.address); err != nil {
+			return err
 		}
 	}
 	err := s.b.DeleteQueue(qname)
