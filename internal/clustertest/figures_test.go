@@ -32,7 +32,9 @@ import (
 // cluster's nodes in the order: the leader of the queue's group, the
 // follower the second bench goes through, the other follower).
 // JUNCTION_CLUSTER_FIGURES_DIR=dir puts the brokers' data directories
-// under dir (say /dev/shm, a tmpfs: no fsync cost).
+// under dir (say /dev/shm, a tmpfs: no fsync cost);
+// JUNCTION_CLUSTER_FIGURES_CLIENTS=n runs n producers and n consumers
+// (default 4).
 func TestClusterFigures(t *testing.T) {
 	s := os.Getenv("JUNCTION_CLUSTER_FIGURES")
 	if s == "" {
@@ -75,7 +77,7 @@ func TestClusterFigures(t *testing.T) {
 		})
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "medians of %d runs of %v each (4 producers, 4 consumers, 1 KiB, durable, window 16; data %s):\n", runs, dur, where)
+	fmt.Fprintf(&b, "medians of %d runs of %v each (%d producers, %[3]d consumers, 1 KiB, durable, window 16; data %s):\n", runs, dur, figuresClients(), where)
 	fmt.Fprintf(&b, "%-38s %10s %14s %12s %12s %12s %12s %12s\n", "", "msgs/s", "CPU µs/msg", "confirm p50", "confirm p99", "commit p50", "commit p99", "RSS max")
 	for _, name := range names {
 		m := median(results[name])
@@ -88,6 +90,18 @@ func TestClusterFigures(t *testing.T) {
 		fmt.Fprintf(&b, "%-38s %24s %24s\n", name, join(m.nodeCPU, "%.1f"), join(m.rss, "%.0f"))
 	}
 	t.Log("\n" + b.String())
+}
+
+// figuresClients is the bench's producers, and as many consumers:
+// JUNCTION_CLUSTER_FIGURES_CLIENTS, default 4. With 4, each with 16
+// sends unconfirmed, both set-ups are bound by their confirm latency
+// (64 messages in flight); with more, by their CPU, and a cluster's
+// entries carry more messages each.
+func figuresClients() int {
+	if n, err := strconv.Atoi(os.Getenv("JUNCTION_CLUSTER_FIGURES_CLIENTS")); err == nil && n > 0 {
+		return n
+	}
+	return 4
 }
 
 // envDuration is the duration in the environment variable name, or def.
@@ -257,7 +271,7 @@ func runBench(t *testing.T, bin, addr, dest string, dur time.Duration, pids []in
 		before[i] = cpuTime(t, p)
 	}
 	out, err := exec.Command(bin, "bench", "--url", "stomp://"+addr, "--durable", "--duration", dur.String(),
-		"--producers", "4", "--consumers", "4", "--destination", dest, "--json").Output()
+		"--producers", strconv.Itoa(figuresClients()), "--consumers", strconv.Itoa(figuresClients()), "--destination", dest, "--json").Output()
 	if err != nil {
 		t.Fatalf("junction bench: %v\n%s", err, out)
 	}
@@ -504,7 +518,7 @@ func TestClusterMemoryFigures(t *testing.T) {
 			}
 		}
 	}
-	benchHeading := heading(fmt.Sprintf("resident memory of each node (the leader of the queue's group first), MB, after each of %d runs in a row of %v (4 producers, 4 consumers, 1 KiB, durable, window 16; data %s):\n", runs, dur, where))
+	benchHeading := heading(fmt.Sprintf("resident memory of each node (the leader of the queue's group first), MB, after each of %d runs in a row of %v (%d producers, %[3]d consumers, 1 KiB, durable, window 16; data %s):\n", runs, dur, figuresClients(), where))
 	for _, v := range versions {
 		t.Run("bench-"+v.name, func(t *testing.T) {
 			rows := memoryBenches(t, v.bin, bin, runs, dur)
