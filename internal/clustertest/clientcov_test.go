@@ -51,6 +51,11 @@ func TestClusterProducersHeldOverBudget(t *testing.T) {
 	c := StartConfig(t, proxyNet(t), fmt.Sprintf("max-memory: %d\n", heldBudget))
 	const part = heldBudget / Groups
 	leaders := waitPreferredLeaders(t, c)
+	for id, n := range c.Nodes {
+		if mem := logLine(t, n.Log, memoryLine); mem["max_memory"] != float64(heldBudget) || mem["group_max_memory"] != float64(part) {
+			t.Errorf("node %d's memory budget line: %v; want max_memory %d, group_max_memory %d", id, mem, heldBudget, part)
+		}
+	}
 	// Before any message: the budget, and nothing held.
 	for id := range c.Nodes {
 		m := scrapeMetrics(t, c, id)
@@ -168,11 +173,15 @@ func TestClusterProducersHeldOverBudget(t *testing.T) {
 	var cwg sync.WaitGroup
 	for i, q := range queues {
 		g := GroupOf(q)
-		l := ledger.Load{Addrs: []string{pickAddr(c, third(leaders[g], leaders[g]%3+1), protos[i])}, Ledger: led, Stop: stopConsumers, Timeout: 30 * time.Second}
+		proto := "stomp" // the MQTT queue's too
+		if protos[i] == "amqp" {
+			proto = "amqp"
+		}
+		l := ledger.Load{Addrs: []string{pickAddr(c, third(leaders[g], leaders[g]%3+1), proto)}, Ledger: led, Stop: stopConsumers, Timeout: 30 * time.Second}
 		cwg.Add(1)
 		go func() {
 			defer cwg.Done()
-			if protos[i] == "amqp" {
+			if proto == "amqp" {
 				ledger.AMQPConsumer("queue://"+q, l)
 			} else {
 				ledger.StompConsumer("/queue/"+q, l)
@@ -184,10 +193,10 @@ func TestClusterProducersHeldOverBudget(t *testing.T) {
 	for i, p := range prods {
 		for p.confirmed.Load() < after[i]+50 {
 			if err := p.failed(); err != nil {
-				t.Fatalf("%s: a send failed once its group was drained: %v", p, err)
+				t.Fatalf("%s: a send failed once its group was drained: %v; %s; %v; queues %s", p, err, describe(prods), led.Check(), queueDepths(c))
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("%s: %d confirmations 60 s after consumers started to drain, %d before; %s", p, p.confirmed.Load(), after[i], describe(prods))
+				t.Fatalf("%s: %d confirmations 60 s after consumers started to drain, %d before; %s; %v; queues %s", p, p.confirmed.Load(), after[i], describe(prods), led.Check(), queueDepths(c))
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
@@ -471,7 +480,8 @@ func scrapeMetrics(t *testing.T, c *Cluster, id uint64) map[string]float64 {
 // to add is unreachable) leaves a learner that `junction cluster status`
 // shows and `junction cluster remove` takes out. And each node's start
 // line ("junction started") names the cluster's Raft log as its journal
-// and its listeners.
+// and its listeners, and its memory budget line the node's budget and
+// each group's part.
 func TestClusterMembershipRefusals(t *testing.T) {
 	c := Start(t, proxyNet(t))
 	c.WaitHealthy(60 * time.Second)
@@ -639,7 +649,8 @@ func slicesContainID(s []uint64, v uint64) bool {
 // checkStartLines finds each node's "junction started" line (JSON, as
 // the harness starts them) and checks its fields: the version, the data
 // directory, the cluster's Raft log as the journal (not "persistence
-// disabled"), and the listeners; and the cluster node's own start line.
+// disabled"), and the listeners; the cluster node's own start line; and
+// the memory budget line.
 func checkStartLines(t *testing.T, c *Cluster) {
 	t.Helper()
 	for id, n := range c.Nodes {
@@ -667,8 +678,20 @@ func checkStartLines(t *testing.T, c *Cluster) {
 		if node["groups"] != float64(Groups) || node["peers"] != float64(2) || node["join"] != false || node["component"] != "cluster" {
 			t.Errorf("node %d's cluster start line: %v; want groups %d, peers 2, join false, component cluster", id, node, Groups)
 		}
+		// Its budget (by default a twelfth of the machine's memory) and
+		// each group's part; the Go limit covers three copies of it.
+		mem := logLine(t, n.Log, memoryLine)
+		budget, _ := mem["max_memory"].(float64)
+		part, _ := mem["group_max_memory"].(float64)
+		limit, _ := mem["go_memory_limit"].(float64)
+		if mem == nil || budget <= 0 || part != float64(int64(budget)/Groups) || limit < 3*budget {
+			t.Errorf("node %d's memory budget line: %v; want max_memory, group_max_memory a third of it, go_memory_limit over three times it", id, mem)
+		}
 	}
 }
+
+// memoryLine is the message of a cluster node's memory budget line.
+const memoryLine = "memory budget for messages, shared by the node's groups: past its group's part each address applies its address-full-policy (PAGE holds the producers: a group does not page)"
 
 // logLine returns the fields of the first JSON line of the log at path
 // whose message is msg (nil if none).
@@ -688,4 +711,50 @@ func logLine(t *testing.T, path, msg string) map[string]any {
 		}
 	}
 	return nil
+}
+
+// queueDepths is node 1's /api/v1/queues, for failure messages.
+func queueDepths(c *Cluster) string {
+	res, err := c.http.Get("http://" + c.Nodes[1].Addrs.Console + "/api/v1/queues")
+	if err != nil {
+		return err.Error()
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	return string(b)
+}
+
+// TestClusterAddTimesOut: `junction cluster add` of a node that never
+// comes (nothing listens at its address) ends when the node asked gives
+// up, after 2 minutes (docs/cluster.md), not before and not much after:
+// non-zero, saying the node was left a learner of every group; and
+// `junction cluster remove` then takes it out. Long (2 minutes): with
+// the scenarios (make cluster-test) only.
+func TestClusterAddTimesOut(t *testing.T) {
+	rounds(t)
+	c := Start(t, proxyNet(t))
+	gone := freeAddrs(t, 1)[0]
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, Binary(t), "cluster", "add", "4", gone, "--console", c.Nodes[2].Addrs.Console)
+	var o, e bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &o, &e
+	err := cmd.Run()
+	took := time.Since(start)
+	c.Event("junction cluster add 4 %s: %v after %v: stdout %q, stderr %q", gone, err, took.Round(time.Millisecond), o.String(), e.String())
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() == 0 {
+		t.Fatalf("junction cluster add of a node that never comes: %v, want a non-zero exit", err)
+	}
+	if took < 2*time.Minute-time.Second || took > 2*time.Minute+20*time.Second {
+		t.Errorf("junction cluster add gave up after %v, want the node's 2 minutes", took)
+	}
+	if !strings.Contains(e.String(), "node 4 is a learner of every group but has not caught up") || strings.Contains(o.String(), "added") {
+		t.Errorf("junction cluster add that timed out: stdout %q, stderr %q; want it to say node 4 was left a learner", o.String(), e.String())
+	}
+	out, errs, code := junctionCLI(t, "cluster", "remove", "4", "--console", c.Nodes[1].Addrs.Console)
+	if code != 0 || !strings.Contains(out, "node 4 removed from every group") {
+		t.Fatalf("junction cluster remove 4: exit %d, stdout %q, stderr %q", code, out, errs)
+	}
 }
