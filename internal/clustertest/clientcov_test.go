@@ -105,6 +105,11 @@ func TestClusterProducersHeldOverBudget(t *testing.T) {
 		}
 		stopped = true
 		close(stop)
+		if t.Failed() {
+			for _, p := range prods {
+				p.close() // they may be held for good
+			}
+		}
 		done := make(chan struct{})
 		go func() { wg.Wait(); close(done) }()
 		select {
