@@ -12,10 +12,11 @@ import (
 // because waiting would stop the read loop, and with it the
 // dispositions and flows that make room. Instead the broker stops
 // granting link credit to a client sender while core.Broker.Blocked says
-// a send to the link's address would wait. A held link keeps the credit
-// it has left (less than a third of LinkCredit, since credit is topped
-// up only then), so a producer overshoots the limit by at most that much
-// per link. The writer checks the held links again every holdRecheck
+// a send to the link's address would wait. Blocked is asked when the
+// credit is due to be topped up (less than a third of LinkCredit left),
+// and a held link keeps the credit it has left, so a producer overshoots
+// the limit by at most LinkCredit per link. (In a cluster, core holds
+// such sends unconfirmed on the node instead: core.SessionOptions.NoWait.) The writer checks the held links again every holdRecheck
 // (a timer queues the check)
 // and grants credit once their address has room. Anonymous-relay links
 // (no fixed address) and the transaction coordinator are never held:

@@ -142,7 +142,13 @@ func (n *Node) AddMember(ctx context.Context, id uint64, addr string) error {
 	}
 	for _, op := range []uint8{memberAddLearner, memberPromote} {
 		for g := uint64(1); g <= uint64(n.cfg.Groups); g++ {
-			if err := n.memberChange(ctx, g, op, id, addr); err != nil {
+			err := n.memberChange(ctx, g, op, id, addr)
+			if err != nil && op == memberPromote && ctx.Err() != nil {
+				// The usual end of an add that does not finish: say
+				// what it left, for the operator who reads it.
+				return fmt.Errorf("%w (node %d is a learner of every group but has not caught up to be made a voter of group %d: is it running, started with --cluster-join, and reachable at %s? Add it again, or remove it)", err, id, g, addr)
+			}
+			if err != nil {
 				return err
 			}
 		}

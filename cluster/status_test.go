@@ -109,6 +109,9 @@ func TestAddMemberPromotesOnlyACaughtUpLearner(t *testing.T) {
 	if !errors.Is(err, ErrMembership) || !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("adding a node that is not there: %v, want a membership error for the deadline", err)
 	}
+	if err != nil && !strings.Contains(err.Error(), "node 4 is a learner of every group but has not caught up") {
+		t.Errorf("adding a node that is not there: %q does not say it was left a learner", err)
+	}
 	for _, g := range c.nodes[0].Status().Groups {
 		if slicesContainsU(g.Voters, 4) {
 			t.Errorf("group %d: node 4, which never answered, is a voter: %v", g.ID, g.Voters)

@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -162,6 +163,80 @@ func (s *Session) waitClusterRoom(ctx context.Context, address string) error {
 		}
 	}
 	return nil
+}
+
+// heldSend is a cluster send of a NoWait session waiting for room.
+type heldSend struct {
+	m    *Message
+	done func(error)
+}
+
+// holdClusterSend holds m, a NoWait session's send, while the cluster
+// says its address is over its limit (ClusterBlocked), and reports
+// whether it did: a goroutine of the session's sends it, and those
+// queued behind it in order, once there is room, and done gets the
+// outcome then. A NoWait session cannot wait for room (its front-end
+// reads the connection's acknowledgements on the same goroutine), but
+// forwarded at once its sends would fill the group past its part of the
+// budget; held, they stay unconfirmed, and the front-end's own flow
+// control (AMQP grants link credit as sends are confirmed) stops the
+// producer, as Blocked's answer does a single broker's. Once one send
+// is held, every later one is (durable or not), so that they stay in
+// order.
+func (s *Session) holdClusterSend(m *Message, done func(error)) bool {
+	s.heldMu.Lock()
+	defer s.heldMu.Unlock()
+	if len(s.held) == 0 {
+		cb, ok := s.b.cluster.(ClusterBlocked)
+		if !m.Durable || !ok || !cb.Blocked(m.Address) {
+			return false
+		}
+		go s.sendHeld()
+	}
+	s.held = append(s.held, heldSend{m, done})
+	return true
+}
+
+// sendHeld sends the session's held sends in order, each durable one
+// once the cluster has room for it, until none is left; when the session
+// closes first, the rest fail with ErrSessionClosed.
+func (s *Session) sendHeld() {
+	for {
+		s.heldMu.Lock()
+		if len(s.held) == 0 {
+			s.heldMu.Unlock()
+			return
+		}
+		h := s.held[0]
+		s.heldMu.Unlock()
+		var err error
+		if h.m.Durable {
+			err = s.waitClusterRoom(context.Background(), h.m.Address)
+		}
+		if err == nil {
+			// Sent before it leaves the queue: a send that comes
+			// meanwhile queues behind it instead of overtaking it.
+			err = s.clusterSend(h.m, h.done)
+		}
+		s.heldMu.Lock()
+		if err != nil && errors.Is(err, ErrSessionClosed) {
+			rest := s.held
+			s.held = nil
+			s.heldMu.Unlock()
+			for _, r := range rest {
+				if r.done != nil {
+					r.done(err)
+				}
+			}
+			return
+		}
+		s.held[0] = heldSend{}
+		s.held = s.held[1:]
+		s.heldMu.Unlock()
+		if err != nil && h.done != nil {
+			h.done(err)
+		}
+	}
 }
 
 // Blocked reports whether a send to address would wait for room now: a

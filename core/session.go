@@ -52,7 +52,8 @@ type SessionOptions struct {
 	// withholds link credit while Broker.Blocked), so a send to a BLOCK
 	// address over its limit is taken rather than waited on: waiting
 	// would stop the connection's reader, and with it the acks that make
-	// room.
+	// room. On an access broker (a cluster) such a send is held on this
+	// node, unconfirmed, until its group has room (holdClusterSend).
 	NoWait bool
 }
 
@@ -89,6 +90,11 @@ type Session struct {
 	// remote carries the session's operations to the cluster's groups
 	// when the broker is an access broker (cluster.go); nil otherwise.
 	remote RemoteSession
+
+	// held are a NoWait session's cluster sends waiting for room, in
+	// order (holdClusterSend).
+	heldMu sync.Mutex
+	held   []heldSend // guarded by heldMu
 }
 
 // NewSession opens a session. One with a Protocol is registered as a
@@ -187,7 +193,12 @@ func (s *Session) send(ctx context.Context, m *Message, done func(error)) error 
 		return s.sendComposite(ctx, m, parts, done)
 	}
 	if s.remote != nil {
-		if !s.opts.NoWait && m.Durable {
+		switch {
+		case s.opts.NoWait:
+			if s.holdClusterSend(m, done) {
+				return nil
+			}
+		case m.Durable:
 			if err := s.waitClusterRoom(ctx, m.Address); err != nil {
 				return err
 			}

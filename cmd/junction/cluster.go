@@ -277,7 +277,10 @@ func secondsOf(ds []time.Duration) []float64 {
 func (in *instance) openCluster(cfg Config, bcfg core.Config) error {
 	var goBudget int64
 	bcfg.MaxMemory, goBudget = clusterBudgets(cfg.MaxMemory, cfg.Cluster.Groups)
-	softMemoryLimit(goBudget)
+	goLimit := softMemoryLimit(goBudget)
+	in.log.Info().Int64("max_memory", bcfg.MaxMemory).Int64("group_max_memory", bcfg.MaxMemory/int64(max(cfg.Cluster.Groups, 1))).
+		Int64("go_memory_limit", goLimit).
+		Msg("memory budget for messages, shared by the node's groups: past its group's part each address applies its address-full-policy (PAGE holds the producers: a group does not page)")
 	bcfg.MaxAutoCreatedQueuesPerUser = cfg.Limits.MaxAutoCreatedQueues
 	// The group brokers hand their events to the access broker, which
 	// publishes them with its own (cluster/events.go).
