@@ -82,6 +82,11 @@
 // it then does not vote for four election timeouts, so that it cannot
 // vote twice in a term it voted in before it lost its log.
 //
+// What every node must agree on travels in the handshake of each link
+// (params.go): the number of groups and the placement rule, whose
+// mismatch refuses the link both ways (a node refused by most members
+// serves no client, and an add of such a node is undone).
+//
 // # Broker events
 //
 // Each node's access broker publishes its own events (connections,

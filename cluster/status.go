@@ -31,6 +31,15 @@ type Status struct {
 	// silent peer. Each fails the operations in flight on the link and
 	// re-attaches its consumers.
 	LinkResets uint64 `json:"link_resets"`
+	// Peers lists the members whose cluster parameters differ from this
+	// node's, or could not be checked (params.go): Refused ones (another
+	// number of groups or placement) are kept apart, the others (the
+	// routing configuration: diverts, address settings, virtual topics)
+	// only warned about.
+	Peers []PeerConfig `json:"peer_config,omitempty"`
+	// OutOfCluster says why this node serves no client: its parameters
+	// differ, in what must agree, from those of most members.
+	OutOfCluster string `json:"out_of_cluster,omitempty"`
 }
 
 // GroupStatus is one group as this node sees it.
@@ -57,7 +66,8 @@ type GroupStatus struct {
 func (n *Node) Status() Status {
 	st := Status{NodeID: n.cfg.NodeID, Members: map[uint64]string{n.cfg.NodeID: n.cfg.Listen},
 		ForwardedOut: n.links.sent.Load(), ForwardedIn: n.links.received.Load(),
-		FencedConnections: n.fence.count.Load(), LinkResets: n.links.resets.Load()}
+		FencedConnections: n.fence.count.Load(), LinkResets: n.links.resets.Load(),
+		Peers: n.peerConfigs(), OutOfCluster: n.outOfCluster()}
 	n.peersMu.Lock()
 	for id, a := range n.peers {
 		st.Members[id] = a
@@ -140,9 +150,24 @@ func (n *Node) AddMember(ctx context.Context, id uint64, addr string) error {
 	} else if known := n.Status().Members[id]; in && known != addr {
 		return fmt.Errorf("%w: node %d is already a member, at %s", ErrMembershipRefused, id, known)
 	}
+	// What an earlier attempt found of its parameters is judged again
+	// when its links connect.
+	n.forgetParams(id)
 	for _, op := range []uint8{memberAddLearner, memberPromote} {
 		for g := uint64(1); g <= uint64(n.cfg.Groups); g++ {
-			if err := n.memberChange(ctx, g, op, id, addr); err != nil {
+			err := n.memberChange(ctx, g, op, id, addr)
+			if differ := n.refusedPeer(id); differ != "" {
+				// Its links are refused (params.go): it would stay a
+				// learner that never catches up. It was never a voter,
+				// so taking it out again changes no majority.
+				for g := uint64(1); g <= uint64(n.cfg.Groups); g++ {
+					if rerr := n.memberChange(ctx, g, memberRemove, id, ""); rerr != nil {
+						return fmt.Errorf("%w: node %d was not added: %s; taking it out again failed (remove it): %w", ErrMembershipRefused, id, differ, rerr)
+					}
+				}
+				return fmt.Errorf("%w: node %d was not added: %s", ErrMembershipRefused, id, differ)
+			}
+			if err != nil {
 				return err
 			}
 		}
@@ -196,6 +221,9 @@ const (
 // group elects a leader or has a change under way.
 func (n *Node) memberChange(ctx context.Context, g uint64, op uint8, id uint64, addr string) error {
 	for {
+		if op == memberPromote && n.refusedPeer(id) != "" {
+			return fmt.Errorf("%w: node %d's cluster parameters differ", ErrMembershipRefused, id)
+		}
 		leader, err := n.waitLeader(ctx, g)
 		var done bool
 		if err == nil {

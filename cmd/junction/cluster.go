@@ -399,6 +399,16 @@ func printClusterStatus(w io.Writer, st cluster.Status) {
 		fmt.Fprintf(tw, "%d\t%s\t%d\t%d\t%d\t%v\t%v\t%d\t%d\n", g.ID, lead, g.Term, g.Commit, g.ApplyLag, g.Voters, g.Learners, g.Messages, g.LeaderChanges)
 	}
 	tw.Flush()
+	if st.OutOfCluster != "" {
+		fmt.Fprintf(w, "OUT OF THE CLUSTER: %s\n", st.OutOfCluster)
+	}
+	for _, p := range st.Peers {
+		verdict := "configuration differs (warning)"
+		if p.Refused {
+			verdict = "REFUSED"
+		}
+		fmt.Fprintf(w, "node %d: %s: %s\n", p.Node, verdict, strings.Join(p.Problems, "; "))
+	}
 }
 
 // clusterCopies is about how many times a cluster node holds a message

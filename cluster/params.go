@@ -1,0 +1,232 @@
+package cluster
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/junctionmq/junction/cluster/transport"
+)
+
+// What the nodes of a cluster must agree on travels in the handshake of
+// every link between them (transport.Config.Params), and each node
+// judges its peers' (checkParams): the number of groups and the
+// placement rule (placementVersion). A node that places addresses
+// otherwise would send to, and read from, other groups than its peers.
+// A mismatch refuses the link, both ways; a node refused by a majority
+// of the members serves no client (its operations fail as unavailable,
+// saying why), and an add of a node that differs is undone.
+//
+// The parameters, 32 bytes:
+//
+//	[0]      format (1)
+//	[1:3]    groups, u16
+//	[3]      placement version
+//	[4:32]   zero (a later format may use them; this one ignores them)
+
+// placementVersion numbers the rule by which groupOf places addresses:
+// 1 is the FNV-1a hash of the name modulo the groups, a temporary queue
+// in the group its name says, a virtual topic's consumer queue with its
+// topic. Change groupOf, change this: nodes that place differently must
+// not form one cluster.
+const placementVersion = 1
+
+const paramsFormat = 1
+
+// clusterParams is the decoded form of a node's parameters.
+type clusterParams struct {
+	groups    int
+	placement uint8
+}
+
+func (p clusterParams) encode() []byte {
+	b := make([]byte, transport.ParamsLen)
+	b[0] = paramsFormat
+	binary.BigEndian.PutUint16(b[1:3], uint16(p.groups))
+	b[3] = p.placement
+	return b
+}
+
+func decodeParams(b []byte) (clusterParams, error) {
+	var p clusterParams
+	if len(b) < transport.ParamsLen || b[0] == 0 {
+		return p, fmt.Errorf("malformed cluster parameters (%d bytes)", len(b))
+	}
+	p.groups = int(binary.BigEndian.Uint16(b[1:3]))
+	p.placement = b[3]
+	return p, nil
+}
+
+// localParams are this node's parameters from its configuration.
+func localParams(cfg *Config) clusterParams {
+	return clusterParams{groups: cfg.Groups, placement: placementVersion}
+}
+
+// compare says how theirs (node peer's) differs from mine: the
+// differences that keep the two nodes apart (fatal), and the others
+// (none yet).
+func compare(peer uint64, mine, theirs clusterParams) (fatal, warn []string) {
+	if theirs.groups != mine.groups {
+		fatal = append(fatal, fmt.Sprintf("node %d has %d groups, this node %d (--cluster-groups is fixed when the cluster is created and must be the same on every node)", peer, theirs.groups, mine.groups))
+	}
+	if theirs.placement != mine.placement {
+		fatal = append(fatal, fmt.Sprintf("node %d places addresses by rule %d, this node by rule %d (a version that places addresses otherwise cannot join this cluster)", peer, theirs.placement, mine.placement))
+	}
+	return fatal, warn
+}
+
+// PeerConfig is what a node found comparing its parameters with a
+// peer's, in Status: only for peers that differ or could not be checked.
+type PeerConfig struct {
+	Node uint64 `json:"node"`
+	// Refused: they differ in what must agree (the groups, the
+	// placement): their links are refused.
+	Refused bool `json:"refused"`
+	// Problems says how they differ, or why they could not be compared.
+	Problems []string `json:"problems"`
+	// Checked is when the peer's parameters were last judged (each
+	// connection of its links).
+	Checked time.Time `json:"checked"`
+}
+
+// paramsState is what a node knows of its peers' parameters.
+type paramsState struct {
+	mu    sync.Mutex
+	mine  clusterParams
+	peers map[uint64]*PeerConfig // only those that differ or are unchecked
+	// out is set when this node differs, in what must agree, from so many
+	// members that those that agree with it are no majority: it serves
+	// no client.
+	out string
+}
+
+// checkParams is the transport's CheckParams: it judges peer's
+// parameters (nil: an older version that sends none), records and logs
+// (once per change) what it finds, and refuses a peer that differs in
+// what must agree.
+func (n *Node) checkParams(peer uint64, theirs []byte) error {
+	ps := &n.params
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	var fatal, warn []string
+	if theirs == nil {
+		warn = []string{fmt.Sprintf("node %d speaks an older cluster handshake, which does not say its groups and configuration: not checked", peer)}
+	} else if p, err := decodeParams(theirs); err != nil {
+		fatal = []string{fmt.Sprintf("node %d: %v", peer, err)}
+	} else {
+		fatal, warn = compare(peer, ps.mine, p)
+	}
+	problems := append(slices.Clip(fatal), warn...)
+	old := ps.peers[peer]
+	changed := old == nil && len(problems) > 0 || old != nil && !slices.Equal(old.Problems, problems)
+	switch {
+	case len(problems) == 0:
+		delete(ps.peers, peer)
+	default:
+		if ps.peers == nil {
+			ps.peers = map[uint64]*PeerConfig{}
+		}
+		ps.peers[peer] = &PeerConfig{Node: peer, Refused: len(fatal) > 0, Problems: problems, Checked: time.Now()}
+	}
+	if changed {
+		switch {
+		case len(fatal) > 0:
+			n.log.Error().Uint64("peer", peer).Strs("problems", problems).Msg("cluster peer refused: its cluster parameters differ from this node's: " + strings.Join(fatal, "; "))
+		case len(warn) > 0:
+			n.log.Warn().Uint64("peer", peer).Strs("problems", warn).Msg("cluster peer's configuration differs from this node's: " + strings.Join(warn, "; "))
+		default:
+			n.log.Info().Uint64("peer", peer).Msg("cluster peer's parameters now agree with this node's")
+		}
+		n.judgeOutLocked()
+	}
+	if len(fatal) > 0 {
+		return fmt.Errorf("%s", strings.Join(fatal, "; "))
+	}
+	return nil
+}
+
+// judgeOutLocked decides whether this node is out of the cluster: the
+// members whose parameters agree with its own (itself included) are no
+// majority of the members it knows.
+func (n *Node) judgeOutLocked() {
+	ps := &n.params
+	ids := n.peerIDs()
+	members := len(ids) + 1
+	refused := 0
+	var problems []string
+	for _, id := range ids {
+		if pc := ps.peers[id]; pc != nil && pc.Refused {
+			refused++
+			problems = append(problems, pc.Problems...)
+		}
+	}
+	out := ""
+	if refused > 0 && members-refused < members/2+1 {
+		out = fmt.Sprintf("node %d is not part of the cluster: its parameters differ from those of most members: %s", n.cfg.NodeID, strings.Join(problems, "; "))
+	}
+	if out != ps.out {
+		ps.out = out
+		if out != "" {
+			n.log.Error().Msg(out + ": it serves no client until it is restarted with the cluster's parameters")
+		}
+		n.outErr.Store(&out)
+	}
+}
+
+// refusedPeer returns how peer's parameters differ from this node's in
+// what must agree, or "".
+func (n *Node) refusedPeer(peer uint64) string {
+	n.params.mu.Lock()
+	defer n.params.mu.Unlock()
+	if pc := n.params.peers[peer]; pc != nil && pc.Refused {
+		return strings.Join(pc.Problems, "; ")
+	}
+	return ""
+}
+
+// forgetParams drops what was found of peer's parameters.
+func (n *Node) forgetParams(peer uint64) {
+	n.params.mu.Lock()
+	defer n.params.mu.Unlock()
+	if n.params.peers[peer] != nil {
+		delete(n.params.peers, peer)
+		n.judgeOutLocked()
+	}
+}
+
+// outOfClusterError is why a node out of the cluster refuses an
+// operation: not worth trying again (it lasts until a restart).
+type outOfClusterError struct{ why string }
+
+func (e outOfClusterError) Error() string { return e.why }
+
+func isOutOfCluster(err error) bool {
+	var e outOfClusterError
+	return errors.As(err, &e)
+}
+
+// outOfCluster returns why this node serves no client, or "".
+func (n *Node) outOfCluster() string {
+	if p := n.outErr.Load(); p != nil {
+		return *p
+	}
+	return ""
+}
+
+// peerConfigs lists the peers whose parameters differ or are unchecked.
+func (n *Node) peerConfigs() []PeerConfig {
+	n.params.mu.Lock()
+	defer n.params.mu.Unlock()
+	var out []PeerConfig
+	for _, pc := range n.params.peers {
+		c := *pc
+		c.Problems = slices.Clone(pc.Problems)
+		out = append(out, c)
+	}
+	slices.SortFunc(out, func(a, b PeerConfig) int { return cmpU64(a.Node, b.Node) })
+	return out
+}
