@@ -85,7 +85,10 @@
 // What every node must agree on travels in the handshake of each link
 // (params.go): the number of groups and the placement rule, whose
 // mismatch refuses the link both ways (a node refused by most members
-// serves no client, and an add of such a node is undone).
+// serves no client, and an add of such a node is undone), and a digest
+// of the routing configuration (diverts, address settings, virtual
+// topics), whose mismatch is only warned about, so that a rolling
+// restart can change it.
 //
 // # Broker events
 //

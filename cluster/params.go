@@ -1,7 +1,9 @@
 package cluster
 
 import (
+	"crypto/sha256"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -10,23 +12,37 @@ import (
 	"time"
 
 	"github.com/junctionmq/junction/cluster/transport"
+	"github.com/junctionmq/junction/core"
 )
 
 // What the nodes of a cluster must agree on travels in the handshake of
 // every link between them (transport.Config.Params), and each node
-// judges its peers' (checkParams): the number of groups and the
-// placement rule (placementVersion). A node that places addresses
-// otherwise would send to, and read from, other groups than its peers.
-// A mismatch refuses the link, both ways; a node refused by a majority
-// of the members serves no client (its operations fail as unavailable,
-// saying why), and an add of a node that differs is undone.
+// judges its peers' (checkParams):
+//
+//   - the number of groups and the placement rule (placementVersion):
+//     a node that places addresses otherwise would send to, and read
+//     from, other groups than its peers. A mismatch refuses the link,
+//     both ways; a node refused by a majority of the members serves no
+//     client (its operations fail as unavailable, saying why), and an
+//     add of a node that differs is undone.
+//   - a digest of the configuration that routes messages: the diverts
+//     (applied where a send enters the cluster), the address settings
+//     and virtual topics (applied by whichever node leads a group, and
+//     read by each node to tell the groups a consumer reads). A
+//     mismatch is logged and shown in Status, but the link stands: a
+//     rolling restart that changes them has nodes that differ for a
+//     while, and refusing them would take a node out of the cluster at
+//     each step.
 //
 // The parameters, 32 bytes:
 //
 //	[0]      format (1)
 //	[1:3]    groups, u16
 //	[3]      placement version
-//	[4:32]   zero (a later format may use them; this one ignores them)
+//	[4]      flags: 1 virtual topics on, 2 diverts reloaded at run time
+//	[5:13]   diverts' digest (the first 8 bytes of the SHA-256 of their JSON)
+//	[13:21]  address settings' digest (the same)
+//	[21:32]  zero (a later format may use them; this one ignores them)
 
 // placementVersion numbers the rule by which groupOf places addresses:
 // 1 is the FNV-1a hash of the name modulo the groups, a temporary queue
@@ -35,12 +51,20 @@ import (
 // not form one cluster.
 const placementVersion = 1
 
-const paramsFormat = 1
+const (
+	paramsFormat = 1
+
+	flagVirtualTopics   = 1
+	flagDivertsReloaded = 2
+)
 
 // clusterParams is the decoded form of a node's parameters.
 type clusterParams struct {
 	groups    int
 	placement uint8
+	flags     byte
+	diverts   [8]byte
+	settings  [8]byte
 }
 
 func (p clusterParams) encode() []byte {
@@ -48,6 +72,9 @@ func (p clusterParams) encode() []byte {
 	b[0] = paramsFormat
 	binary.BigEndian.PutUint16(b[1:3], uint16(p.groups))
 	b[3] = p.placement
+	b[4] = p.flags
+	copy(b[5:13], p.diverts[:])
+	copy(b[13:21], p.settings[:])
 	return b
 }
 
@@ -58,17 +85,45 @@ func decodeParams(b []byte) (clusterParams, error) {
 	}
 	p.groups = int(binary.BigEndian.Uint16(b[1:3]))
 	p.placement = b[3]
+	p.flags = b[4]
+	copy(p.diverts[:], b[5:13])
+	copy(p.settings[:], b[13:21])
 	return p, nil
+}
+
+// digest is the first 8 bytes of the SHA-256 of v's JSON (order kept:
+// the lists must be the same, in the same order).
+func digest(v any) [8]byte {
+	j, err := json.Marshal(v)
+	if err != nil {
+		j = []byte(err.Error())
+	}
+	s := sha256.Sum256(j)
+	return [8]byte(s[:8])
+}
+
+func diverts(ds []core.Divert) []core.Divert {
+	if len(ds) == 0 {
+		return nil
+	}
+	return ds
 }
 
 // localParams are this node's parameters from its configuration.
 func localParams(cfg *Config) clusterParams {
-	return clusterParams{groups: cfg.Groups, placement: placementVersion}
+	p := clusterParams{groups: cfg.Groups, placement: placementVersion,
+		diverts: digest(diverts(cfg.Broker.Diverts)), settings: digest(cfg.Broker.AddressSettings)}
+	if len(cfg.Broker.AddressSettings) == 0 {
+		p.settings = digest([]core.AddressSettings(nil))
+	}
+	if cfg.Broker.VirtualTopics {
+		p.flags |= flagVirtualTopics
+	}
+	return p
 }
 
 // compare says how theirs (node peer's) differs from mine: the
-// differences that keep the two nodes apart (fatal), and the others
-// (none yet).
+// differences that keep the two nodes apart (fatal), and the others.
 func compare(peer uint64, mine, theirs clusterParams) (fatal, warn []string) {
 	if theirs.groups != mine.groups {
 		fatal = append(fatal, fmt.Sprintf("node %d has %d groups, this node %d (--cluster-groups is fixed when the cluster is created and must be the same on every node)", peer, theirs.groups, mine.groups))
@@ -76,7 +131,27 @@ func compare(peer uint64, mine, theirs clusterParams) (fatal, warn []string) {
 	if theirs.placement != mine.placement {
 		fatal = append(fatal, fmt.Sprintf("node %d places addresses by rule %d, this node by rule %d (a version that places addresses otherwise cannot join this cluster)", peer, theirs.placement, mine.placement))
 	}
+	switch {
+	case (theirs.flags|mine.flags)&flagDivertsReloaded != 0:
+		// A reload changed one node's diverts after its links were made:
+		// nothing to compare until both restart.
+	case theirs.diverts != mine.diverts:
+		warn = append(warn, fmt.Sprintf("node %d's diverts differ from this node's (a send is diverted as the node it enters says: give every node the same diverts)", peer))
+	}
+	if theirs.settings != mine.settings {
+		warn = append(warn, fmt.Sprintf("node %d's address settings differ from this node's (each group applies its leader's, and each node reads the dead-letter and expiry addresses from its own)", peer))
+	}
+	if (theirs.flags^mine.flags)&flagVirtualTopics != 0 {
+		warn = append(warn, fmt.Sprintf("virtual topics are %s on node %d, %s on this node (a group copies to a topic's consumer queues only while a node that has them on leads it)", onOff(theirs.flags&flagVirtualTopics != 0), peer, onOff(mine.flags&flagVirtualTopics != 0)))
+	}
 	return fatal, warn
+}
+
+func onOff(b bool) string {
+	if b {
+		return "on"
+	}
+	return "off"
 }
 
 // PeerConfig is what a node found comparing its parameters with a
@@ -229,4 +304,27 @@ func (n *Node) peerConfigs() []PeerConfig {
 	}
 	slices.SortFunc(out, func(a, b PeerConfig) int { return cmpU64(a.Node, b.Node) })
 	return out
+}
+
+// SetDiverts tells the node that its access broker's diverts were
+// reloaded: its links, made before, carry the ones it started with, so
+// from now on no node compares its diverts with this one's (until it
+// restarts); the other parameters are still compared.
+func (n *Node) SetDiverts(ds []core.Divert) {
+	ps := &n.params
+	ps.mu.Lock()
+	ps.mine.diverts = digest(diverts(ds))
+	ps.mine.flags |= flagDivertsReloaded
+	mine := ps.mine.encode()
+	// The warnings about diverts recorded so far no longer hold.
+	for id, pc := range ps.peers {
+		pc.Problems = slices.DeleteFunc(pc.Problems, func(s string) bool { return strings.Contains(s, "diverts differ") })
+		if len(pc.Problems) == 0 {
+			delete(ps.peers, id)
+		}
+	}
+	ps.mu.Unlock()
+	if s, ok := n.tr.(interface{ SetParams([]byte) }); ok {
+		s.SetParams(mine)
+	}
 }

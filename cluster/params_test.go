@@ -134,3 +134,51 @@ func grepLines(s, sub string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+// TestRoutingConfigDifferencesAreWarnedNotRefused: nodes whose diverts,
+// address settings or virtual topics differ still form a cluster (a
+// rolling restart that changes them must not split it), and each says,
+// in Status and once in its log, how its peers differ.
+func TestRoutingConfigDifferencesAreWarnedNotRefused(t *testing.T) {
+	logs := map[uint64]*lockedBuf{}
+	c := startClusterWith(t, 3, 2, func(cfg *Config) {
+		logs[cfg.NodeID] = &lockedBuf{}
+		cfg.Logger = zerolog.New(logs[cfg.NodeID])
+		if cfg.NodeID == 3 {
+			cfg.Broker.Diverts = []core.Divert{{Name: "copy", Address: "orders", ForwardingAddress: "audit"}}
+			cfg.Broker.VirtualTopics = true
+			five := 5
+			cfg.Broker.AddressSettings = []core.AddressSettings{{Match: "#", MaxDeliveryAttempts: &five}}
+		}
+	})
+	s := session(t, c.access[0], "")
+	if err := s.Send(context.Background(), &core.Message{Address: "q", RoutingType: core.Anycast, Durable: true, Body: []byte("x"), Priority: core.DefaultPriority}); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []uint64{1, 2} {
+		st := c.nodes[id-1].Status()
+		if len(st.Peers) != 1 || st.Peers[0].Node != 3 || st.Peers[0].Refused || st.OutOfCluster != "" {
+			t.Fatalf("node %d's status: %+v, out %q", id, st.Peers, st.OutOfCluster)
+		}
+		got := strings.Join(st.Peers[0].Problems, "\n")
+		for _, want := range []string{"node 3's diverts differ", "node 3's address settings differ", "virtual topics are on on node 3, off on this node"} {
+			if !strings.Contains(got, want) {
+				t.Errorf("node %d's status lacks %q: %s", id, want, got)
+			}
+		}
+		if k := logs[id].count("cluster peer's configuration differs"); k != 1 {
+			t.Errorf("node %d logged the difference %d times:\n%s", id, k, logs[id])
+		}
+	}
+	if st := c.nodes[2].Status(); len(st.Peers) != 2 || st.Peers[0].Refused || st.Peers[1].Refused {
+		t.Errorf("node 3's status: %+v", st.Peers)
+	}
+
+	// A reload of node 3's diverts: its diverts are compared no more.
+	c.nodes[2].SetDiverts(nil)
+	for _, pc := range c.nodes[2].Status().Peers {
+		if strings.Contains(strings.Join(pc.Problems, " "), "diverts") {
+			t.Errorf("node 3 still compares its reloaded diverts: %+v", pc)
+		}
+	}
+}

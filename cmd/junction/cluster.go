@@ -285,6 +285,10 @@ func (in *instance) openCluster(cfg Config, bcfg core.Config) error {
 	// Virtual topics are the groups': a topic's consumer queues are in
 	// its group, whose broker copies to them.
 	bcfg.VirtualTopics = cfg.VirtualTopics
+	// The group brokers apply no diverts (the access broker below
+	// does), but the node tells its peers a digest of them, to warn of
+	// nodes configured otherwise (cluster/params.go).
+	bcfg.Diverts = cfg.Diverts
 	node, err := startCluster(cfg, bcfg, os.Getenv, in.log.With().Str("component", "cluster").Logger())
 	if err != nil {
 		return err
