@@ -244,10 +244,13 @@ func (n *Node) judgeOutLocked() {
 		out = fmt.Sprintf("node %d is not part of the cluster: its parameters differ from those of most members: %s", n.cfg.NodeID, strings.Join(problems, "; "))
 	}
 	if out != ps.out {
-		ps.out = out
-		if out != "" {
+		switch {
+		case ps.out == "" && out != "":
 			n.log.Error().Msg(out + ": it serves no client until it is restarted with the cluster's parameters")
+		case ps.out != "" && out == "":
+			n.log.Info().Msg("this node's parameters agree with most members' again: it serves clients")
 		}
+		ps.out = out
 		n.outErr.Store(&out)
 	}
 }
@@ -283,6 +286,10 @@ func isOutOfCluster(err error) bool {
 	var e outOfClusterError
 	return errors.As(err, &e)
 }
+
+// OutOfCluster returns why this node serves no client, or "": its
+// parameters differ, in what must agree, from those of most members.
+func (n *Node) OutOfCluster() string { return n.outOfCluster() }
 
 // outOfCluster returns why this node serves no client, or "".
 func (n *Node) outOfCluster() string {
