@@ -145,9 +145,10 @@ func (n *Node) AddMember(ctx context.Context, id uint64, addr string) error {
 	// Adding a member again is a retry (a learner of some groups yet),
 	// but not at another address: ids are never reused, and the change
 	// would keep the address it has.
-	if in, err := n.isMember(id); err != nil {
+	wasMember, err := n.isMember(id)
+	if err != nil {
 		return fmt.Errorf("%w: %w", ErrMembership, err)
-	} else if known := n.Status().Members[id]; in && known != addr {
+	} else if known := n.Status().Members[id]; wasMember && known != addr {
 		return fmt.Errorf("%w: node %d is already a member, at %s", ErrMembershipRefused, id, known)
 	}
 	// What an earlier attempt found of its parameters is judged again
@@ -158,8 +159,14 @@ func (n *Node) AddMember(ctx context.Context, id uint64, addr string) error {
 			err := n.memberChange(ctx, g, op, id, addr)
 			if differ := n.refusedPeer(id); differ != "" {
 				// Its links are refused (params.go): it would stay a
-				// learner that never catches up. It was never a voter,
-				// so taking it out again changes no majority.
+				// learner that never catches up. A node new to the
+				// cluster is taken out again, which changes no majority
+				// (it was a learner); a member of before (restarted
+				// with other flags) is left for the operator to fix or
+				// remove.
+				if wasMember {
+					return fmt.Errorf("%w: node %d, a member, cannot be brought up to date: %s (restart it with the cluster's parameters, or remove it)", ErrMembershipRefused, id, differ)
+				}
 				for g := uint64(1); g <= uint64(n.cfg.Groups); g++ {
 					if rerr := n.memberChange(ctx, g, memberRemove, id, ""); rerr != nil {
 						return fmt.Errorf("%w: node %d was not added: %s; taking it out again failed (remove it): %w", ErrMembershipRefused, id, differ, rerr)
