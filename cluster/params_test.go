@@ -182,3 +182,70 @@ func TestRoutingConfigDifferencesAreWarnedNotRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestFounderWithOtherGroupsIsRefused: of three nodes founding a
+// cluster, one started with another number of groups is refused by the
+// two others, which form the cluster without it and serve; it says it is
+// out of the cluster and serves no client.
+func TestFounderWithOtherGroupsIsRefused(t *testing.T) {
+	addrs := map[uint64]string{}
+	lns := map[uint64]net.Listener{}
+	for id := uint64(1); id <= 3; id++ {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lns[id], addrs[id] = ln, ln.Addr().String()
+	}
+	nodes := map[uint64]*Node{}
+	access := map[uint64]*core.Broker{}
+	for id := uint64(1); id <= 3; id++ {
+		peers := map[uint64]string{}
+		for p, a := range addrs {
+			if p != id {
+				peers[p] = a
+			}
+		}
+		groups := 2
+		if id == 3 {
+			groups = 3
+		}
+		n, err := New(Config{NodeID: id, Listen: addrs[id], Listener: lns[id], Peers: peers, Groups: groups,
+			Secret: testSecret, Dir: t.TempDir(), Tick: 20 * time.Millisecond, ElectionTicks: 10, Logger: testLogger(t, id)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := core.New(core.Config{Cluster: n.Cluster()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		nodes[id], access[id] = n, b
+		defer n.Close()
+		defer b.Close()
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for nodes[3].OutOfCluster() == "" && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if out := nodes[3].OutOfCluster(); !strings.Contains(out, "node 1 has 2 groups, this node 3") || !strings.Contains(out, "node 2 has 2 groups, this node 3") {
+		t.Fatalf("node 3: out of the cluster %q", out)
+	}
+	for _, id := range []uint64{1, 2} {
+		st := nodes[id].Status()
+		if st.OutOfCluster != "" || len(st.Peers) != 1 || st.Peers[0].Node != 3 || !st.Peers[0].Refused {
+			t.Errorf("node %d: out %q, peers %+v", id, st.OutOfCluster, st.Peers)
+		}
+	}
+	// Nodes 1 and 2 serve, each group led by one of them.
+	for _, id := range []uint64{1, 2} {
+		s := session(t, access[id], "")
+		if err := s.Send(context.Background(), &core.Message{Address: "f", RoutingType: core.Anycast, Durable: true, Body: []byte("x"), Priority: core.DefaultPriority}); err != nil {
+			t.Errorf("a send through node %d: %v", id, err)
+		}
+	}
+	s3 := session(t, access[3], "")
+	err := s3.Send(context.Background(), &core.Message{Address: "f", RoutingType: core.Anycast, Durable: true, Body: []byte("x"), Priority: core.DefaultPriority})
+	if !errors.Is(err, core.ErrUnavailable) || !strings.Contains(err.Error(), "not part of the cluster") {
+		t.Errorf("a send through node 3: %v", err)
+	}
+}
