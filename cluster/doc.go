@@ -66,7 +66,8 @@
 // When the leader is this node the calls are direct (a local link);
 // otherwise they are frames on the transport's RPC lane (wire.go). The
 // links between nodes number their frames per epoch (links.go): a lost
-// frame, a restarted peer or a silent link resets everything the two
+// frame (or a whole epoch of them, even before any frame of the peer
+// arrived), a restarted peer or a silent link resets everything the two
 // nodes had with each other, and the consumers re-attach to the groups'
 // current leaders, their unsettled messages redelivered flagged. Sends in
 // flight when a leader changes fail (the client may send again; the
