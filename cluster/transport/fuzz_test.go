@@ -43,6 +43,21 @@ func dialerBytes(lane Lane, frames ...[]byte) []byte {
 	return b
 }
 
+// dialerBytesV1 is dialerBytes from a node of handshake version 1 (no
+// parameters), which the acceptor still takes.
+func dialerBytesV1(lane Lane, frames ...[]byte) []byte {
+	var in, out [helloLen]byte
+	(&hello{version: 1, lane: lane, from: 3, to: 2}).marshal(&in)
+	(&hello{version: 1, lane: lane, from: 2, to: 3}).marshal(&out)
+	p := fuzzAcceptor().proof(labelDialer, in[:], out[:], nil)
+	b := append(in[:], p[:]...)
+	for _, f := range frames {
+		b = binary.BigEndian.AppendUint32(b, uint32(len(f)))
+		b = append(b, f...)
+	}
+	return b
+}
+
 const fuzzMaxFrame = 1 << 12
 
 // FuzzAccept feeds a dialer's bytes to the acceptor's handshake and, when
@@ -52,6 +67,7 @@ func FuzzAccept(f *testing.F) {
 	f.Add(dialerBytes(LaneBulk, []byte{0xff, 0xff, 0xff, 0xff}))
 	f.Add(append(dialerBytes(LaneRPC), 0xff, 0xff, 0xff, 0xff, 0, 0, 0, 1, 'x'))
 	f.Add(dialerBytes(LaneRaft)[:helloLen])
+	f.Add(dialerBytesV1(LaneRPC, []byte("old")))
 	f.Add([]byte("JNCT"))
 	f.Add([]byte("GET / HTTP/1.1\r\n\r\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {

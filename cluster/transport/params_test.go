@@ -129,3 +129,18 @@ func TestVersion1PeersStillConnect(t *testing.T) {
 		t.Errorf("the old node refused no version 2 hello: the fallback was not exercised")
 	}
 }
+
+// TestAcceptTakesAVersion1Dialer: the acceptor answers a version 1 hello
+// in version 1 and takes the dialer, whose parameters it judges as nil.
+func TestAcceptTakesAVersion1Dialer(t *testing.T) {
+	hs := fuzzAcceptor()
+	var judged [][]byte
+	hs.check = func(peer uint64, theirs []byte) error { judged = append(judged, theirs); return nil }
+	from, lane, why, err := hs.accept(pipe{bytes.NewReader(dialerBytesV1(LaneRPC))}, nil)
+	if err != nil || from != 3 || lane != LaneRPC || why != reasonNone {
+		t.Fatalf("accept of a version 1 dialer: from %d lane %v why %v: %v", from, lane, why, err)
+	}
+	if len(judged) != 1 || judged[0] != nil {
+		t.Errorf("parameters judged: %q, want one nil", judged)
+	}
+}
