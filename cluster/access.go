@@ -314,7 +314,7 @@ func (s *remoteSession) transmit(g uint64, ln *sendLane, ps *pendingSend) {
 // sent takes the answer to one try of ps: a link lost before the answer
 // sends again (see Send), anything else is ps's outcome.
 func (s *remoteSession) sent(g uint64, ln *sendLane, ps *pendingSend, err error) {
-	retry := errors.Is(err, core.ErrUnavailable) && time.Now().Before(ps.deadline) && !s.isClosed()
+	retry := errors.Is(err, core.ErrUnavailable) && !isOutOfCluster(err) && time.Now().Before(ps.deadline) && !s.isClosed()
 	ln.mu.Lock()
 	if ps.finished {
 		ln.mu.Unlock()
@@ -446,7 +446,7 @@ func (p *part) attachRetrying() error {
 		ctx, cancel := context.WithDeadline(context.Background(), deadline)
 		err := p.attach(ctx)
 		cancel()
-		if err == nil || !errors.Is(err, core.ErrUnavailable) || p.u.s.isClosed() || time.Now().Add(delay).After(deadline) {
+		if err == nil || !errors.Is(err, core.ErrUnavailable) || isOutOfCluster(err) || p.u.s.isClosed() || time.Now().Add(delay).After(deadline) {
 			return err
 		}
 		select {

@@ -66,7 +66,8 @@
 // When the leader is this node the calls are direct (a local link);
 // otherwise they are frames on the transport's RPC lane (wire.go). The
 // links between nodes number their frames per epoch (links.go): a lost
-// frame, a restarted peer or a silent link resets everything the two
+// frame (or a whole epoch of them, even before any frame of the peer
+// arrived), a restarted peer or a silent link resets everything the two
 // nodes had with each other, and the consumers re-attach to the groups'
 // current leaders, their unsettled messages redelivered flagged. Sends in
 // flight when a leader changes fail (the client may send again; the
@@ -81,6 +82,14 @@
 // waits to be added. A node whose data was lost must restart with Join:
 // it then does not vote for four election timeouts, so that it cannot
 // vote twice in a term it voted in before it lost its log.
+//
+// What every node must agree on travels in the handshake of each link
+// (params.go): the number of groups and the placement rule, whose
+// mismatch refuses the link both ways (a node refused by most members
+// serves no client, and an add of such a node is undone), and a digest
+// of the routing configuration (diverts, address settings, virtual
+// topics), whose mismatch is only warned about, so that a rolling
+// restart can change it.
 //
 // # Broker events
 //

@@ -20,17 +20,33 @@ import (
 // Both sides reach the same view: a sender whose frame was dropped (the
 // transport's queue was full or the peer unreachable) starts a new
 // epoch, and a receiver that saw a gap asks the sender to (kLinkReset).
+//
+// A sender's epochs towards a peer are its run's base (its start time,
+// the low epochBits bits cleared) plus the number of times it broke that
+// link, so that a receiver can tell that it missed whole epochs: the
+// first epoch it hears of a run is not the run's first, or one follows
+// another it saw by more than one. Frames were then lost that it cannot
+// count (a request's answer, the first frames of all when the sender's
+// connection was not up yet while the receiver's was), and it resets as
+// for a gap: otherwise a request whose answer was lost waited for the
+// request timeout (the 10 s stall "no answer from node 2 within 10s" of
+// a node starting, seen in its MQTT front-end's restore).
 const (
 	pingInterval = 500 * time.Millisecond
 	linkTimeout  = 3 * time.Second
+
+	epochBits = 20
+	epochMask = 1<<epochBits - 1
 )
 
 type peerLink struct {
 	mu        sync.Mutex
 	outEpoch  uint64
 	outSeq    uint64
+	breaks    uint64 // times the outbound epoch was broken
 	inEpoch   uint64
 	inSeq     uint64
+	lastEpoch uint64 // the last inbound epoch seen (kept by resets, unlike inEpoch)
 	lastHeard time.Time
 	buf       []byte
 	resetting bool // a reset of the peer is on its way (send)
@@ -40,14 +56,14 @@ type links struct {
 	n     *Node
 	mu    sync.Mutex
 	peers map[uint64]*peerLink
-	epoch uint64 // next outbound epoch (unique per node run: starts at the run's clock)
+	base  uint64 // this run's epochs: its start time, the low epochBits bits cleared
 
 	sent, received atomic.Uint64 // client operations forwarded (isOperation)
 	resets         atomic.Uint64 // times everything with a peer was reset
 }
 
 func newLinks(n *Node) *links {
-	return &links{n: n, peers: make(map[uint64]*peerLink), epoch: uint64(time.Now().UnixNano())}
+	return &links{n: n, peers: make(map[uint64]*peerLink), base: max(uint64(time.Now().UnixNano())&^epochMask, epochMask+1)}
 }
 
 func (l *links) peer(id uint64) *peerLink {
@@ -55,8 +71,7 @@ func (l *links) peer(id uint64) *peerLink {
 	defer l.mu.Unlock()
 	p := l.peers[id]
 	if p == nil {
-		l.epoch++
-		p = &peerLink{outEpoch: l.epoch, lastHeard: time.Now()}
+		p = &peerLink{outEpoch: l.base, lastHeard: time.Now()}
 		l.peers[id] = p
 	}
 	return p
@@ -121,11 +136,19 @@ func isOperation(k msgKind) bool {
 }
 
 func (l *links) breakOutLocked(p *peerLink) {
-	l.mu.Lock()
-	l.epoch++
-	p.outEpoch = l.epoch
-	l.mu.Unlock()
+	p.breaks++
+	p.outEpoch = l.base + p.breaks
 	p.outSeq = 0
+}
+
+// epochSkipped reports whether a peer's epoch e, new to this node, shows
+// that whole epochs of it went unseen: last is the one seen before (0:
+// none).
+func epochSkipped(last, e uint64) bool {
+	if last == 0 || last&^epochMask != e&^epochMask {
+		return e&epochMask != 0 // not its run's first
+	}
+	return e > last+1
 }
 
 // receive checks a frame's place in the link and reports whether to
@@ -156,9 +179,12 @@ func (l *links) receive(from uint64, m *rpcMsg) bool {
 	case m.linkEpoch != p.inEpoch:
 		// A new epoch: the peer restarted or reset the link. What we had
 		// with it is gone; this frame starts afresh (seq 1), or we ask
-		// for another reset if it does not.
-		reset = p.inEpoch != 0
+		// for another reset if it does not. We reset too if epochs went
+		// unseen, even with nothing known of the peer: their frames
+		// were lost.
+		reset = p.inEpoch != 0 || epochSkipped(p.lastEpoch, m.linkEpoch)
 		p.inEpoch, p.inSeq = m.linkEpoch, 0
+		p.lastEpoch = m.linkEpoch
 		if m.linkSeq != 1 {
 			gap = true
 		}

@@ -182,6 +182,9 @@ type Node struct {
 
 	fence fence // resets client connections that may hold stale deliveries (fence.go)
 
+	params paramsState            // the peers' parameters as judged (params.go)
+	outErr atomic.Pointer[string] // why this node serves no client, or "" (params.go)
+
 	// The loop's inputs.
 	inMu     sync.Mutex
 	inbox    []inbound
@@ -231,6 +234,7 @@ func New(cfg Config) (*Node, error) {
 	if n.peers == nil {
 		n.peers = map[uint64]string{}
 	}
+	n.params.mine = localParams(&n.cfg)
 	rl, err := raftlog.Open(raftlog.Config{Dir: cfg.Dir, FS: cfg.FS, MaxEntrySize: cfg.maxEntrySize(), Logger: cfg.Logger})
 	if err != nil {
 		return nil, fmt.Errorf("cluster: opening the raft log: %w", err)
@@ -303,6 +307,7 @@ func (n *Node) newTransport(*Node) (Transport, error) {
 	return transport.New(transport.Config{
 		NodeID: n.cfg.NodeID, Listen: n.cfg.Listen, Listener: n.cfg.Listener, Peers: maps.Clone(n.peers), TLS: n.cfg.TLS, Secret: n.cfg.Secret,
 		Handler: n.handleFrame, OnUnreachable: n.onUnreachable, Logger: n.cfg.Logger,
+		Params: n.params.mine.encode(), CheckParams: n.checkParams,
 		Lanes: [transport.NumLanes]transport.LaneConfig{
 			transport.LaneRaft: {MaxFrame: n.cfg.MaxMessageBytes + n.cfg.MaxEntryBytes + 64<<10},
 			transport.LaneRPC:  {MaxFrame: n.cfg.rpcMaxFrame(), QueueBytes: 256 << 20},
@@ -559,6 +564,7 @@ func (n *Node) forgetPeerIfGone(id uint64) {
 		if id != n.cfg.NodeID && n.tr != nil {
 			n.tr.RemovePeer(id)
 		}
+		n.forgetParams(id)
 	})
 }
 
@@ -568,6 +574,9 @@ func (n *Node) waitLeader(ctx context.Context, gid uint64) (uint64, error) {
 	g := n.group(gid)
 	if g == nil {
 		return 0, fmt.Errorf("%w: no group %d", core.ErrUnavailable, gid)
+	}
+	if out := n.outOfCluster(); out != "" {
+		return 0, fmt.Errorf("%w: %w", core.ErrUnavailable, outOfClusterError{out})
 	}
 	deadline := time.NewTimer(n.cfg.LeaderWait)
 	defer deadline.Stop()

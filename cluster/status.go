@@ -31,6 +31,15 @@ type Status struct {
 	// silent peer. Each fails the operations in flight on the link and
 	// re-attaches its consumers.
 	LinkResets uint64 `json:"link_resets"`
+	// Peers lists the members whose cluster parameters differ from this
+	// node's, or could not be checked (params.go): Refused ones (another
+	// number of groups or placement) are kept apart, the others (the
+	// routing configuration: diverts, address settings, virtual topics)
+	// only warned about.
+	Peers []PeerConfig `json:"peer_config,omitempty"`
+	// OutOfCluster says why this node serves no client: its parameters
+	// differ, in what must agree, from those of most members.
+	OutOfCluster string `json:"out_of_cluster,omitempty"`
 }
 
 // GroupStatus is one group as this node sees it.
@@ -57,7 +66,8 @@ type GroupStatus struct {
 func (n *Node) Status() Status {
 	st := Status{NodeID: n.cfg.NodeID, Members: map[uint64]string{n.cfg.NodeID: n.cfg.Listen},
 		ForwardedOut: n.links.sent.Load(), ForwardedIn: n.links.received.Load(),
-		FencedConnections: n.fence.count.Load(), LinkResets: n.links.resets.Load()}
+		FencedConnections: n.fence.count.Load(), LinkResets: n.links.resets.Load(),
+		Peers: n.peerConfigs(), OutOfCluster: n.outOfCluster()}
 	n.peersMu.Lock()
 	for id, a := range n.peers {
 		st.Members[id] = a
@@ -135,14 +145,35 @@ func (n *Node) AddMember(ctx context.Context, id uint64, addr string) error {
 	// Adding a member again is a retry (a learner of some groups yet),
 	// but not at another address: ids are never reused, and the change
 	// would keep the address it has.
-	if in, err := n.isMember(id); err != nil {
+	wasMember, err := n.isMember(id)
+	if err != nil {
 		return fmt.Errorf("%w: %w", ErrMembership, err)
-	} else if known := n.Status().Members[id]; in && known != addr {
+	} else if known := n.Status().Members[id]; wasMember && known != addr {
 		return fmt.Errorf("%w: node %d is already a member, at %s", ErrMembershipRefused, id, known)
 	}
+	// What an earlier attempt found of its parameters is judged again
+	// when its links connect.
+	n.forgetParams(id)
 	for _, op := range []uint8{memberAddLearner, memberPromote} {
 		for g := uint64(1); g <= uint64(n.cfg.Groups); g++ {
 			err := n.memberChange(ctx, g, op, id, addr)
+			if differ := n.refusedPeer(id); differ != "" {
+				// Its links are refused (params.go): it would stay a
+				// learner that never catches up. A node new to the
+				// cluster is taken out again, which changes no majority
+				// (it was a learner); a member of before (restarted
+				// with other flags) is left for the operator to fix or
+				// remove.
+				if wasMember {
+					return fmt.Errorf("%w: node %d, a member, cannot be brought up to date: %s (restart it with the cluster's parameters, or remove it)", ErrMembershipRefused, id, differ)
+				}
+				for g := uint64(1); g <= uint64(n.cfg.Groups); g++ {
+					if rerr := n.memberChange(ctx, g, memberRemove, id, ""); rerr != nil {
+						return fmt.Errorf("%w: node %d was not added: %s; taking it out again failed (remove it): %w", ErrMembershipRefused, id, differ, rerr)
+					}
+				}
+				return fmt.Errorf("%w: node %d was not added: %s", ErrMembershipRefused, id, differ)
+			}
 			if err != nil && op == memberPromote && ctx.Err() != nil {
 				// The usual end of an add that does not finish: say
 				// what it left, for the operator who reads it.
@@ -202,6 +233,9 @@ const (
 // group elects a leader or has a change under way.
 func (n *Node) memberChange(ctx context.Context, g uint64, op uint8, id uint64, addr string) error {
 	for {
+		if op == memberPromote && n.refusedPeer(id) != "" {
+			return fmt.Errorf("%w: node %d's cluster parameters differ", ErrMembershipRefused, id)
+		}
 		leader, err := n.waitLeader(ctx, g)
 		var done bool
 		if err == nil {

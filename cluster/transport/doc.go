@@ -35,27 +35,44 @@
 // after TLS when configured (TLS 1.3, certificates verified against the
 // cluster's CA both ways). All integers are big-endian.
 //
-//	dialer → acceptor  hello  (56 bytes): "JNCT", version u16 (1), lane u8,
-//	                   status u8 (0), from u64, to u64, nonce [32]
+//	dialer → acceptor  hello  (56 bytes): "JNCT", version u16 (2), lane u8,
+//	                   status u8 (0), from u64, to u64, nonce [32];
+//	                   then params [32]
 //	acceptor → dialer  hello  (56 bytes, from/to swapped, status: 0 or
-//	                   a refusal reason) + proof [32]
+//	                   a refusal reason) + params [32] + proof [32]
 //	dialer → acceptor  proof  [32]
 //	acceptor → dialer  status u8 (0 = accepted, else a refusal reason)
 //
 // The acceptor's proof is HMAC-SHA256(secret, "junction cluster v1
-// acceptor\x00" ‖ dialer hello ‖ acceptor hello ‖ binding), the
-// dialer's the same with "dialer"; binding is 32 bytes of TLS exported
-// keying material (label "EXPORTER-junction-cluster-v1"), or empty
-// without TLS, so a proof cannot be replayed into another TLS session.
-// Both hellos carry both node ids, both nonces and the lane. Proofs are
-// compared in constant time. The acceptor refuses a bad magic (closing
-// without a reply), an unknown version, lane or sender (a node not in
-// its peers) and a receiver id that is not its own, before computing
-// anything; a failed proof, a timeout or a TLS failure is refused too.
-// Each refusal is logged (at most once a second per reason) and counted
-// in [Stats].Refused. Before the handshake completes the acceptor
-// allocates nothing sized by the peer: the hello and proof are read into
-// fixed arrays (TLS's own buffers are bounded by crypto/tls).
+// acceptor\x00" ‖ dialer hello and params ‖ acceptor hello and params ‖
+// binding), the dialer's the same with "dialer"; binding is 32 bytes of
+// TLS exported keying material (label "EXPORTER-junction-cluster-v1"),
+// or empty without TLS, so a proof cannot be replayed into another TLS
+// session. Both hellos carry both node ids, both nonces and the lane.
+// Proofs are compared in constant time. The acceptor refuses a bad magic
+// (closing without a reply), an unknown version, lane or sender (a node
+// not in its peers) and a receiver id that is not its own, before
+// computing anything; a failed proof, a timeout or a TLS failure is
+// refused too. Each refusal is logged (at most once a second per reason)
+// and counted in [Stats].Refused. Before the handshake completes the
+// acceptor allocates nothing sized by the peer: the hello and proof are
+// read into fixed arrays (TLS's own buffers are bounded by crypto/tls).
+//
+// # Parameters
+//
+// params are [Config].Params, zero-padded: what the nodes of a cluster
+// must agree on, opaque to this package. [Config].CheckParams judges the
+// peer's on both sides: the acceptor before it answers (refusing with
+// reason "params", but with its own params and a true proof), the dialer
+// once the acceptor's proof holds, so that both sides can say how they
+// differ; the dialer's error wraps [ErrMismatch]. The transport logs
+// these refusals at debug level only: CheckParams logs what it judges.
+//
+// Version 1 is the same without params. An acceptor answers a version 1
+// hello in version 1, and an old acceptor refuses a version 2 hello with
+// a version 1 reply (status "version"): the dialer then speaks version 1
+// to that peer until the connection ends. CheckParams is given nil for a
+// peer of version 1. So nodes can be upgraded one at a time.
 //
 // Without TLS the secret proves who connected, but the frames that
 // follow are neither encrypted nor authenticated: plain TCP is for

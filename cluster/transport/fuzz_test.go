@@ -31,10 +31,25 @@ func fuzzAcceptor() *handshaker {
 // dialerBytes is what node 3 sends to fuzzAcceptor in a handshake that
 // succeeds on lane, followed by frames.
 func dialerBytes(lane Lane, frames ...[]byte) []byte {
+	var in, out [helloLen + ParamsLen]byte // hellos with parameters of zeros
+	(&hello{version: version, lane: lane, from: 3, to: 2}).marshal((*[helloLen]byte)(in[:]))
+	(&hello{version: version, lane: lane, from: 2, to: 3}).marshal((*[helloLen]byte)(out[:]))
+	p := fuzzAcceptor().proof(labelDialer, in[:], out[:], nil)
+	b := append(in[:], p[:]...)
+	for _, f := range frames {
+		b = binary.BigEndian.AppendUint32(b, uint32(len(f)))
+		b = append(b, f...)
+	}
+	return b
+}
+
+// dialerBytesV1 is dialerBytes from a node of handshake version 1 (no
+// parameters), which the acceptor still takes.
+func dialerBytesV1(lane Lane, frames ...[]byte) []byte {
 	var in, out [helloLen]byte
-	(&hello{lane: lane, from: 3, to: 2}).marshal(&in)
-	(&hello{lane: lane, from: 2, to: 3}).marshal(&out)
-	p := fuzzAcceptor().proof(labelDialer, &in, &out, nil)
+	(&hello{version: 1, lane: lane, from: 3, to: 2}).marshal(&in)
+	(&hello{version: 1, lane: lane, from: 2, to: 3}).marshal(&out)
+	p := fuzzAcceptor().proof(labelDialer, in[:], out[:], nil)
 	b := append(in[:], p[:]...)
 	for _, f := range frames {
 		b = binary.BigEndian.AppendUint32(b, uint32(len(f)))
@@ -52,6 +67,7 @@ func FuzzAccept(f *testing.F) {
 	f.Add(dialerBytes(LaneBulk, []byte{0xff, 0xff, 0xff, 0xff}))
 	f.Add(append(dialerBytes(LaneRPC), 0xff, 0xff, 0xff, 0xff, 0, 0, 0, 1, 'x'))
 	f.Add(dialerBytes(LaneRaft)[:helloLen])
+	f.Add(dialerBytesV1(LaneRPC, []byte("old")))
 	f.Add([]byte("JNCT"))
 	f.Add([]byte("GET / HTTP/1.1\r\n\r\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -102,9 +118,9 @@ func TestHandshakeAllocatesLittle(t *testing.T) {
 		t.Skip("allocations are not measurable under the race detector (sync.Pool drops items)")
 	}
 	junk := bytes.Repeat([]byte("x"), 1<<20) // a megabyte of garbage
-	wrongProof := append(dialerBytes(LaneRaft)[:helloLen], bytes.Repeat([]byte{0xff}, 1<<20)...)
+	wrongProof := append(dialerBytes(LaneRaft)[:helloLen+ParamsLen], bytes.Repeat([]byte{0xff}, 1<<20)...)
 	var stranger [helloLen]byte
-	(&hello{lane: LaneRaft, from: 9, to: 2}).marshal(&stranger)
+	(&hello{version: version, lane: LaneRaft, from: 9, to: 2}).marshal(&stranger)
 	for name, input := range map[string][]byte{
 		"garbage":          junk,
 		"a wrong proof":    wrongProof,

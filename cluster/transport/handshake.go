@@ -11,19 +11,27 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 )
 
 // Wire constants of the handshake (see the package doc). They are part of
 // the protocol: changing one is a new version.
 const (
-	magic        = "JNCT"
-	version      = 1
+	magic = "JNCT"
+	// version is the newest handshake this package speaks; it still
+	// accepts and, towards a peer that refuses version 2, dials version 1
+	// (which has no parameters), so that a cluster can be upgraded one
+	// node at a time.
+	version      = 2
 	helloLen     = 4 + 2 + 1 + 1 + 8 + 8 + nonceLen
 	nonceLen     = 32
 	proofLen     = sha256.Size
 	exportLabel  = "EXPORTER-junction-cluster-v1"
 	exportLen    = 32
 	keepaliveLen = 0xFFFFFFFF
+	// ParamsLen is the size of the cluster parameters a version 2 hello
+	// carries after its 56 bytes (Config.Params, zero-padded).
+	ParamsLen = 32
 )
 
 // The proofs' labels, one per side, so that one side's proof is never
@@ -48,6 +56,7 @@ const (
 	reasonTimeout         // HandshakeTimeout passed
 	reasonTLS             // the TLS handshake failed
 	reasonIO              // the connection failed or closed mid-handshake
+	reasonParams          // the peers' cluster parameters differ (Config.CheckParams)
 	numReasons
 )
 
@@ -62,6 +71,7 @@ var reasonNames = [numReasons]string{
 	reasonTimeout:  "timeout",
 	reasonTLS:      "tls",
 	reasonIO:       "io",
+	reasonParams:   "params",
 }
 
 func (r reason) String() string {
@@ -80,12 +90,26 @@ var (
 	// version or lane, another node answering, or a wrong proof of the
 	// cluster secret.
 	ErrHandshake = errors.New("transport: handshake failed")
+	// ErrMismatch: the two nodes' cluster parameters differ (the error
+	// says how, in Config.CheckParams's words); one of them refused the
+	// connection.
+	ErrMismatch = errors.New("transport: the cluster parameters differ")
 )
+
+// oldPeer: the peer refused our hello's version and answered in an
+// older one, which the next attempt speaks.
+type oldPeer struct{ version uint16 }
+
+func (e oldPeer) Error() string {
+	return fmt.Sprintf("the peer speaks handshake version %d only", e.version)
+}
 
 var errNotHello = errors.New("not a Junction cluster hello")
 
-// hello is the first message each way.
+// hello is the first message each way; from version 2 on, the sender's
+// parameters (ParamsLen bytes) follow it.
 type hello struct {
+	version  uint16
 	lane     Lane
 	status   reason
 	from, to uint64
@@ -94,7 +118,7 @@ type hello struct {
 
 func (h *hello) marshal(b *[helloLen]byte) {
 	copy(b[0:4], magic)
-	binary.BigEndian.PutUint16(b[4:6], version)
+	binary.BigEndian.PutUint16(b[4:6], h.version)
 	b[6] = byte(h.lane)
 	b[7] = byte(h.status)
 	binary.BigEndian.PutUint64(b[8:16], h.from)
@@ -103,13 +127,15 @@ func (h *hello) marshal(b *[helloLen]byte) {
 }
 
 // parseHello decodes b. It reports reasonMagic when b is not ours at all
-// and reasonVersion for another version; the fields are valid otherwise.
-func parseHello(b *[helloLen]byte) (hello, reason) {
+// and reasonVersion for a version outside 1..maxVersion; the fields are
+// valid otherwise.
+func parseHello(b []byte, maxVersion uint16) (hello, reason) {
 	var h hello
 	if string(b[0:4]) != magic {
 		return h, reasonMagic
 	}
-	if binary.BigEndian.Uint16(b[4:6]) != version {
+	h.version = binary.BigEndian.Uint16(b[4:6])
+	if h.version < 1 || h.version > maxVersion {
 		return h, reasonVersion
 	}
 	h.lane = Lane(b[6])
@@ -122,27 +148,57 @@ func parseHello(b *[helloLen]byte) (hello, reason) {
 
 // handshaker holds what both sides of a handshake need.
 type handshaker struct {
-	self   uint64
-	rand   io.Reader            // nonces: crypto/rand outside tests
-	isPeer func(id uint64) bool // is id one of our peers (acceptor side)
-	macs   sync.Pool            // of hash.Hash: HMAC-SHA256 keyed with the secret
+	self    uint64
+	version uint16               // the newest we speak (version; 1 in tests of an old node)
+	rand    io.Reader            // nonces: crypto/rand outside tests
+	isPeer  func(id uint64) bool // is id one of our peers (acceptor side)
+	macs    sync.Pool            // of hash.Hash: HMAC-SHA256 keyed with the secret
+	params  atomic.Pointer[[ParamsLen]byte]
+	// check judges a peer's parameters (nil: it spoke version 1); an
+	// error refuses the connection. nil checks nothing.
+	check func(peer uint64, theirs []byte) error
 }
 
 func newHandshaker(self uint64, secret []byte, rand io.Reader, isPeer func(uint64) bool) *handshaker {
 	secret = bytes.Clone(secret)
-	hs := &handshaker{self: self, rand: rand, isPeer: isPeer}
+	hs := &handshaker{self: self, version: version, rand: rand, isPeer: isPeer}
 	hs.macs.New = func() any { return hmac.New(sha256.New, secret) }
+	hs.params.Store(new([ParamsLen]byte))
 	return hs
 }
 
-// proof computes the proof a side sends; label says which side.
-func (hs *handshaker) proof(label []byte, dialer, acceptor *[helloLen]byte, binding []byte) [proofLen]byte {
+// setParams sets the parameters our hellos carry from now on.
+func (hs *handshaker) setParams(p []byte) {
+	var b [ParamsLen]byte
+	copy(b[:], p)
+	hs.params.Store(&b)
+}
+
+// checkPeer runs check, when set, on a peer's parameters.
+func (hs *handshaker) checkPeer(peer uint64, theirs []byte) error {
+	if hs.check == nil {
+		return nil
+	}
+	return hs.check(peer, theirs)
+}
+
+// msgLen is the length of a hello of version v with its parameters.
+func msgLen(v uint16) int {
+	if v >= 2 {
+		return helloLen + ParamsLen
+	}
+	return helloLen
+}
+
+// proof computes the proof a side sends; label says which side. dialer
+// and acceptor are the two hellos, with their parameters.
+func (hs *handshaker) proof(label []byte, dialer, acceptor []byte, binding []byte) [proofLen]byte {
 	m := hs.macs.Get().(hash.Hash)
 	defer hs.macs.Put(m)
 	m.Reset()
 	m.Write(label)
-	m.Write(dialer[:])
-	m.Write(acceptor[:])
+	m.Write(dialer)
+	m.Write(acceptor)
 	m.Write(binding)
 	var p [proofLen]byte
 	m.Sum(p[:0])
@@ -152,37 +208,66 @@ func (hs *handshaker) proof(label []byte, dialer, acceptor *[helloLen]byte, bind
 // acceptScratch holds the acceptor's buffers: one allocation per
 // handshake, of a fixed size.
 type acceptScratch struct {
-	in      [helloLen]byte
-	out     [helloLen + proofLen]byte // our hello, then our proof
-	theirs  [proofLen]byte
+	in [helloLen + ParamsLen]byte // their hello and parameters
+	// out is our hello, parameters and proof; once written, its proof's
+	// place takes theirs.
+	out     [helloLen + ParamsLen + proofLen]byte
 	verdict [1]byte
 }
 
 // accept runs the acceptor's side on rw, whose deadline the caller set.
 // On success it returns the dialer's node id and lane. On failure it
 // returns why (for the counters) and an error for the log; it has then
-// told the dialer the reason when the dialer spoke our protocol.
+// told the dialer the reason when the dialer spoke our protocol. A
+// dialer of version 1 gets answers in version 1.
 func (hs *handshaker) accept(rw io.ReadWriter, binding []byte) (from uint64, lane Lane, why reason, err error) {
 	b := new(acceptScratch)
-	in, out := &b.in, (*[helloLen]byte)(b.out[:helloLen])
-	if _, err := io.ReadFull(rw, in[:]); err != nil {
+	if _, err := io.ReadFull(rw, b.in[:helloLen]); err != nil {
 		return 0, 0, ioReason(err), fmt.Errorf("reading the hello: %w", err)
 	}
-	h, why := parseHello(in)
+	h, why := parseHello(b.in[:helloLen], hs.version)
 	if why == reasonMagic {
 		return 0, 0, why, errNotHello
 	}
+	v := h.version
+	if why == reasonVersion {
+		v = hs.version // answered in our newest, which says what we speak
+	}
+	n := msgLen(v)
+	in, out := b.in[:msgLen(h.version)], b.out[:n]
+	if why == reasonNone && v >= 2 {
+		if _, err := io.ReadFull(rw, b.in[helloLen:n]); err != nil {
+			return h.from, h.lane, ioReason(err), fmt.Errorf("reading the parameters: %w", err)
+		}
+	}
+	// send writes our hello with status, our parameters and our proof;
+	// a nonce and a true proof when prove, zeros otherwise.
+	send := func(status reason, prove bool) error {
+		(&hello{version: v, lane: h.lane, status: status, from: hs.self, to: h.from}).marshal((*[helloLen]byte)(b.out[:]))
+		if v >= 2 {
+			copy(b.out[helloLen:n], hs.params.Load()[:])
+		}
+		proof := b.out[n : n+proofLen]
+		clear(proof)
+		if prove {
+			if _, err := io.ReadFull(hs.rand, b.out[helloLen-nonceLen:helloLen]); err != nil {
+				return fmt.Errorf("nonce: %w", err)
+			}
+			p := hs.proof(labelAccept, in, out, binding)
+			copy(proof, p[:])
+		}
+		_, err := rw.Write(b.out[:n+proofLen])
+		return err
+	}
 	refuse := func(why reason, err error) (uint64, Lane, reason, error) {
-		reply := hello{lane: h.lane, status: why, from: hs.self, to: h.from}
-		reply.marshal(out)
 		// Best effort, with a proof of zeros: the dialer logs the reason;
 		// we close either way.
-		_, _ = rw.Write(b.out[:])
+		_ = send(why, false)
 		return h.from, h.lane, why, err
 	}
 	switch {
 	case why == reasonVersion:
-		return refuse(why, fmt.Errorf("version %d, want %d", binary.BigEndian.Uint16(in[4:6]), version))
+		return refuse(why, fmt.Errorf("version %d, want 1 to %d", h.version, hs.version))
 	case h.status != reasonNone:
 		return refuse(reasonVersion, fmt.Errorf("reserved byte %d set", h.status))
 	case h.lane >= NumLanes:
@@ -193,23 +278,27 @@ func (hs *handshaker) accept(rw io.ReadWriter, binding []byte) (from uint64, lan
 		return refuse(reasonSender, fmt.Errorf("node %d is not a peer", h.from))
 	}
 
-	reply := hello{lane: h.lane, from: hs.self, to: h.from}
-	if _, err := io.ReadFull(hs.rand, reply.nonce[:]); err != nil {
-		return h.from, h.lane, reasonIO, fmt.Errorf("nonce: %w", err)
+	var theirParams []byte
+	if v >= 2 {
+		theirParams = in[helloLen:]
 	}
-	reply.marshal(out)
-	mine := hs.proof(labelAccept, in, out, binding)
-	copy(b.out[helloLen:], mine[:])
-	if _, err := rw.Write(b.out[:]); err != nil {
+	if err := hs.checkPeer(h.from, theirParams); err != nil {
+		// With our true proof, so that the dialer can believe our
+		// parameters and say how they differ from its own.
+		_ = send(reasonParams, true)
+		return h.from, h.lane, reasonParams, err
+	}
+	if err := send(reasonNone, true); err != nil {
 		return h.from, h.lane, ioReason(err), fmt.Errorf("writing the hello: %w", err)
 	}
 
-	if _, err := io.ReadFull(rw, b.theirs[:]); err != nil {
+	theirs := b.out[n : n+proofLen]
+	if _, err := io.ReadFull(rw, theirs); err != nil {
 		// A dialer that does not accept our proof (another secret) closes here.
 		return h.from, h.lane, ioReason(err), fmt.Errorf("reading the proof: %w", err)
 	}
 	want := hs.proof(labelDialer, in, out, binding)
-	if !hmac.Equal(b.theirs[:], want[:]) {
+	if !hmac.Equal(theirs, want[:]) {
 		b.verdict[0] = byte(reasonProof)
 		_, _ = rw.Write(b.verdict[:])
 		return h.from, h.lane, reasonProof, fmt.Errorf("node %d did not prove the cluster secret", h.from)
@@ -222,29 +311,60 @@ func (hs *handshaker) accept(rw io.ReadWriter, binding []byte) (from uint64, lan
 }
 
 // dial runs the dialer's side on rw, whose deadline the caller set,
-// towards node to on lane.
+// towards node to on lane, in our newest version.
 func (hs *handshaker) dial(rw io.ReadWriter, to uint64, lane Lane, binding []byte) error {
-	mine := hello{lane: lane, from: hs.self, to: to}
+	return hs.dialVersion(rw, to, lane, binding, hs.version)
+}
+
+// dialVersion runs the dialer's side in version v. It returns an
+// oldPeer error when the peer refused v and speaks an older one.
+func (hs *handshaker) dialVersion(rw io.ReadWriter, to uint64, lane Lane, binding []byte, v uint16) error {
+	mine := hello{version: v, lane: lane, from: hs.self, to: to}
 	if _, err := io.ReadFull(hs.rand, mine.nonce[:]); err != nil {
 		return fmt.Errorf("nonce: %w", err)
 	}
-	var out, in [helloLen]byte
-	mine.marshal(&out)
-	if _, err := rw.Write(out[:]); err != nil {
+	n := msgLen(v)
+	var outBuf [helloLen + ParamsLen]byte
+	out := outBuf[:n]
+	mine.marshal((*[helloLen]byte)(outBuf[:helloLen]))
+	if v >= 2 {
+		copy(outBuf[helloLen:], hs.params.Load()[:])
+	}
+	if _, err := rw.Write(out); err != nil {
 		return fmt.Errorf("writing the hello: %w", err)
 	}
 
-	var msg [helloLen + proofLen]byte
-	if _, err := io.ReadFull(rw, msg[:]); err != nil {
+	var msg [helloLen + ParamsLen + proofLen]byte
+	if _, err := io.ReadFull(rw, msg[:helloLen]); err != nil {
 		return fmt.Errorf("reading the hello: %w", err)
 	}
-	copy(in[:], msg[:helloLen])
-	h, why := parseHello(&in)
+	h, why := parseHello(msg[:helloLen], hs.version)
 	switch {
 	case why == reasonMagic:
 		return fmt.Errorf("%w: the peer does not speak the cluster protocol", ErrHandshake)
 	case why == reasonVersion:
-		return fmt.Errorf("%w: the peer speaks version %d, want %d", ErrHandshake, binary.BigEndian.Uint16(in[4:6]), version)
+		return fmt.Errorf("%w: the peer speaks version %d, want 1 to %d", ErrHandshake, h.version, hs.version)
+	case h.version != v && h.version < v && h.status == reasonVersion:
+		return oldPeer{h.version}
+	case h.version != v:
+		return fmt.Errorf("%w: the peer answered version %d to version %d", ErrHandshake, h.version, v)
+	}
+	if _, err := io.ReadFull(rw, msg[helloLen:n+proofLen]); err != nil {
+		return fmt.Errorf("reading the hello: %w", err)
+	}
+	in := msg[:n]
+	var theirParams []byte
+	if v >= 2 {
+		theirParams = in[helloLen:]
+	}
+	want := hs.proof(labelAccept, out, in, binding)
+	proven := hmac.Equal(msg[n:n+proofLen], want[:])
+	switch {
+	case h.status == reasonParams && proven:
+		if err := hs.checkPeer(to, theirParams); err != nil {
+			return fmt.Errorf("%w: %w", ErrMismatch, err)
+		}
+		return fmt.Errorf("%w: node %d refused this node's", ErrMismatch, to)
 	case h.status != reasonNone:
 		return fmt.Errorf("%w: %s", ErrRefused, refusalText(h.status))
 	case h.lane != lane:
@@ -254,15 +374,19 @@ func (hs *handshaker) dial(rw io.ReadWriter, to uint64, lane Lane, binding []byt
 	case h.to != hs.self:
 		return fmt.Errorf("%w: the peer answered node %d, this is node %d", ErrHandshake, h.to, hs.self)
 	}
-	want := hs.proof(labelAccept, &out, &in, binding)
-	if !hmac.Equal(msg[helloLen:], want[:]) {
+	if !proven {
 		// A proof of zeros, which the acceptor refuses as "proof", so that
 		// it too logs the wrong secret rather than a closed connection.
 		var zero [proofLen]byte
 		_, _ = rw.Write(zero[:])
 		return fmt.Errorf("%w: node %d did not prove the cluster secret", ErrHandshake, to)
 	}
-	p := hs.proof(labelDialer, &out, &in, binding)
+	if err := hs.checkPeer(to, theirParams); err != nil {
+		// The acceptor did not refuse (it checks nothing, or judged
+		// otherwise): close without our proof.
+		return fmt.Errorf("%w: %w", ErrMismatch, err)
+	}
+	p := hs.proof(labelDialer, out, in, binding)
 	if _, err := rw.Write(p[:]); err != nil {
 		return fmt.Errorf("writing the proof: %w", err)
 	}
@@ -289,6 +413,8 @@ func refusalText(r reason) string {
 		return "this node is not one of the peer's peers"
 	case reasonProof:
 		return "wrong proof of the cluster secret"
+	case reasonParams:
+		return "the cluster parameters differ"
 	}
 	return fmt.Sprintf("reason %d", uint8(r))
 }

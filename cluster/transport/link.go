@@ -69,14 +69,27 @@ func (l *link) run() {
 	backoff := minBackoff
 	established := false
 	failing := false // the last attempt failed, and was logged
+	v := t.hs.version
 	for ctx.Err() == nil {
 		addr := *l.p.addr.Load()
-		conn, raw, err := l.connect(ctx, addr)
+		conn, raw, err := l.connect(ctx, addr, v)
+		if old := (oldPeer{}); errors.As(err, &old) && old.version < v {
+			// A node of an older version, during an upgrade: speak its
+			// version from the next attempt on (at once), until this
+			// connection ends.
+			log.Debug().Uint16("version", old.version).Str("addr", addr).Msg("cluster peer speaks an older handshake")
+			v = old.version
+			continue
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return
 			}
-			if l.setError(err) || !failing {
+			switch {
+			case errors.Is(err, ErrMismatch):
+				// CheckParams logged it, once.
+				l.setError(err)
+			case l.setError(err) || !failing:
 				log.Warn().Err(err).Str("addr", addr).Msg("cluster peer unreachable")
 			}
 			failing = true
@@ -100,6 +113,7 @@ func (l *link) run() {
 		failing = false
 		start := time.Now()
 		err = l.serve(ctx, conn, raw)
+		v = t.hs.version // an older peer may have been upgraded meanwhile
 		if ctx.Err() != nil {
 			return
 		}
@@ -135,7 +149,7 @@ func (l *link) setError(err error) bool {
 
 // connect dials addr and runs TLS and the dialer's handshake. It returns
 // the connection to write on and the TCP connection beneath it.
-func (l *link) connect(ctx context.Context, addr string) (net.Conn, net.Conn, error) {
+func (l *link) connect(ctx context.Context, addr string, v uint16) (net.Conn, net.Conn, error) {
 	t := l.p.t
 	raw, err := l.dial(ctx, addr)
 	if err != nil {
@@ -147,7 +161,7 @@ func (l *link) connect(ctx context.Context, addr string) (net.Conn, net.Conn, er
 		l.forget(raw)
 		return nil, nil, ErrClosed
 	}
-	conn, err := l.handshake(ctx, raw, addr)
+	conn, err := l.handshake(ctx, raw, addr, v)
 	if err != nil {
 		l.forget(raw)
 		return nil, nil, err
@@ -166,8 +180,9 @@ func (l *link) dial(ctx context.Context, addr string) (net.Conn, error) {
 	return t.cfg.Dial(ctx, addr)
 }
 
-// handshake runs TLS, when configured, and the dialer's handshake on raw.
-func (l *link) handshake(ctx context.Context, raw net.Conn, addr string) (net.Conn, error) {
+// handshake runs TLS, when configured, and the dialer's handshake of
+// version v on raw.
+func (l *link) handshake(ctx context.Context, raw net.Conn, addr string, v uint16) (net.Conn, error) {
 	t := l.p.t
 	_ = raw.SetDeadline(time.Now().Add(t.cfg.HandshakeTimeout))
 	conn := raw
@@ -192,7 +207,7 @@ func (l *link) handshake(ctx context.Context, raw net.Conn, addr string) (net.Co
 		}
 		conn = tc
 	}
-	if err := t.hs.dial(conn, l.p.id, l.lane, binding); err != nil {
+	if err := t.hs.dialVersion(conn, l.p.id, l.lane, binding, v); err != nil {
 		return nil, err
 	}
 	_ = raw.SetDeadline(time.Time{})

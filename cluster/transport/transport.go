@@ -121,8 +121,27 @@ type Config struct {
 	// dialers send a keepalive every IdleTimeout/3 (default
 	// DefaultIdleTimeout).
 	IdleTimeout time.Duration
+	// Params, at most ParamsLen bytes, are what this node tells each
+	// peer in the handshake of every connection, for CheckParams (the
+	// cluster puts in them what must agree across its nodes: the number
+	// of groups, how addresses are placed, a digest of the routing
+	// configuration). SetParams changes them for later connections.
+	Params []byte
+	// CheckParams, when set, judges a peer's Params on every connection,
+	// both ways: on the acceptor before it answers, on the dialer once
+	// the acceptor has proved the secret. theirs is nil for a peer that
+	// speaks handshake version 1, which has none. An error refuses the
+	// connection (counted in Stats.Refused as "params", the dialer's
+	// error wraps ErrMismatch and CheckParams's); the transport logs the
+	// refusals at debug level only, so CheckParams logs what it judges.
+	// It must not block.
+	CheckParams func(peer uint64, theirs []byte) error
 	// Logger receives connection events; the zero value logs nothing.
 	Logger zerolog.Logger
+
+	// handshakeVersion, when set, is the newest handshake version the
+	// Transport speaks: tests make an old node with 1.
+	handshakeVersion uint16
 }
 
 // LaneConfig holds one lane's limits, per peer.
@@ -173,6 +192,11 @@ func New(cfg Config) (*Transport, error) {
 	cfg.setDefaults()
 	t := &Transport{cfg: cfg, log: cfg.Logger.With().Str("component", "cluster-transport").Uint64("node", cfg.NodeID).Logger()}
 	t.hs = newHandshaker(cfg.NodeID, cfg.Secret, rand.Reader, t.isPeer)
+	t.hs.setParams(cfg.Params)
+	t.hs.check = cfg.CheckParams
+	if cfg.handshakeVersion != 0 {
+		t.hs.version = cfg.handshakeVersion
+	}
 	if cfg.TLS != nil {
 		t.tlsAccept, t.tlsDial = tlsConfigs(cfg.TLS)
 	}
@@ -217,6 +241,8 @@ func (c *Config) check() error {
 		return bad("the cluster secret has %d bytes, want at least %d", len(c.Secret), MinSecret)
 	case c.Handler == nil:
 		return bad("no Handler")
+	case len(c.Params) > ParamsLen:
+		return bad("Params has %d bytes, at most %d", len(c.Params), ParamsLen)
 	}
 	for id, addr := range c.Peers {
 		if err := checkPeer(c.NodeID, id, addr); err != nil {
@@ -296,6 +322,11 @@ func tlsConfigs(c *tls.Config) (accept, dial *tls.Config) {
 	dial.InsecureSkipVerify = false
 	return accept, dial
 }
+
+// SetParams changes the parameters this node sends in the handshakes
+// of its later connections (at most ParamsLen bytes; more are cut).
+// Established connections are not checked again.
+func (t *Transport) SetParams(p []byte) { t.hs.setParams(p) }
 
 // Addr returns the address the Transport accepts peers on.
 func (t *Transport) Addr() net.Addr { return t.ln.Addr() }
@@ -387,7 +418,8 @@ type Stats struct {
 	// Refused counts connections refused during the handshake, by reason:
 	// "magic" (not our protocol), "version", "lane", "receiver" (addressed
 	// to another node id), "sender" (not a peer), "proof" (wrong secret),
-	// "timeout", "tls", "io" (failed or closed mid-handshake).
+	// "timeout", "tls", "io" (failed or closed mid-handshake), "params"
+	// (CheckParams refused the peer's parameters).
 	Refused map[string]uint64
 }
 
@@ -553,9 +585,13 @@ func exportBinding(tc *tls.Conn) ([]byte, error) {
 }
 
 // refuse counts a refused handshake and logs it, at most once a second
-// per reason.
+// per reason (at debug level for "params": CheckParams logs those).
 func (t *Transport) refuse(raw net.Conn, why reason, from uint64, err error) {
 	t.refused[why].Add(1)
+	if why == reasonParams {
+		t.log.Debug().Err(err).Str("reason", why.String()).Uint64("claimed_node", from).Msg("cluster connection refused")
+		return
+	}
 	now := time.Now().UnixNano()
 	last := t.refuseLog[why].Load()
 	if now-last < int64(time.Second) || !t.refuseLog[why].CompareAndSwap(last, now) {

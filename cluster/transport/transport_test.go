@@ -202,7 +202,7 @@ func TestRefusalsLeaveGoodPeersWorking(t *testing.T) {
 		// A hello one byte every 100 ms would take 5.6 s: the deadline
 		// covers the whole handshake, not each read.
 		var h [helloLen]byte
-		(&hello{lane: LaneRaft, from: 1, to: 2}).marshal(&h)
+		(&hello{version: version, lane: LaneRaft, from: 1, to: 2}).marshal(&h)
 		done := make(chan struct{})
 		var wg sync.WaitGroup
 		wg.Add(1)

@@ -288,6 +288,10 @@ func (in *instance) openCluster(cfg Config, bcfg core.Config) error {
 	// Virtual topics are the groups': a topic's consumer queues are in
 	// its group, whose broker copies to them.
 	bcfg.VirtualTopics = cfg.VirtualTopics
+	// The group brokers apply no diverts (the access broker below
+	// does), but the node tells its peers a digest of them, to warn of
+	// nodes configured otherwise (cluster/params.go).
+	bcfg.Diverts = cfg.Diverts
 	node, err := startCluster(cfg, bcfg, os.Getenv, in.log.With().Str("component", "cluster").Logger())
 	if err != nil {
 		return err
@@ -402,6 +406,16 @@ func printClusterStatus(w io.Writer, st cluster.Status) {
 		fmt.Fprintf(tw, "%d\t%s\t%d\t%d\t%d\t%v\t%v\t%d\t%d\n", g.ID, lead, g.Term, g.Commit, g.ApplyLag, g.Voters, g.Learners, g.Messages, g.LeaderChanges)
 	}
 	tw.Flush()
+	if st.OutOfCluster != "" {
+		fmt.Fprintf(w, "OUT OF THE CLUSTER: %s\n", st.OutOfCluster)
+	}
+	for _, p := range st.Peers {
+		verdict := "configuration differs (warning)"
+		if p.Refused {
+			verdict = "REFUSED"
+		}
+		fmt.Fprintf(w, "node %d: %s: %s\n", p.Node, verdict, strings.Join(p.Problems, "; "))
+	}
 }
 
 // clusterCopies is about how many times a cluster node holds a message

@@ -58,3 +58,26 @@ func TestMemberRefusalIs409(t *testing.T) {
 		t.Fatalf("%v: a failure taken for a refusal", failed)
 	}
 }
+
+// TestClusterStatusShowsPeersThatDiffer: `junction cluster status` says
+// which peers' parameters differ, refused or only warned about, and when
+// the node is out of the cluster.
+func TestClusterStatusShowsPeersThatDiffer(t *testing.T) {
+	var b strings.Builder
+	printClusterStatus(&b, cluster.Status{NodeID: 4, Members: map[uint64]string{4: "h4:7100"},
+		OutOfCluster: "node 4 is not part of the cluster: node 1 has 8 groups, this node 16",
+		Peers: []cluster.PeerConfig{
+			{Node: 1, Refused: true, Problems: []string{"node 1 has 8 groups, this node 16"}},
+			{Node: 2, Problems: []string{"node 2's diverts differ from this node's"}},
+		}})
+	out := b.String()
+	for _, want := range []string{
+		"OUT OF THE CLUSTER: node 4 is not part of the cluster",
+		"node 1: REFUSED: node 1 has 8 groups, this node 16",
+		"node 2: configuration differs (warning): node 2's diverts differ",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("status lacks %q:\n%s", want, out)
+		}
+	}
+}

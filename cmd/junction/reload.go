@@ -277,6 +277,10 @@ func (lc *liveConfig) reload(trigger string) ReloadResult {
 		} else if err := b.ReloadDiverts(slices.Clone(next.Diverts), next.VirtualTopics); err != nil {
 			refuse(err.Error(), "diverts", "virtual-topics")
 		} else {
+			if lc.in.cluster != nil {
+				// Its peers compare its diverts no more (cluster/params.go).
+				lc.in.cluster.SetDiverts(next.Diverts)
+			}
 			applied.Diverts, applied.VirtualTopics = next.Diverts, next.VirtualTopics
 			done("diverts", "virtual-topics")
 		}

@@ -109,6 +109,14 @@ func newLogger(cfg Config, w io.Writer) zerolog.Logger {
 	return zerolog.New(w).Level(level).With().Timestamp().Logger()
 }
 
+// isReady answers /readyz: recovery done and every listener up, and for
+// a cluster node, not out of the cluster (its parameters, the number of
+// groups, differ from those of most members: it serves no client).
+func (in *instance) isReady() bool {
+	// ready first: in.cluster is set before it.
+	return in.ready.Load() && (in.cluster == nil || in.cluster.OutOfCluster() == "")
+}
+
 // probesOnly serves /healthz and /readyz from the console's handler h
 // and nothing else: the plain HTTP requests of the WebSocket ports and
 // the one port when the console is disabled, so that their health checks
@@ -342,7 +350,7 @@ func (in *instance) startListeners(cfg Config) error {
 		Listeners:    in.listenerAddrs,
 		Rejections:   in.rejections,
 		Journal:      journalStats(in.msgs),
-		Ready:        in.ready.Load,
+		Ready:        in.isReady,
 		Logger:       log.With().Str("component", "management").Logger(),
 		RequireLogin: requireLogin,
 		// The console's list, wherever it is served: on its own port and
