@@ -40,8 +40,13 @@ type group struct {
 	timeoutNowAt  time.Time
 	activateAfter time.Time
 	inflight      map[uint64][]func(error) // proposal id → completions
-	proposed      map[uint64]proposal      // proposal id → what was proposed (as inflight)
-	nextProp      uint64
+	// proposing: an entry was proposed that no Ready has carried yet;
+	// appendedTo: the last index of the entries this leader appended
+	// (see canPropose).
+	proposing  bool
+	appendedTo uint64
+	proposed   map[uint64]proposal // proposal id → what was proposed (as inflight)
+	nextProp   uint64
 	// rejoining: this node came back with an empty log (Config.Join) and
 	// may have been a member that lost its data. Until it has applied
 	// what the group had committed when it heard from a leader
@@ -161,6 +166,7 @@ func (g *group) propose() {
 			}
 			g.proposed[pid] = proposal{data: data, ops: ops}
 			g.proposals.Add(1)
+			g.proposing = true
 		}
 		ops, dones, size = nil, nil, 0
 	}
@@ -285,6 +291,7 @@ func (g *group) onSoftState(ss *raft.SoftState, term uint64) {
 		g.n.log.Info().Uint64("group", g.id).Uint64("term", term).Msg("leading group")
 	case !leading && g.leading:
 		g.leading = false
+		g.proposing = false
 		g.activating = false
 		g.transferring.Store(false)
 		g.stopAccepting()
