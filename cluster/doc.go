@@ -39,14 +39,19 @@
 // every group, saves them with one raftlog.Save (one journal batch, one
 // fdatasync), then sends their messages (a leader's appends and
 // heartbeats before the save, so that its followers write while it
-// does), then applies their committed entries, then advances. A group
-// proposes its group broker's writes only while none of its entries is
-// in flight: the writes made meanwhile become its next entry (more than
-// one only past Config.MaxEntryBytes), proposed once the one before is
-// applied (group commit: every entry costs each node a save and a round
-// of messages, whatever its size). A write completes when its entry is
-// applied on this node, which is after it is committed on a majority
-// and durable here. The log lives in Junction's journal
+// does), then applies their committed entries, then advances (a
+// leader applies those already on its disk before the save). A group
+// proposes its group broker's writes only while none of its entries
+// waits for its commit: the writes made meanwhile become its next entry
+// (more than one only past Config.MaxEntryBytes), proposed as soon as
+// the one before commits (group commit: every entry costs each node a
+// save and a round of messages, whatever its size; the followers hear
+// the commit with the next entry, and the leader applies the one while
+// it saves the other). A write completes when its entry is applied on
+// this node, which is after it is committed on a majority and durable
+// here. A follower's state keeps slices of the entries it applied until
+// its next snapshot, when the records still live get memory of their
+// own (state.go). The log lives in Junction's journal
 // (cluster/raftlog), which keeps a group's entries in memory until they
 // are compacted; a group snapshots its state every
 // Config.SnapshotEntries applied entries, or sooner once its entries since
