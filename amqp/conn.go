@@ -141,11 +141,12 @@ func (c *conn) release(all bool) {
 // idle connection keeps) does nothing but wait: for data, holding no
 // buffer (internal/inbound), and for a worker, a goroutine that does the
 // connection's work (its setup, its handshake and frames until it has
-// nothing more to read, its end) and exits. Done on the connection's
-// goroutine, the handshake's work would leave every idle connection a 4
-// or 8 KiB stack where waiting fits in 2 KiB. A connection that is not
-// plain TCP (TLS, WebSocket, the one-port listener's) cannot wait
-// without a buffer: its worker reads until the end.
+// nothing more to read, its end) and returns to the pool
+// (inbound.Workers). Done on the connection's goroutine, the handshake's
+// work would leave every idle connection a 4 or 8 KiB stack where
+// waiting fits in 2 KiB. A connection that is not plain TCP (TLS,
+// WebSocket, the one-port listener's) cannot wait without a buffer: its
+// worker reads until the end.
 const (
 	workOpen  = iota // conn.open
 	workRun          // conn.work, its error in c.err

@@ -194,15 +194,16 @@ var stopDeadline = time.Unix(1, 0)
 // closing reports whether the connection is being stopped.
 func (c *conn) closing() bool { return c.stopped.Load() }
 
-// Workers. A connection's goroutine (the caller's of ServeConn, which
-// an idle connection keeps) does nothing but wait: for data, with no
-// buffer (packetReader.waitIdle), and for a worker, a goroutine that
-// does the connection's work (its setup, its packets until it has
-// nothing more to read, its end) and exits. A goroutine's stack grows
-// for the deepest call it makes and shrinks only at a garbage
-// collection, which an idle broker seldom has: done on the connection's
-// goroutine, the CONNECT's work alone would leave every idle connection
-// with a stack of 4 or 8 KiB, where waiting fits in 2 KiB.
+// Workers. A connection's goroutine (the caller's of ServeConn, which an
+// idle connection keeps) does nothing but wait: for data, with no buffer
+// (packetReader.waitIdle), and for a worker, a goroutine that does the
+// connection's work (its setup, its packets until it has nothing more to
+// read, its end) and returns to the pool (inbound.Workers). A
+// goroutine's stack grows for the deepest call it makes and shrinks only
+// at a garbage collection, which an idle broker seldom has: done on the
+// connection's goroutine, the CONNECT's work alone would leave every
+// idle connection with a stack of 4 or 8 KiB, where waiting fits in 2
+// KiB.
 const (
 	workRun   = iota // conn.open first, then conn.work, its error in c.err
 	workClose        // conn.close

@@ -178,11 +178,12 @@ const maxPendingSends = 4096
 // idle connection keeps) does nothing but wait: for data, holding no
 // buffer (internal/inbound), and for a worker, a goroutine that does the
 // connection's work (its setup, its frames until it has nothing more to
-// read, its end) and exits. Done on the connection's goroutine, the
-// CONNECT's work would leave every idle connection a 4 or 8 KiB stack
-// where waiting fits in 2 KiB. A connection that is not plain TCP (TLS,
-// WebSocket, the one-port listener's) cannot wait without a buffer: its
-// worker reads until the end.
+// read, its end) and returns to the pool (inbound.Workers). Done on the
+// connection's goroutine, the CONNECT's work would leave every idle
+// connection a 4 or 8 KiB stack where waiting fits in 2 KiB. A
+// connection that is not plain TCP (TLS, WebSocket, the one-port
+// listener's) cannot wait without a buffer: its worker reads until the
+// end.
 const (
 	workRun   = iota // conn.open first, then conn.readLoop, its error in c.err
 	workClose        // conn.close

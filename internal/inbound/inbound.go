@@ -4,10 +4,10 @@
 //
 // A front-end serves a connection in two parts: the connection's
 // goroutine (the caller of its ServeConn) only waits, in [Waiter.Wait],
-// at a depth a 2 KiB stack holds; a worker, a goroutine started for
-// each burst of data, reads and handles what has arrived and exits when
-// [Waiter.Ready] says the socket has nothing more, after giving its read
-// buffer back to a pool. A goroutine's stack grows for its deepest call
+// at a depth a 2 KiB stack holds; a worker ([Workers]: a pooled
+// goroutine, handed each burst of data) reads and handles what has
+// arrived and returns when [Waiter.Ready] says the socket has nothing
+// more, after giving its read buffer back to a pool. A goroutine's stack grows for its deepest call
 // and shrinks only at a garbage collection, which an idle broker seldom
 // has: done on the connection's goroutine, the handshake's work alone
 // would leave every idle connection a stack of 4 or 8 KiB.
