@@ -92,6 +92,9 @@ const (
 	defaultFileSize       = 16 << 20
 	defaultCatchUpEntries = 10000
 	defaultCatchUpBytes   = 16 << 20
+	// compactFromBytes: sealed files of about this many bytes start a
+	// compaction of the journal (see ensureDefaults).
+	compactFromBytes = 160 << 20
 	// journalOverhead is what a journal file needs besides one record's
 	// payload: the 4096-byte file header and two 40-byte record headers
 	// (the record and the zeroed slot or SEGMENT_END after it).
@@ -114,6 +117,26 @@ func (c *Config) ensureDefaults() error {
 	}
 	if c.FileSize < need {
 		return fmt.Errorf("raftlog: FileSize %d cannot hold an entry of MaxEntrySize %d (needs %d)", c.FileSize, c.MaxEntrySize, need)
+	}
+	// The journal's file counts suit its 10 MiB files. A raft log's
+	// files are twice its largest entry (130 MiB for a cluster whose
+	// messages may be 64 MiB), and every file is read whole at Open: with
+	// the journal's defaults (2 ready files, 8 pooled, compaction from 10
+	// sealed files) an idle node gained a file at each restart, up to 2.5
+	// GB of disk, and a restart read them all (2 s for 5 files). So the
+	// counts are bounded by bytes: about 160 MiB of sealed files before a
+	// compaction (never fewer than 3 files), and one ready file when a
+	// file is larger than the default.
+	if c.Journal.CompactMinFiles == 0 {
+		c.Journal.CompactMinFiles = max(3, int(compactFromBytes/c.FileSize))
+	}
+	if c.FileSize > defaultFileSize {
+		if c.Journal.MinFiles == 0 {
+			c.Journal.MinFiles = 1
+		}
+		if c.Journal.PoolFiles == 0 {
+			c.Journal.PoolFiles = 1
+		}
 	}
 	if c.CatchUpEntries == 0 {
 		c.CatchUpEntries = defaultCatchUpEntries
