@@ -40,13 +40,11 @@ type group struct {
 	timeoutNowAt  time.Time
 	activateAfter time.Time
 	inflight      map[uint64][]func(error) // proposal id → completions
-	// proposing: an entry was proposed that no Ready has carried yet;
-	// appendedTo: the last index of the entries this leader appended
+	// proposing: an entry was proposed that no Ready has carried yet
 	// (see canPropose).
-	proposing  bool
-	appendedTo uint64
-	proposed   map[uint64]proposal // proposal id → what was proposed (as inflight)
-	nextProp   uint64
+	proposing bool
+	proposed  map[uint64]proposal // proposal id → what was proposed (as inflight)
+	nextProp  uint64
 	// rejoining: this node came back with an empty log (Config.Join) and
 	// may have been a member that lost its data. Until it has applied
 	// what the group had committed when it heard from a leader

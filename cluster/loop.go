@@ -20,9 +20,11 @@ import (
 // brokers submitted, and then handles every group's Ready together: one
 // raftlog.Save (one fsync) for all their entries and hard states, then
 // the messages (only after the save, so that nothing is acknowledged or
-// voted that this node could forget), then the committed entries, then
-// Advance. A group's new leader activates its group broker once it has
-// applied every entry committed before its term.
+// voted that this node could forget; a leader's appends and heartbeats
+// go before it, canSendEarly), then the committed entries (a leader's
+// already on its disk before the save, applyStable), then Advance. A
+// group's new leader activates its group broker once it has applied
+// every entry committed before its term.
 
 type raftMessage = pb.Message
 
@@ -39,8 +41,17 @@ type raftMessage = pb.Message
 // them the next entry together (one Ready and one save on each instead
 // of two), and the leader applies the committed entry (completing its
 // writes) while it saves the next (handleReadies).
+//
+// "Committed" is judged against the log as saved, not against what this
+// node proposed: a leader that lost the group with entries uncommitted
+// (truncated since by the next leader) and leads it again must not wait
+// for indexes its log no longer has.
 func (g *group) canPropose() bool {
-	return g.leading && !g.proposing && g.rn.BasicStatus().HardState.GetCommit() >= g.appendedTo
+	if !g.leading || g.proposing {
+		return false
+	}
+	last, err := g.storage.LastIndex()
+	return err == nil && g.rn.BasicStatus().HardState.GetCommit() >= last
 }
 
 func (n *Node) run() {
@@ -236,8 +247,8 @@ func (n *Node) handleReadies() error {
 			continue
 		}
 		rd := g.rn.Ready()
-		if g.leading && len(rd.Entries) > 0 {
-			g.appendedTo, g.proposing = rd.Entries[len(rd.Entries)-1].GetIndex(), false
+		if len(rd.Entries) > 0 {
+			g.proposing = false // what it proposed is in this Ready
 		}
 		rds = append(rds, ready{g, rd})
 		u := raftlog.Update{Group: g.id, Entries: rd.Entries}
