@@ -62,11 +62,14 @@
 //
 // params are [Config].Params, zero-padded: what the nodes of a cluster
 // must agree on, opaque to this package. [Config].CheckParams judges the
-// peer's on both sides: the acceptor before it answers (refusing with
-// reason "params", but with its own params and a true proof), the dialer
-// once the acceptor's proof holds, so that both sides can say how they
-// differ; the dialer's error wraps [ErrMismatch]. The transport logs
-// these refusals at debug level only: CheckParams logs what it judges.
+// peer's on both sides, and only once the peer has proved the cluster
+// secret: the dialer once the acceptor's proof holds, the acceptor once
+// the dialer's does (its verdict is then reason "params"), so that
+// nothing a stranger sends is taken for a peer's parameters, and both
+// sides can say how they differ; the dialer's error wraps [ErrMismatch].
+// An acceptor's refusal before the proof carries zeros, not its params.
+// The transport logs these refusals at debug level only: CheckParams
+// logs what it judges.
 //
 // Version 1 is the same without params. An acceptor answers a version 1
 // hello in version 1, and an old acceptor refuses a version 2 hello with

@@ -241,11 +241,17 @@ func (hs *handshaker) accept(rw io.ReadWriter, binding []byte) (from uint64, lan
 		}
 	}
 	// send writes our hello with status, our parameters and our proof;
-	// a nonce and a true proof when prove, zeros otherwise.
+	// a nonce, our parameters and a true proof when prove, zeros
+	// otherwise (a refusal tells an unauthenticated dialer nothing of the
+	// cluster).
 	send := func(status reason, prove bool) error {
 		(&hello{version: v, lane: h.lane, status: status, from: hs.self, to: h.from}).marshal((*[helloLen]byte)(b.out[:]))
 		if v >= 2 {
-			copy(b.out[helloLen:n], hs.params.Load()[:])
+			if prove {
+				copy(b.out[helloLen:n], hs.params.Load()[:])
+			} else {
+				clear(b.out[helloLen:n])
+			}
 		}
 		proof := b.out[n : n+proofLen]
 		clear(proof)
@@ -278,16 +284,6 @@ func (hs *handshaker) accept(rw io.ReadWriter, binding []byte) (from uint64, lan
 		return refuse(reasonSender, fmt.Errorf("node %d is not a peer", h.from))
 	}
 
-	var theirParams []byte
-	if v >= 2 {
-		theirParams = in[helloLen:]
-	}
-	if err := hs.checkPeer(h.from, theirParams); err != nil {
-		// With our true proof, so that the dialer can believe our
-		// parameters and say how they differ from its own.
-		_ = send(reasonParams, true)
-		return h.from, h.lane, reasonParams, err
-	}
 	if err := send(reasonNone, true); err != nil {
 		return h.from, h.lane, ioReason(err), fmt.Errorf("writing the hello: %w", err)
 	}
@@ -302,6 +298,19 @@ func (hs *handshaker) accept(rw io.ReadWriter, binding []byte) (from uint64, lan
 		b.verdict[0] = byte(reasonProof)
 		_, _ = rw.Write(b.verdict[:])
 		return h.from, h.lane, reasonProof, fmt.Errorf("node %d did not prove the cluster secret", h.from)
+	}
+	// Its parameters are judged only now that it has proved the secret:
+	// judged before, a hello from anyone who can reach the port, naming
+	// a peer, would have been recorded as that peer's, and enough of
+	// them would have taken this node out of the cluster.
+	var theirParams []byte
+	if v >= 2 {
+		theirParams = in[helloLen:]
+	}
+	if err := hs.checkPeer(h.from, theirParams); err != nil {
+		b.verdict[0] = byte(reasonParams)
+		_, _ = rw.Write(b.verdict[:])
+		return h.from, h.lane, reasonParams, err
 	}
 	b.verdict[0] = byte(reasonNone)
 	if _, err := rw.Write(b.verdict[:]); err != nil {
@@ -381,21 +390,32 @@ func (hs *handshaker) dialVersion(rw io.ReadWriter, to uint64, lane Lane, bindin
 		_, _ = rw.Write(zero[:])
 		return fmt.Errorf("%w: node %d did not prove the cluster secret", ErrHandshake, to)
 	}
-	if err := hs.checkPeer(to, theirParams); err != nil {
-		// The acceptor did not refuse (it checks nothing, or judged
-		// otherwise): close without our proof.
-		return fmt.Errorf("%w: %w", ErrMismatch, err)
-	}
+	// Our proof goes whatever we think of its parameters: the acceptor
+	// judges ours only once we have proved the secret, and says so in
+	// its verdict.
+	mismatch := hs.checkPeer(to, theirParams)
 	p := hs.proof(labelDialer, out, in, binding)
 	if _, err := rw.Write(p[:]); err != nil {
 		return fmt.Errorf("writing the proof: %w", err)
 	}
 	var verdict [1]byte
 	if _, err := io.ReadFull(rw, verdict[:]); err != nil {
+		if mismatch != nil {
+			return fmt.Errorf("%w: %w", ErrMismatch, mismatch)
+		}
 		return fmt.Errorf("reading the verdict: %w", err)
 	}
-	if v := reason(verdict[0]); v != reasonNone {
+	switch v := reason(verdict[0]); {
+	case v == reasonParams && mismatch != nil:
+		return fmt.Errorf("%w: %w", ErrMismatch, mismatch)
+	case v == reasonParams:
+		return fmt.Errorf("%w: node %d refused this node's", ErrMismatch, to)
+	case v != reasonNone:
 		return fmt.Errorf("%w: %s", ErrRefused, refusalText(v))
+	case mismatch != nil:
+		// The acceptor did not refuse (it checks nothing, or judged
+		// otherwise): we close the link.
+		return fmt.Errorf("%w: %w", ErrMismatch, mismatch)
 	}
 	return nil
 }

@@ -3,6 +3,8 @@ package transport
 import (
 	"bytes"
 	"fmt"
+	"io"
+	"net"
 	"sync"
 	"testing"
 	"time"
@@ -142,5 +144,49 @@ func TestAcceptTakesAVersion1Dialer(t *testing.T) {
 	}
 	if len(judged) != 1 || judged[0] != nil {
 		t.Errorf("parameters judged: %q, want one nil", judged)
+	}
+}
+
+// A hello that names a peer but cannot prove the cluster secret has its
+// parameters judged by no one: judged before the proof, anyone who can
+// reach the port could have had a node record a peer's parameters as
+// different (and, for a majority of peers, leave the cluster), or undo a
+// real refusal with a version 1 hello.
+func TestUnprovenHelloIsNotJudged(t *testing.T) {
+	j := &paramsJudge{mine: []byte("groups=8")}
+	l := listen(t)
+	n := startNode(t, 1, l, map[uint64]string{2: "127.0.0.1:1"}, func(c *Config) {
+		c.Params, c.CheckParams = j.mine, j.check
+		c.HandshakeTimeout = time.Second
+	})
+	for i, proof := range [][]byte{nil, make([]byte, proofLen)} {
+		conn, err := net.Dial("tcp", l.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var msg [helloLen + ParamsLen]byte
+		(&hello{version: 2, lane: LaneRaft, from: 2, to: 1}).marshal((*[helloLen]byte)(msg[:helloLen]))
+		copy(msg[helloLen:], "groups=16")
+		if _, err := conn.Write(msg[:]); err != nil {
+			t.Fatal(err)
+		}
+		var answer [helloLen + ParamsLen + proofLen]byte
+		conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if _, err := io.ReadFull(conn, answer[:]); err != nil {
+			t.Fatalf("try %d: reading the acceptor's hello: %v", i, err)
+		}
+		if proof != nil {
+			// A wrong proof: the verdict says so.
+			conn.Write(proof)
+			var verdict [1]byte
+			if _, err := io.ReadFull(conn, verdict[:]); err != nil || reason(verdict[0]) != reasonProof {
+				t.Fatalf("verdict after a wrong proof: %v, %v", verdict, err)
+			}
+		}
+		conn.Close()
+	}
+	waitFor(t, 5*time.Second, "the refusals counted", func() bool { return n.Stats().Refused["proof"] > 0 })
+	if got, times := j.heard(2); times > 0 {
+		t.Fatalf("node 1 judged node 2's parameters %q from %d unproven hellos", got, times)
 	}
 }
