@@ -301,8 +301,16 @@ func TestHALiveBrokerStopsWhenItLosesTheStore(t *testing.T) {
 			}
 		}, "no such file"},
 		{"state names another holder", func(t *testing.T, dir string) {
+			// Written as a broker writes it (ha.writeState: a new file
+			// renamed over the old), not in place: the live broker reads
+			// the file every poll and could catch an in-place write half
+			// done (it then stops too, for an unreadable state).
 			data := fmt.Sprintf(`{"state":"live","node":"elsewhere","pid":1,"epoch":9,"since":%q}`, time.Now().UTC().Format(time.RFC3339Nano))
-			if err := os.WriteFile(filepath.Join(dir, ha.StateFile), []byte(data), 0o644); err != nil {
+			tmp := filepath.Join(dir, ha.StateFile+".test")
+			if err := os.WriteFile(tmp, []byte(data), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Rename(tmp, filepath.Join(dir, ha.StateFile)); err != nil {
 				t.Fatal(err)
 			}
 		}, "names elsewhere pid 1 (epoch 9)"},
