@@ -73,7 +73,7 @@ func runBench(ctx context.Context, args []string, getenv func(string) string, st
 	fs.DurationVar(&o.DialTimeout, "dial-timeout", 0, "connect and attach timeout (default 5s)")
 	asJSON := fs.Bool("json", false, "print the result as one JSON object")
 	console := fs.String("console", getenv("JUNCTION_CONSOLE"), "Junction's console `URL` or HOST:PORT, to delete the bench.<random> destination at the end "+
-		"($JUNCTION_CONSOLE; default port 8161 of the --url host); the --url credentials log in")
+		"($JUNCTION_CONSOLE; default port 8161 of the --url host); the --url credentials log in (to the default one only when the --url host is this machine)")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), benchUsage)
 		fs.PrintDefaults()
@@ -156,11 +156,8 @@ func deleteBenchDestination(ctx context.Context, o bench.Options, console string
 	if err != nil {
 		return // Normalize checked it
 	}
-	if console == "" {
-		console = net.JoinHostPort(u.Hostname(), "8161")
-	}
-	af := &adminFlags{console: console, user: u.User.Username()}
-	af.password, _ = u.User.Password()
+	af := benchConsole(u, console)
+	console = af.console
 	// Bounded, and done after a signal too (the run's context is over).
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
@@ -184,6 +181,25 @@ func deleteBenchDestination(ctx context.Context, o bench.Options, console string
 	if err != nil {
 		fmt.Fprintf(stderr, "junction bench: could not delete %s through the console at %s (it stays on the broker if the run made it): %v\n", name, console, err)
 	}
+}
+
+// benchConsole is how the bench reaches the console of the broker at u:
+// at console if given, else port 8161 of u's host. A console the user
+// named, or one on this machine, gets u's credentials; a guessed one
+// elsewhere (ActiveMQ's and Artemis's consoles use port 8161 too) gets
+// none: they would cross the network in clear HTTP to whatever listens
+// there.
+func benchConsole(u *url.URL, console string) *adminFlags {
+	af := &adminFlags{console: console}
+	guessed := console == ""
+	if guessed {
+		af.console = net.JoinHostPort(u.Hostname(), "8161")
+	}
+	if !guessed || isLoopback(af.console) {
+		af.user = u.User.Username()
+		af.password, _ = u.User.Password()
+	}
+	return af
 }
 
 // benchAddress is the address of a fresh bench destination:

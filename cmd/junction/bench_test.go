@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -368,5 +369,33 @@ func TestBenchDeletesItsQueueOnACluster(t *testing.T) {
 	err = run(ctx, []string{"queue", "stat", name, "--console", console}, func(string) string { return "" }, &st, &st)
 	if ae := (*apiError)(nil); !errors.As(err, &ae) || ae.status != http.StatusNotFound {
 		t.Fatalf("queue %s after the run: %v\n%s", name, err, st.String())
+	}
+}
+
+// The bench logs in to a console it guessed (port 8161 of the --url
+// host) only when that host is this machine: elsewhere the credentials
+// would cross the network in clear HTTP to whatever listens there
+// (ActiveMQ's and Artemis's consoles use the port too). A console the
+// user named gets them.
+func TestBenchConsoleCredentials(t *testing.T) {
+	for _, tc := range []struct {
+		url, console, wantConsole, wantUser string
+	}{
+		{"stomp://app:secret@127.0.0.1:61613", "", "127.0.0.1:8161", "app"},
+		{"amqp://app:secret@localhost:5672", "", "localhost:8161", "app"},
+		{"stomp://app:secret@[::1]:61613", "", "[::1]:8161", "app"},
+		{"stomp://app:secret@broker.example.com:61613", "", "broker.example.com:8161", ""},
+		{"amqps://app:secret@10.0.0.5:5671", "", "10.0.0.5:8161", ""},
+		{"stomp://app:secret@broker.example.com:61613", "https://broker.example.com:8443", "https://broker.example.com:8443", "app"},
+	} {
+		u, err := url.Parse(tc.url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		af := benchConsole(u, tc.console)
+		if af.console != tc.wantConsole || af.user != tc.wantUser || (tc.wantUser == "") != (af.password == "") {
+			t.Errorf("%s, console %q: console %q, user %q, password set %v; want %q, %q",
+				tc.url, tc.console, af.console, af.user, af.password != "", tc.wantConsole, tc.wantUser)
+		}
 	}
 }
