@@ -16,12 +16,14 @@ type dropRPC struct {
 	Transport
 	to      uint64
 	drop    atomic.Bool
-	dropped atomic.Int32
+	dropped atomic.Int32 // answers (kResult) dropped
 }
 
 func (d *dropRPC) Send(to uint64, lane transport.Lane, frame []byte) bool {
 	if to == d.to && lane == transport.LaneRPC && d.drop.Load() {
-		d.dropped.Add(1)
+		if len(frame) > 0 && msgKind(frame[0]) == kResult {
+			d.dropped.Add(1)
+		}
 		return false
 	}
 	return d.Transport.Send(to, lane, frame)
@@ -85,5 +87,8 @@ func TestFirstAnswerLostIsNotWaitedFor(t *testing.T) {
 	}
 	if err != nil {
 		t.Fatalf("the question, asked again, failed: %v", err)
+	}
+	if d2.dropped.Load() == before {
+		t.Fatal("node 2's answer was never dropped: the test did not test the lost first answer")
 	}
 }

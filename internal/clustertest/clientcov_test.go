@@ -283,7 +283,10 @@ func (p *heldProducer) connect() error {
 		p.nc, p.sc = nc, sc
 	case "mqtt":
 		p.mc = paho.NewClient(paho.NewClientOptions().SetClientID(fmt.Sprintf("held-%s-%d", p.queue, p.id)).SetCleanSession(true).
-			SetAutoReconnect(false).SetConnectRetry(false).SetConnectTimeout(10 * time.Second).AddBroker("tcp://" + addr))
+			// A held producer's pings go unanswered (the node stops
+			// reading it, docs/memory.md): a keep-alive longer than the
+			// test, so that paho does not give up on a slow machine.
+			SetKeepAlive(5 * time.Minute).SetAutoReconnect(false).SetConnectRetry(false).SetConnectTimeout(10 * time.Second).AddBroker("tcp://" + addr))
 		if tok := p.mc.Connect(); !tok.WaitTimeout(20*time.Second) || tok.Error() != nil {
 			return fmt.Errorf("connect: %v", tok.Error())
 		}
