@@ -233,8 +233,15 @@ func (s *Session) sendHeld() {
 		s.held[0] = heldSend{}
 		s.held = s.held[1:]
 		s.heldMu.Unlock()
-		if err != nil && h.done != nil {
+		switch {
+		case err != nil && h.done != nil:
 			h.done(err)
+		case err != nil:
+			// A send nobody waits for (not durable, its producer told
+			// at once), failed after it was held: said here, once, as
+			// nobody else will.
+			s.b.log.Warn().Err(err).Str("address", h.m.Address).Str("user", s.opts.User).
+				Msg("a held send failed once sent to its group")
 		}
 	}
 }
