@@ -30,13 +30,32 @@ func TestClusterLogBoundedByBytes(t *testing.T) {
 		}
 	}
 	cn, col := subscribe(t, s, core.ConsumerOptions{Address: "big", RoutingType: core.Anycast, Credit: 20})
-	for i := range n {
+	// In order, each once; a message again only flagged redelivered and
+	// only after a leader change (on a loaded machine the leader can lose
+	// its quorum while acknowledgements are on their way: those not
+	// committed come again, as at-least-once delivery has it).
+	again := 0
+	for next := 0; next < n; {
 		d := col.next(t)
-		if len(d.Message.Body) != size || d.Message.Body[0] != byte(i) {
-			t.Fatalf("message %d: %d bytes, first %d", i, len(d.Message.Body), d.Message.Body[0])
+		if len(d.Message.Body) != size {
+			t.Fatalf("message %d: %d bytes", next, len(d.Message.Body))
+		}
+		switch i := int(d.Message.Body[0]); {
+		case i < next && d.Redelivered():
+			again++
+		case i == next:
+			next++
+		default:
+			t.Fatalf("message %d: got %d (redelivered %v)", next, i, d.Redelivered())
 		}
 		cn.Ack(d.ID)
 		cn.SetCredit(20)
+	}
+	if again > 0 && c.disturbances() == 0 {
+		t.Fatalf("%d messages delivered again in a healthy cluster", again)
+	}
+	if again > 0 {
+		t.Logf("%d messages delivered again, flagged, after a leader change", again)
 	}
 	c.sameState(20 * time.Second)
 	// Every node applies every entry and snapshots on its own: wait for
