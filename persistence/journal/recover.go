@@ -1,9 +1,7 @@
 package journal
 
 import (
-	"errors"
 	"fmt"
-	"io"
 	"slices"
 	"strconv"
 	"strings"
@@ -32,19 +30,6 @@ type recovery struct {
 	tailOff   int64
 }
 
-func readAll(f *segFile) ([]byte, error) {
-	size, err := f.f.Size()
-	if err != nil {
-		return nil, err
-	}
-	buf := make([]byte, size)
-	n, err := f.f.ReadAt(buf, 0)
-	if err != nil && !(errors.Is(err, io.EOF) && n == len(buf)) {
-		return nil, fmt.Errorf("journal: read %s: %w", f.name, err)
-	}
-	return buf, nil
-}
-
 func parseNum(name string) (int, bool) {
 	s, ok := strings.CutSuffix(name, ".jnl")
 	if !ok || len(s) != 8 {
@@ -62,7 +47,7 @@ func (j *Journal) recover() error {
 		return fmt.Errorf("journal: %w", err)
 	}
 	var files, free []*segFile
-	bufs := map[*segFile][]byte{}
+	views := map[*segFile]*fileView{}
 	for _, n := range names {
 		num, ok := parseNum(n)
 		if !ok {
@@ -75,15 +60,15 @@ func (j *Journal) recover() error {
 			return fmt.Errorf("journal: open %s: %w", name, err)
 		}
 		f := &segFile{num: num, name: name, f: file}
-		buf, err := readAll(f)
+		v, err := openView(f)
 		if err != nil {
 			file.Close()
 			j.closeFiles(files, free)
 			return err
 		}
-		h, herr := decodeHeader(buf)
+		h, herr := decodeHeader(v.bytes(0, segHeaderUsed))
 		if herr != nil {
-			if len(buf) > segHeaderUsed && !allZero(buf[:segHeaderUsed]) {
+			if v.size > segHeaderUsed && !allZero(v.bytes(0, segHeaderUsed)) {
 				cerr := &CorruptionError{File: name, Offset: 0, Reason: herr.Error()}
 				if cfg.Recovery == Strict {
 					file.Close()
@@ -91,7 +76,7 @@ func (j *Journal) recover() error {
 					return cerr
 				}
 				if cfg.Events.OnSalvage != nil {
-					cfg.Events.OnSalvage(cerr, int64(len(buf)))
+					cfg.Events.OnSalvage(cerr, v.size)
 				}
 			}
 			f.dirty = true
@@ -101,16 +86,21 @@ func (j *Journal) recover() error {
 		f.hdr, f.seed = h, seedOf(h.gen)
 		j.nextSeq = max(j.nextSeq, h.seq+1)
 		files = append(files, f)
-		bufs[f] = buf
+		views[f] = v
 	}
 	sortFiles(files)
 	maxPayload := cfg.MaxRecordSize
 	firstValid := make([]bool, len(files))
 	lastData := -1
 	for i, f := range files {
-		buf := bufs[f]
-		if len(buf) >= segHeaderSize {
-			if _, _, err := decodeRecord(buf[segHeaderSize:], f.seed, maxPayload); err == nil {
+		v := views[f]
+		if v.size >= segHeaderSize {
+			_, _, err := v.decode(segHeaderSize, f.seed, maxPayload)
+			if v.err != nil {
+				j.closeFiles(files, free)
+				return v.err
+			}
+			if err == nil {
 				firstValid[i] = true
 				lastData = i
 			}
@@ -119,9 +109,13 @@ func (j *Journal) recover() error {
 	rc := &recovery{j: j}
 	j.st.recovering = true
 	for i, f := range files {
-		buf := bufs[f]
-		delete(bufs, f)
-		slotClean := len(buf) < segHeaderSize+recHeaderSize || allZero(buf[segHeaderSize:segHeaderSize+recHeaderSize])
+		v := views[f]
+		delete(views, f)
+		slotClean := v.size < segHeaderSize+recHeaderSize || allZero(v.bytes(segHeaderSize, recHeaderSize))
+		if v.err != nil {
+			j.closeFiles(files, free)
+			return v.err
+		}
 		if !firstValid[i] && slotClean {
 			// Free, but not necessarily empty: a crash can lose the page of
 			// the first record while later pages of the same unsynced
@@ -134,7 +128,7 @@ func (j *Journal) recover() error {
 			continue
 		}
 		j.st.files[f.hdr.seq] = f
-		if err := rc.scan(f, buf, i >= lastData); err != nil {
+		if err := rc.scan(f, v, i >= lastData); err != nil {
 			j.closeFiles(files, free)
 			return err
 		}
@@ -216,18 +210,16 @@ func (j *Journal) closeFiles(groups ...[]*segFile) {
 
 // scan reads the records of one file. last reports whether no later file
 // holds valid records.
-func (rc *recovery) scan(f *segFile, buf []byte, last bool) error {
+func (rc *recovery) scan(f *segFile, v *fileView, last bool) error {
 	j := rc.j
 	maxPayload := j.cfg.MaxRecordSize
 	off := int64(segHeaderSize)
 	lenient := true // the first record of a file (or after a resync) may skip LSNs
 	any := false
 	for {
-		var r record
-		var size int
-		err := errRecShort
-		if off <= int64(len(buf)) {
-			r, size, err = decodeRecord(buf[off:], f.seed, maxPayload)
+		r, size, err := v.decode(off, f.seed, maxPayload)
+		if v.err != nil {
+			return v.err
 		}
 		if err == nil {
 			switch {
@@ -238,7 +230,7 @@ func (rc *recovery) scan(f *segFile, buf []byte, last bool) error {
 				err = fmt.Errorf("lsn %d does not follow %d", r.lsn, rc.lastLSN)
 			}
 		}
-		if err == nil && last && durableAt(&r) < rc.durable && !proven(buf, off, r.lsn, f.seed, maxPayload) {
+		if err == nil && last && durableAt(&r) < rc.durable {
 			// A record that saw less durable than the record before it did
 			// was not written after it: it is left from an earlier use of
 			// this file with the same generation (a free file reused without
@@ -246,9 +238,20 @@ func (rc *recovery) scan(f *segFile, buf []byte, last bool) error {
 			// crash cut the newer records. Not proven synced, it is torn
 			// tail. Earlier files, and records a later one proves durable,
 			// are history and kept as they are.
-			err = fmt.Errorf("lsn %d was written when lsn %d was durable, after a record that saw %d durable", r.lsn, durableAt(&r), rc.durable)
+			buf, rerr := v.all()
+			if rerr != nil {
+				return rerr
+			}
+			if !proven(buf, off, r.lsn, f.seed, maxPayload) {
+				err = fmt.Errorf("lsn %d was written when lsn %d was durable, after a record that saw %d durable", r.lsn, durableAt(&r), rc.durable)
+			}
 		}
 		if err != nil {
+			// What follows off decides between a torn tail and damage.
+			buf, rerr := v.all()
+			if rerr != nil {
+				return rerr
+			}
 			if last && !proven(buf, off, rc.lastLSN+1, f.seed, maxPayload) {
 				// Torn tail: these bytes were never confirmed durable.
 				if tb := tornBytes(buf, off); tb > 0 && j.cfg.Events.OnTornTail != nil {
@@ -259,7 +262,7 @@ func (rc *recovery) scan(f *segFile, buf []byte, last bool) error {
 					f.dirty = true
 					return nil
 				}
-				if off+recHeaderSize <= int64(len(buf)) {
+				if off+recHeaderSize <= v.size {
 					rc.tailF, rc.tailOff = f, off
 				}
 				return nil
@@ -269,7 +272,7 @@ func (rc *recovery) scan(f *segFile, buf []byte, last bool) error {
 				return cerr
 			}
 			p, ok := resync(buf, off, rc.lastLSN, f.seed, maxPayload)
-			skipped := int64(len(buf)) - off
+			skipped := v.size - off
 			if ok {
 				skipped = p - off
 			}
@@ -280,7 +283,7 @@ func (rc *recovery) scan(f *segFile, buf []byte, last bool) error {
 				if !any {
 					delete(j.st.files, f.hdr.seq)
 					f.dirty = true
-				} else if last && off+recHeaderSize <= int64(len(buf)) {
+				} else if last && off+recHeaderSize <= v.size {
 					rc.tailF, rc.tailOff = f, off
 				}
 				return nil
