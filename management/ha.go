@@ -128,7 +128,7 @@ func (c *haCollector) Collect(ch chan<- prometheus.Metric) {
 
 // NewBackup returns the handler a backup broker serves on its console
 // listener while it waits for the store lock: /healthz (200), /readyz
-// (503 with the role), /api/v1/broker (the version, the listeners and the
+// (503 with the role and nothing else), /api/v1/broker (the version, the listeners and the
 // ha section; no queues, no journal: the backup has opened neither),
 // /metrics (junction_build_info, junction_uptime_seconds, junction_ha_*,
 // junction_http_requests_rejected_total, the Go and process collectors),
@@ -155,9 +155,12 @@ func NewBackup(cfg Config, auth *core.Broker) *Server {
 		w.Write([]byte("ok\n"))
 	})
 	s.mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		// The role only: probes answer any Host and need no login, so
+		// whom the backup waits for (host, pid, epoch) is for the API,
+		// which checks both (docs/security.md).
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		w.WriteHeader(http.StatusServiceUnavailable)
-		w.Write([]byte(cfg.HA().Describe() + "\n"))
+		w.Write([]byte(backupNotReady))
 	})
 	s.route("/broker", map[string]http.HandlerFunc{"GET": s.getBackup})
 	s.mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
@@ -166,6 +169,9 @@ func NewBackup(cfg Config, auth *core.Broker) *Server {
 	s.mux.Handle("/", consoleHandler())
 	return s
 }
+
+// backupNotReady is a backup's /readyz body.
+const backupNotReady = "not ready: backup\n"
 
 // getBackup answers /api/v1/broker on a backup: brokerJSON's shape, so
 // the console renders it, with nothing counted.

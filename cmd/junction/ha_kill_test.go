@@ -93,7 +93,10 @@ func haRound(t *testing.T, round int, procs [2]*haProc, live int, slots [2]haSlo
 	if open := accepting(backup.slot.messaging()...); len(open) > 0 {
 		t.Fatalf("round %d: the backup accepts connections on %v", round, open)
 	}
-	if code, body := httpGet(t, "http://"+backup.slot.console+"/readyz"); code != 503 || !strings.HasPrefix(body, "backup, waiting for the store lock held since ") {
+	if code, body := httpGet(t, "http://"+backup.slot.console+"/api/v1/broker"); code != 200 || !strings.Contains(body, "backup, waiting for the store lock held since ") {
+		t.Fatalf("round %d: backup's /api/v1/broker: %d %q", round, code, body)
+	}
+	if code, body := httpGet(t, "http://"+backup.slot.console+"/readyz"); code != 503 {
 		t.Fatalf("round %d: backup's /readyz: %d %q", round, code, body)
 	}
 	addrsOf := func(pick func(haSlot) string) []string {
