@@ -632,6 +632,12 @@ func TestClusterNodeCatchesUpFromSnapshot(t *testing.T) {
 			g = c.nodes[0].rlog.Stats().Groups[g.Group-1]
 		}
 	}
+	// The status (and so the metrics) says how large they are.
+	for _, g := range c.nodes[0].Status().Groups {
+		if g.SnapshotIndex == 0 || g.SnapshotBytes <= 0 {
+			t.Errorf("group %d: snapshot %d of %d bytes in the status", g.ID, g.SnapshotIndex, g.SnapshotBytes)
+		}
+	}
 	c.restart(2, false)
 	c.sameState(20 * time.Second)
 	// The node that caught up serves: a consumer of it reads everything.

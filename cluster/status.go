@@ -9,6 +9,7 @@ import (
 
 	pb "go.etcd.io/raft/v3/raftpb"
 
+	"github.com/junctionmq/junction/cluster/raftlog"
 	"github.com/junctionmq/junction/core"
 )
 
@@ -56,6 +57,11 @@ type GroupStatus struct {
 	Messages      int      `json:"messages"`
 	LeaderChanges uint64   `json:"leader_changes"`
 	SnapshotIndex uint64   `json:"snapshot_index"`
+	// SnapshotBytes is the size of the group's latest durable snapshot
+	// on this node (0: none yet); LogBytes that of the entries its log
+	// holds after it.
+	SnapshotBytes int64  `json:"snapshot_bytes"`
+	LogBytes      uint64 `json:"log_bytes"`
 	// Progress of each member's log, known where this node leads.
 	Progress map[uint64]uint64 `json:"progress,omitempty"`
 	// CommitLatency of this node's proposals while it led the group.
@@ -96,6 +102,10 @@ func (n *Node) Status() Status {
 			views[i] = v
 		}
 	})
+	stored := map[uint64]raftlog.GroupStats{}
+	for _, s := range n.rlog.Stats().Groups {
+		stored[s.Group] = s
+	}
 	for i, g := range n.groups {
 		msgs, _, _ := g.state.stats()
 		commit, applied := g.commit.Load(), g.applied.Load()
@@ -103,6 +113,7 @@ func (n *Node) Status() Status {
 			ID: g.id, Leader: g.lead.Load(), Term: g.term.Load(), Commit: commit, Applied: applied,
 			Active: g.isActive.Load(), Messages: msgs, LeaderChanges: g.leaderChanges.Load(),
 			CommitLatency: g.commitNanos.snapshot(),
+			SnapshotBytes: stored[g.id].SnapshotSize, LogBytes: stored[g.id].Bytes,
 		}
 		if commit > applied {
 			gs.ApplyLag = commit - applied

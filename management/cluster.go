@@ -45,7 +45,8 @@ type ClusterGroupMetrics struct {
 	Term, Commit        uint64
 	ApplyLag            uint64
 	Messages            int
-	SnapshotBytes       int64
+	SnapshotBytes       int64     // the latest durable snapshot's size on this node
+	LogBytes            uint64    // the entries the group's log holds after it
 	CommitLatencyBounds []float64 // seconds, increasing
 	CommitLatencyCounts []uint64  // per bucket; one more than bounds (above the last)
 	CommitLatencySum    float64
@@ -113,7 +114,7 @@ func (s *Server) removeMember(w http.ResponseWriter, r *http.Request) {
 type clusterCollector struct {
 	c ClusterAdmin
 
-	leader, leaderChanges, term, commit, applyLag, messages, forwarded, fenced, linkResets, commitLatency *prometheus.Desc
+	leader, leaderChanges, term, commit, applyLag, messages, snapshotBytes, logBytes, forwarded, fenced, linkResets, commitLatency *prometheus.Desc
 }
 
 func newClusterCollector(c ClusterAdmin) *clusterCollector {
@@ -127,6 +128,8 @@ func newClusterCollector(c ClusterAdmin) *clusterCollector {
 		commit:        d("group_commit_index", "The group's commit index as this node knows it.", "group"),
 		applyLag:      d("apply_lag_entries", "Committed entries of the group not yet applied on this node.", "group"),
 		messages:      d("group_messages", "Live message records in the group's state on this node.", "group"),
+		snapshotBytes: d("snapshot_bytes", "Size of the group's latest durable snapshot on this node (0: none yet).", "group"),
+		logBytes:      d("log_bytes", "Size of the entries the group's Raft log holds on this node after its latest snapshot.", "group"),
 		forwarded:     d("forwarded_total", "Client operations forwarded between nodes: out (sent by this node's clients to other nodes' groups) and in (served here for other nodes).", "direction"),
 		fenced:        d("fenced_connections_total", "Client connections this node reset because it lost the majority's contact while they held deliveries another node may make again (the fence)."),
 		linkResets:    d("link_resets_total", "Times this node reset its forwarding link with a peer (a frame lost, a restarted or silent peer): operations in flight on it failed as unknown and its consumers re-attached."),
@@ -135,7 +138,7 @@ func newClusterCollector(c ClusterAdmin) *clusterCollector {
 }
 
 func (c *clusterCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.leader, c.leaderChanges, c.term, c.commit, c.applyLag, c.messages, c.forwarded, c.fenced, c.linkResets, c.commitLatency} {
+	for _, d := range []*prometheus.Desc{c.leader, c.leaderChanges, c.term, c.commit, c.applyLag, c.messages, c.snapshotBytes, c.logBytes, c.forwarded, c.fenced, c.linkResets, c.commitLatency} {
 		ch <- d
 	}
 }
@@ -161,6 +164,8 @@ func (c *clusterCollector) Collect(ch chan<- prometheus.Metric) {
 		v(c.commit, prometheus.GaugeValue, float64(g.Commit), id)
 		v(c.applyLag, prometheus.GaugeValue, float64(g.ApplyLag), id)
 		v(c.messages, prometheus.GaugeValue, float64(g.Messages), id)
+		v(c.snapshotBytes, prometheus.GaugeValue, float64(g.SnapshotBytes), id)
+		v(c.logBytes, prometheus.GaugeValue, float64(g.LogBytes), id)
 		buckets := make(map[float64]uint64, len(g.CommitLatencyBounds))
 		var cum uint64
 		for i, b := range g.CommitLatencyBounds {

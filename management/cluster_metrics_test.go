@@ -25,7 +25,8 @@ func TestClusterMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := fakeCluster{management.ClusterMetrics{ForwardedOut: 7, ForwardedIn: 5, FencedConnections: 3, LinkResets: 2}}
+	c := fakeCluster{management.ClusterMetrics{ForwardedOut: 7, ForwardedIn: 5, FencedConnections: 3, LinkResets: 2,
+		Groups: []management.ClusterGroupMetrics{{ID: 2, SnapshotBytes: 4096, LogBytes: 1234}}}}
 	srv := httptest.NewServer(management.New(management.Config{Cluster: c}, b))
 	t.Cleanup(func() {
 		srv.Close()
@@ -42,6 +43,8 @@ func TestClusterMetrics(t *testing.T) {
 		`junction_cluster_forwarded_total{direction="in"} 5`,
 		"junction_cluster_fenced_connections_total 3",
 		"junction_cluster_link_resets_total 2",
+		`junction_cluster_snapshot_bytes{group="2"} 4096`,
+		`junction_cluster_log_bytes{group="2"} 1234`,
 	} {
 		if !strings.Contains(string(raw), want) {
 			t.Errorf("no %s in /metrics", want)

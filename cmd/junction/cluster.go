@@ -256,6 +256,7 @@ func (a clusterAdmin) Metrics() management.ClusterMetrics {
 		m.Groups = append(m.Groups, management.ClusterGroupMetrics{
 			ID: g.ID, Leader: g.ID != 0 && g.Leader == st.NodeID, LeaderChanges: g.LeaderChanges,
 			Term: g.Term, Commit: g.Commit, ApplyLag: g.ApplyLag, Messages: g.Messages,
+			SnapshotBytes: g.SnapshotBytes, LogBytes: g.LogBytes,
 			CommitLatencyBounds: secondsOf(g.CommitLatency.Bounds), CommitLatencyCounts: g.CommitLatency.Counts,
 			CommitLatencySum: g.CommitLatency.Sum.Seconds(), CommitLatencyCount: g.CommitLatency.Count,
 		})
