@@ -402,13 +402,16 @@ func connsIdle(ctx context.Context, cfg *connsConfig) (*connsResult, error) {
 		return nil, err
 	}
 	// A read that times out means the connection is still open (the
-	// broker sends nothing to an idle client without heart-beats).
+	// broker sends nothing to an idle client without heart-beats), and so
+	// does one that reads a byte: ActiveMQ and RabbitMQ end a STOMP frame
+	// with an EOL after its NUL, left unread by the handshake. An end of
+	// file or another error is a connection the broker closed.
 	var closed atomic.Int64
 	parallel(len(conns), cfg.conc, time.Now().Add(time.Minute), func(i int) error {
 		nc := conns[i]
 		nc.SetReadDeadline(time.Now().Add(time.Millisecond))
 		var one [1]byte
-		if _, err := nc.Read(one[:]); !errors.Is(err, os.ErrDeadlineExceeded) {
+		if n, err := nc.Read(one[:]); n == 0 && !errors.Is(err, os.ErrDeadlineExceeded) {
 			closed.Add(1)
 		}
 		nc.SetReadDeadline(time.Time{})
