@@ -266,6 +266,14 @@ func decodeJob(id uint64, p []byte) (*schedJob, error) {
 // first job (schedSessLocked): a broker that never has one never holds
 // it. An access broker (cluster mode) keeps no jobs: its groups' brokers
 // do.
+//
+// A job's copies due while the broker was down are sent now, except a
+// cron job's: a cron job whose next copy's time has passed (its entry
+// matched while the broker was down, or a burst was cut short by the
+// stop) resumes at its entry's next match, a new burst; the copies it
+// missed are not sent. Its record is left as it is: a start before that
+// match resumes it there again, and the match's first copy writes the
+// job's new state.
 func (b *Broker) startScheduler(clock schedClock) error {
 	if clock == nil {
 		clock = realClock{}
@@ -286,6 +294,7 @@ func (b *Broker) startScheduler(clock schedClock) error {
 	if _, err := b.schedSessLocked(); err != nil {
 		return err
 	}
+	now := clock.Now()
 	for _, r := range recs {
 		id, err := strconv.ParseUint(r.Key, 10, 64)
 		if err != nil {
@@ -294,6 +303,15 @@ func (b *Broker) startScheduler(clock schedClock) error {
 		j, err := decodeJob(id, r.Value)
 		if err != nil {
 			return err
+		}
+		if j.spec.cron != nil && j.due().Before(now) {
+			next := j.spec.cron.next(now)
+			if next.IsZero() {
+				// It never matches again: done, without a copy.
+				b.setClientRecord(schedulerClientID, r.Key, nil, nil)
+				continue
+			}
+			j.k, j.base = 0, next
 		}
 		b.sched.jobs[id] = j
 		b.armLocked(j)

@@ -397,3 +397,69 @@ func TestCronJobFiresAtItsMatches(t *testing.T) {
 	clk.advanceTo(t, at("12:00:00"))
 	col.none(t, 20*time.Millisecond)
 }
+
+// A cron job resumes at its entry's next match after a restart
+// (docs/artemis-features.md): the copies its matches would have sent
+// while the broker was down are not sent at start, whether the stop
+// fell between matches or cut a burst short; a burst whose next copy is
+// still to come when the broker starts again goes on.
+func TestCronJobResumesAtItsNextMatchAfterRestart(t *testing.T) {
+	at := func(hms string) time.Time {
+		tm, err := time.ParseInLocation(time.DateTime, "2026-12-01 "+hms, time.Local)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tm
+	}
+	msgs, bindings := newMemJournal(), newMemJournal()
+	// Each run: a broker on the journals with a clock from start, and a
+	// consumer. The copies are not durable: a run's do not come back in
+	// the next (the job is journaled whatever its message).
+	run := func(start string) (*Broker, *Session, *collector, *fakeClock) {
+		clk := newFakeClock(at(start))
+		b := clockedBroker(t, clk, msgs, bindings)
+		s := newSession(t, b, "")
+		_, col := subscribe(t, s, ConsumerOptions{Address: "cron", RoutingType: Anycast, Credit: 1000})
+		return b, s, col, clk
+	}
+	b, s, col, clk := run("10:00:30")
+	// Bursts of two copies a minute apart, at minutes 0, 15, 30, 45.
+	m := schedMsg("cron", "tick", map[string]any{PropScheduledCron: "*/15 * * * *", PropScheduledRepeat: "1", PropScheduledPeriod: "60000", "k": "v"})
+	m.Durable = false
+	if err := s.Send(context.Background(), m); err != nil {
+		t.Fatal(err)
+	}
+	clk.advanceTo(t, at("10:15:00"))
+	expect(t, b, col, 1, 1, at("10:16:00"))
+	s.Close()
+	b.Close()
+
+	// Back before the burst's second copy: it comes at its time.
+	b, s, col, clk = run("10:15:30")
+	expect(t, b, col, 0, 1, at("10:16:00"))
+	clk.advanceTo(t, at("10:16:00"))
+	expect(t, b, col, 1, 2, at("10:30:00"))
+	clk.advanceTo(t, at("10:30:00"))
+	expect(t, b, col, 1, 3, at("10:31:00"))
+	s.Close()
+	b.Close()
+
+	// Down from 10:30 to 11:20: the rest of the 10:30 burst, and the
+	// matches 10:45, 11:00 and 11:15, are not sent, at start or later.
+	b, s, col, clk = run("11:20:10")
+	clk.advanceTo(t, at("11:20:10")) // a timer due now would run
+	expect(t, b, col, 0, 3, at("11:30:00"))
+	clk.advanceTo(t, at("11:29:59"))
+	expect(t, b, col, 0, 3, at("11:30:00"))
+	clk.advanceTo(t, at("11:31:00"))
+	expect(t, b, col, 2, 5, at("11:45:00"))
+	s.Close()
+	b.Close()
+
+	// Down between matches: the same.
+	b, _, col, clk = run("13:07:00")
+	clk.advanceTo(t, at("13:07:00"))
+	expect(t, b, col, 0, 5, at("13:15:00"))
+	clk.advanceTo(t, at("13:16:00"))
+	expect(t, b, col, 2, 7, at("13:30:00"))
+}
