@@ -93,6 +93,10 @@ type Config struct {
 	// VirtualTopics turns on ActiveMQ's virtual topics (divert.go).
 	Diverts       []Divert
 	VirtualTopics bool
+
+	// schedClock is the scheduler's clock (schedule.go); nil: the real
+	// one. Tests set a fake one.
+	schedClock schedClock
 }
 
 // Broker routes messages from producers to queues and from queues to
@@ -257,7 +261,7 @@ func New(cfg Config) (*Broker, error) {
 		}
 	}
 	// After the diverts: a repeating message's copies go through them.
-	if err := b.startScheduler(); err != nil {
+	if err := b.startScheduler(cfg.schedClock); err != nil {
 		return nil, err
 	}
 	if cfg.Disk.Usage != nil {

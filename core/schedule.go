@@ -155,7 +155,7 @@ type schedJob struct {
 	base  time.Time // the burst's start: the first time, or the cron match
 	k     uint64    // copies sent in the burst
 	fired uint64    // copies sent in all
-	timer *time.Timer
+	timer schedTimer
 	busy  bool // a copy is being committed
 	// cancelled while busy: the commit under way writes the job's
 	// record, so fire deletes it once that is done.
@@ -190,10 +190,33 @@ func (j *schedJob) advance(now time.Time) bool {
 // scheduler holds the jobs.
 type scheduler struct {
 	mu     sync.Mutex
+	clock  schedClock // set by startScheduler, never changed
 	jobs   map[uint64]*schedJob
 	sess   *Session // holds schedulerClientID; nil until started
 	closed bool
 }
+
+// schedClock is the time the scheduler keeps its jobs by: realClock but
+// in tests, which move a fake one on (Config.schedClock) to see a cron
+// job fire without waiting for its minutes.
+type schedClock interface {
+	Now() time.Time
+	// AfterFunc calls f in its own goroutine once d has passed, as
+	// time.AfterFunc does.
+	AfterFunc(d time.Duration, f func()) schedTimer
+}
+
+// schedTimer is a timer of a schedClock (a *time.Timer of realClock).
+type schedTimer interface {
+	Stop() bool
+	Reset(d time.Duration) bool
+}
+
+type realClock struct{}
+
+func (realClock) Now() time.Time { return time.Now() }
+
+func (realClock) AfterFunc(d time.Duration, f func()) schedTimer { return time.AfterFunc(d, f) }
 
 // encodeJob writes j's state and message for its client record.
 func encodeJob(j *schedJob) []byte {
@@ -238,11 +261,26 @@ func decodeJob(id uint64, p []byte) (*schedJob, error) {
 	return j, nil
 }
 
-// startScheduler arms the jobs a previous run left in the journal. The
-// scheduler's session is opened with the first job (schedSessLocked): a
-// broker that never has one never holds it. An access broker (cluster
-// mode) keeps no jobs: its groups' brokers do.
-func (b *Broker) startScheduler() error {
+// startScheduler arms the jobs a previous run left in the journal, by
+// clock (nil: the real one). The scheduler's session is opened with the
+// first job (schedSessLocked): a broker that never has one never holds
+// it. An access broker (cluster mode) keeps no jobs: its groups' brokers
+// do.
+//
+// A job's copies due while the broker was down are sent now, except a
+// cron job's: a cron job whose next copy's time has passed (its entry
+// matched while the broker was down, or a burst was cut short by the
+// stop) resumes at its entry's next match, a new burst; the copies it
+// missed are not sent. Its record is left as it is: a start before that
+// match resumes it there again, and the match's first copy writes the
+// job's new state.
+func (b *Broker) startScheduler(clock schedClock) error {
+	if clock == nil {
+		clock = realClock{}
+	}
+	b.sched.mu.Lock()
+	b.sched.clock = clock
+	b.sched.mu.Unlock()
 	if b.cluster != nil {
 		return nil
 	}
@@ -256,6 +294,7 @@ func (b *Broker) startScheduler() error {
 	if _, err := b.schedSessLocked(); err != nil {
 		return err
 	}
+	now := clock.Now()
 	for _, r := range recs {
 		id, err := strconv.ParseUint(r.Key, 10, 64)
 		if err != nil {
@@ -264,6 +303,15 @@ func (b *Broker) startScheduler() error {
 		j, err := decodeJob(id, r.Value)
 		if err != nil {
 			return err
+		}
+		if j.spec.cron != nil && j.due().Before(now) {
+			next := j.spec.cron.next(now)
+			if next.IsZero() {
+				// It never matches again: done, without a copy.
+				b.setClientRecord(schedulerClientID, r.Key, nil, nil)
+				continue
+			}
+			j.k, j.base = 0, next
 		}
 		b.sched.jobs[id] = j
 		b.armLocked(j)
@@ -304,9 +352,9 @@ func (b *Broker) armLocked(j *schedJob) {
 	if b.sched.closed {
 		return
 	}
-	d := time.Until(j.due())
+	d := j.due().Sub(b.sched.clock.Now())
 	if j.timer == nil {
-		j.timer = time.AfterFunc(d, func() { b.fire(j) })
+		j.timer = b.sched.clock.AfterFunc(d, func() { b.fire(j) })
 	} else {
 		j.timer.Reset(d)
 	}
@@ -319,11 +367,13 @@ type txDup struct {
 	e       *dupEntry
 }
 
-// addJob keeps m as a repeating job; done (if not nil) is called once
-// the job is in the journal. A duplicate id (dedup.go) is checked as for
-// any send, and written with the job in one journal transaction: a
-// producer that sends the message again does not start a second job.
-func (b *Broker) addJob(m *Message, spec *jobSpec, now time.Time, done func(error)) error {
+// addJob keeps m as a repeating job, starting now by the scheduler's
+// clock; done (if not nil) is called once the job is in the journal. A
+// duplicate id (dedup.go) is checked as for any send, and written with
+// the job in one journal transaction: a producer that sends the message
+// again does not start a second job.
+func (b *Broker) addJob(m *Message, spec *jobSpec, done func(error)) error {
+	now := b.sched.clock.Now()
 	j := &schedJob{id: m.ID, tmpl: m, spec: *spec, base: now}
 	if !m.DeliveryTime.IsZero() && spec.cron == nil {
 		j.base = m.DeliveryTime
@@ -384,7 +434,7 @@ func (b *Broker) fire(j *schedJob) {
 		return
 	}
 	j.busy = true
-	now := time.Now()
+	now := b.sched.clock.Now()
 	c := j.copyOf()
 	next := *j
 	more := next.advance(now)

@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 )
@@ -234,4 +235,231 @@ func TestRepeatingMessageSentCountsDelivered(t *testing.T) {
 		}
 	}
 	col.none(t, 50*time.Millisecond)
+}
+
+// fakeClock is a scheduler clock (schedClock) that moves only when the
+// test moves it: advanceTo runs the timers due, one by one in the order
+// of their times, each with the clock at its time, in the test's
+// goroutine (a timer set meanwhile runs too if it is due).
+type fakeClock struct {
+	mu     sync.Mutex
+	now    time.Time
+	timers []*fakeTimer
+}
+
+type fakeTimer struct {
+	c      *fakeClock
+	at     time.Time
+	f      func()
+	active bool
+}
+
+func newFakeClock(now time.Time) *fakeClock { return &fakeClock{now: now} }
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) AfterFunc(d time.Duration, f func()) schedTimer {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	tm := &fakeTimer{c: c, at: c.now.Add(d), f: f, active: true}
+	c.timers = append(c.timers, tm)
+	return tm
+}
+
+func (tm *fakeTimer) Stop() bool {
+	tm.c.mu.Lock()
+	defer tm.c.mu.Unlock()
+	was := tm.active
+	tm.active = false
+	return was
+}
+
+func (tm *fakeTimer) Reset(d time.Duration) bool {
+	tm.c.mu.Lock()
+	defer tm.c.mu.Unlock()
+	was := tm.active
+	tm.at, tm.active = tm.c.now.Add(d), true
+	return was
+}
+
+func (c *fakeClock) advanceTo(t *testing.T, to time.Time) {
+	t.Helper()
+	for range 10000 {
+		c.mu.Lock()
+		var first *fakeTimer
+		for _, tm := range c.timers {
+			if tm.active && !tm.at.After(to) && (first == nil || tm.at.Before(first.at)) {
+				first = tm
+			}
+		}
+		if first == nil {
+			if to.After(c.now) {
+				c.now = to
+			}
+			c.mu.Unlock()
+			return
+		}
+		first.active = false
+		if first.at.After(c.now) {
+			c.now = first.at
+		}
+		c.mu.Unlock()
+		first.f()
+	}
+	t.Fatal("timers still due after 10000 runs")
+}
+
+// clockedBroker is a broker whose scheduler runs by clk, on journals
+// msgs and bindings (nil: none).
+func clockedBroker(t *testing.T, clk *fakeClock, msgs, bindings *memJournal) *Broker {
+	t.Helper()
+	cfg := Config{ExpiryScanInterval: -1, schedClock: clk}
+	if msgs != nil {
+		cfg.Messages, cfg.Bindings = msgs, bindings
+	}
+	b, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return b
+}
+
+// job is the only job of b.
+func job(t *testing.T, b *Broker) ScheduledJob {
+	t.Helper()
+	jobs := b.ScheduledJobs()
+	if len(jobs) != 1 {
+		t.Fatalf("jobs %+v, want one", jobs)
+	}
+	return jobs[0]
+}
+
+// expect checks that col gets n copies of the job's message, no more,
+// and that the job (one of b) has sent sent copies and is next due at
+// next.
+func expect(t *testing.T, b *Broker, col *collector, n int, sent uint64, next time.Time) {
+	t.Helper()
+	for range n {
+		if d := col.next(t); body(d) != "tick" || d.Message.Properties[PropScheduledCron] != nil || d.Message.Properties["k"] != "v" {
+			t.Fatalf("copy %q %v", body(d), d.Message.Properties)
+		}
+	}
+	col.none(t, 20*time.Millisecond)
+	if j := job(t, b); j.Sent != sent || !j.Next.Equal(next) {
+		t.Fatalf("job sent %d, next %v; want %d, %v", j.Sent, j.Next.Format(time.DateTime), sent, next.Format(time.DateTime))
+	}
+}
+
+// A cron job fires at each match of its entry: a burst of repeat+1
+// copies, after its delay, period apart; then it waits for the next
+// match, and catches up each match it passes as it runs (on a clock
+// the test moves on: no real minutes waited).
+func TestCronJobFiresAtItsMatches(t *testing.T) {
+	at := func(hms string) time.Time {
+		tm, err := time.ParseInLocation(time.DateTime, "2026-12-01 "+hms, time.Local)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tm
+	}
+	clk := newFakeClock(at("10:00:30"))
+	b := clockedBroker(t, clk, nil, nil)
+	s := newSession(t, b, "")
+	_, col := subscribe(t, s, ConsumerOptions{Address: "cron", RoutingType: Anycast, Credit: 1000})
+	// At minutes 0, 15, 30 and 45: three copies, 5 s after the match
+	// and then a second apart.
+	if err := s.Send(context.Background(), schedMsg("cron", "tick", map[string]any{PropScheduledCron: "*/15 * * * *",
+		PropScheduledDelay: "5000", PropScheduledRepeat: "2", PropScheduledPeriod: "1000", "k": "v"})); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, b, col, 0, 0, at("10:15:05"))
+	clk.advanceTo(t, at("10:15:04.999"))
+	expect(t, b, col, 0, 0, at("10:15:05"))
+	clk.advanceTo(t, at("10:15:05"))
+	expect(t, b, col, 1, 1, at("10:15:06"))
+	clk.advanceTo(t, at("10:15:06.5"))
+	expect(t, b, col, 1, 2, at("10:15:07"))
+	clk.advanceTo(t, at("10:15:07"))
+	expect(t, b, col, 1, 3, at("10:30:05")) // the burst is done
+	clk.advanceTo(t, at("10:30:04"))
+	expect(t, b, col, 0, 3, at("10:30:05"))
+	// Three matches passed at once (10:30, 10:45, 11:00): a burst each.
+	clk.advanceTo(t, at("11:00:10"))
+	expect(t, b, col, 9, 12, at("11:15:05"))
+	if err := b.CancelJob(job(t, b).ID); err != nil {
+		t.Fatal(err)
+	}
+	clk.advanceTo(t, at("12:00:00"))
+	col.none(t, 20*time.Millisecond)
+}
+
+// A cron job resumes at its entry's next match after a restart
+// (docs/artemis-features.md): the copies its matches would have sent
+// while the broker was down are not sent at start, whether the stop
+// fell between matches or cut a burst short; a burst whose next copy is
+// still to come when the broker starts again goes on.
+func TestCronJobResumesAtItsNextMatchAfterRestart(t *testing.T) {
+	at := func(hms string) time.Time {
+		tm, err := time.ParseInLocation(time.DateTime, "2026-12-01 "+hms, time.Local)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tm
+	}
+	msgs, bindings := newMemJournal(), newMemJournal()
+	// Each run: a broker on the journals with a clock from start, and a
+	// consumer. The copies are not durable: a run's do not come back in
+	// the next (the job is journaled whatever its message).
+	run := func(start string) (*Broker, *Session, *collector, *fakeClock) {
+		clk := newFakeClock(at(start))
+		b := clockedBroker(t, clk, msgs, bindings)
+		s := newSession(t, b, "")
+		_, col := subscribe(t, s, ConsumerOptions{Address: "cron", RoutingType: Anycast, Credit: 1000})
+		return b, s, col, clk
+	}
+	b, s, col, clk := run("10:00:30")
+	// Bursts of two copies a minute apart, at minutes 0, 15, 30, 45.
+	m := schedMsg("cron", "tick", map[string]any{PropScheduledCron: "*/15 * * * *", PropScheduledRepeat: "1", PropScheduledPeriod: "60000", "k": "v"})
+	m.Durable = false
+	if err := s.Send(context.Background(), m); err != nil {
+		t.Fatal(err)
+	}
+	clk.advanceTo(t, at("10:15:00"))
+	expect(t, b, col, 1, 1, at("10:16:00"))
+	s.Close()
+	b.Close()
+
+	// Back before the burst's second copy: it comes at its time.
+	b, s, col, clk = run("10:15:30")
+	expect(t, b, col, 0, 1, at("10:16:00"))
+	clk.advanceTo(t, at("10:16:00"))
+	expect(t, b, col, 1, 2, at("10:30:00"))
+	clk.advanceTo(t, at("10:30:00"))
+	expect(t, b, col, 1, 3, at("10:31:00"))
+	s.Close()
+	b.Close()
+
+	// Down from 10:30 to 11:20: the rest of the 10:30 burst, and the
+	// matches 10:45, 11:00 and 11:15, are not sent, at start or later.
+	b, s, col, clk = run("11:20:10")
+	clk.advanceTo(t, at("11:20:10")) // a timer due now would run
+	expect(t, b, col, 0, 3, at("11:30:00"))
+	clk.advanceTo(t, at("11:29:59"))
+	expect(t, b, col, 0, 3, at("11:30:00"))
+	clk.advanceTo(t, at("11:31:00"))
+	expect(t, b, col, 2, 5, at("11:45:00"))
+	s.Close()
+	b.Close()
+
+	// Down between matches: the same.
+	b, _, col, clk = run("13:07:00")
+	clk.advanceTo(t, at("13:07:00"))
+	expect(t, b, col, 0, 5, at("13:15:00"))
+	clk.advanceTo(t, at("13:16:00"))
+	expect(t, b, col, 2, 7, at("13:30:00"))
 }

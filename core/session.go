@@ -227,7 +227,7 @@ func (s *Session) send(ctx context.Context, m *Message, done func(error)) error 
 			if _, err := s.b.resolve(m, s); err != nil {
 				return err
 			}
-			if err := s.b.addJob(m, spec, now, done); err != nil {
+			if err := s.b.addJob(m, spec, done); err != nil {
 				return err
 			}
 			s.countIn(1, len(m.Body))
