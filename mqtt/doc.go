@@ -23,8 +23,10 @@
 //   - Goroutines (conn.go): the connection's goroutine only waits, for
 //     data and for a worker, a goroutine that handles what has arrived
 //     and exits once the connection has nothing more to read. An idle
-//     connection costs that one goroutine, with the small stack waiting
-//     needs.
+//     plain TCP connection costs that one goroutine, with the small stack
+//     waiting needs. Over TLS, WebSockets or the one port the bytes are
+//     not the socket's (internal/inbound): the worker stays, blocked in
+//     its read with its buffer, two goroutines in all.
 //   - Writing: everything the connection sends goes through an
 //     internal/outbound Writer, which gathers a burst (deliveries,
 //     acknowledgements) into one write and runs a goroutine only while

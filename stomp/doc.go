@@ -4,9 +4,12 @@
 //
 // [Server.ServeConn] owns one connection. It reads frames with a bounded
 // reader (package stomp/internal/wire: limits on frame size, header count
-// and header length are checked before anything is allocated), and a
-// writer goroutine coalesces outgoing frames, flushing when nothing more
-// is queued. The first frame must be CONNECT or STOMP; the server
+// and header length are checked before anything is allocated), and an
+// internal/outbound Writer coalesces outgoing frames, running a goroutine
+// only while there is something to write. On plain TCP an idle
+// connection holds no read buffer and one goroutine, which only waits
+// (internal/inbound); over TLS, WebSockets or the one port a worker stays
+// blocked in its read with its buffer. The first frame must be CONNECT or STOMP; the server
 // negotiates the version (the highest both sides accept), heart-beats and
 // identity, and opens a [core.Session]. Any protocol violation gets an
 // ERROR frame with a message header and a body saying what was wrong, and
