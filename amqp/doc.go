@@ -26,9 +26,9 @@
 // goroutine only waits for data, holding no buffer (internal/inbound);
 // a worker goroutine reads and handles what has arrived, with read
 // buffers from a pool, and exits; the write side (internal/outbound)
-// runs a goroutine only while there is something to write. Over TLS,
-// WebSockets or the one port the bytes are not the socket's: the worker
-// stays, blocked in its read with its buffer.
+// runs a goroutine only while there is something to write. The same on
+// the one port. Over TLS or WebSockets the bytes are not the socket's:
+// the worker stays, blocked in its read with its buffer.
 //
 // # Large messages
 //

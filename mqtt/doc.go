@@ -24,7 +24,8 @@
 //     data and for a worker, a goroutine that handles what has arrived
 //     and exits once the connection has nothing more to read. An idle
 //     plain TCP connection costs that one goroutine, with the small stack
-//     waiting needs. Over TLS, WebSockets or the one port the bytes are
+//     waiting needs (on the one port too, once the bytes its detection
+//     read ahead are handed out). Over TLS or WebSockets the bytes are
 //     not the socket's (internal/inbound): the worker stays, blocked in
 //     its read with its buffer, two goroutines in all.
 //   - Writing: everything the connection sends goes through an

@@ -58,6 +58,9 @@ var errMalformedLength = errors.New("mqtt: malformed remaining length")
 type packetReader struct {
 	nc  net.Conn
 	raw syscall.RawConn // nil: not plain TCP, reads block in nc.Read
+	// replay is nc when it replays bytes the one port read ahead of its
+	// socket (raw's); nil otherwise.
+	replay inwait.Replayer
 	// rawFill's and tryRaw's callbacks, and what they read.
 	rawFn  func(fd uintptr) bool
 	tryFn  func(fd uintptr) bool
@@ -109,9 +112,18 @@ func newPacketReader(nc net.Conn) *packetReader {
 // init sets pr up to read nc.
 func (pr *packetReader) init(nc net.Conn) {
 	pr.nc = nc
-	// Only a plain TCP connection: a wrapper's SyscallConn would bypass
-	// what it holds itself (bytes it peeked, TLS records).
-	if tc, ok := nc.(*net.TCPConn); ok {
+	// Only a plain TCP connection, or one that replays bytes the one
+	// port read ahead (handed out first, replayFill): another wrapper's
+	// SyscallConn would bypass what it holds itself (TLS records).
+	socket := nc
+	r, replays := nc.(inwait.Replayer)
+	if replays {
+		socket = r.NetConn()
+	}
+	if tc, ok := socket.(*net.TCPConn); ok {
+		if replays {
+			pr.replay = r
+		}
 		pr.raw, _ = tc.SyscallConn()
 		// Made here (in a worker), not in waitIdle's goroutine: making
 		// them allocates.
@@ -273,6 +285,9 @@ func (pr *packetReader) fill() error {
 		pr.release()
 		pr.r, pr.w = 0, 0
 		if pr.raw != nil {
+			if pr.replay != nil && pr.replay.Buffered() > 0 {
+				return pr.replayFill()
+			}
 			if pr.yield && pr.answered {
 				pr.answered = false
 				if err := pr.setDeadline(); err != nil {
@@ -411,6 +426,22 @@ func (pr *packetReader) readNow(fd uintptr) bool {
 	}
 	pr.rawBuf, pr.rawN, pr.rawErr = p, n, err
 	return true
+}
+
+// replayFill hands out, in a pooled buffer, the bytes the one port read
+// ahead of the socket's (Buffered() > 0: the Read takes only those).
+func (pr *packetReader) replayFill() error {
+	p := readPool.Get().(*[readBufSize]byte)
+	n, err := pr.replay.Read(p[:])
+	if err != nil || n <= 0 {
+		readPool.Put(p)
+		if err == nil {
+			err = io.ErrNoProgress
+		}
+		return err
+	}
+	pr.pooled, pr.buf, pr.r, pr.w = p, p[:], 0, n
+	return nil
 }
 
 // rawFill waits until the socket is readable, holding no buffer, then

@@ -8,10 +8,11 @@
 // internal/outbound Writer coalesces outgoing frames, running a goroutine
 // only while there is something to write. On plain TCP an idle
 // connection holds no read buffer and one goroutine, which only waits
-// (internal/inbound); over TLS, WebSockets or the one port a worker stays
-// blocked in its read with its buffer. The first frame must be CONNECT or STOMP; the server
-// negotiates the version (the highest both sides accept), heart-beats and
-// identity, and opens a [core.Session]. Any protocol violation gets an
+// (internal/inbound), on the one port too; over TLS or WebSockets a
+// worker stays blocked in its read with its buffer. The first frame must
+// be CONNECT or STOMP; the server negotiates the version (the highest
+// both sides accept), heart-beats and identity, and opens a
+// [core.Session]. Any protocol violation gets an
 // ERROR frame with a message header and a body saying what was wrong, and
 // the connection closes; the session then returns unacked messages to
 // their queues. DISCONNECT with a receipt is answered before closing.

@@ -224,6 +224,11 @@ func (c *prefixConn) Read(p []byte) (int, error) {
 	return c.Conn.Read(p)
 }
 
+// Buffered is the number of detection bytes not yet replayed: with
+// NetConn, it lets a front-end wait on the socket without a read (and
+// its buffer) once they are read (internal/inbound.Replayer).
+func (c *prefixConn) Buffered() int { return len(c.prefix) }
+
 // NetConn returns the wrapped connection, following [tls.Conn.NetConn].
 // Reading from it directly would skip the bytes not yet replayed.
 func (c *prefixConn) NetConn() net.Conn { return c.Conn }

@@ -13,9 +13,11 @@
 // would leave every idle connection a stack of 4 or 8 KiB.
 //
 // Only a plain TCP connection can be waited on this way ([Waiter.Init]
-// reports false otherwise): a wrapper's bytes (TLS records, bytes a
-// listener peeked, WebSocket frames) are not the socket's, so such a
-// connection's worker reads until the end.
+// reports false otherwise), or one that replays bytes it read ahead
+// before the socket's (the one port's protocol detection: [Replayer]):
+// it has data while it holds some. Other wrappers' bytes (TLS records,
+// WebSocket frames) are not the socket's, so such a connection's worker
+// reads until the end.
 package inbound
 
 import (
@@ -24,11 +26,21 @@ import (
 	"syscall"
 )
 
+// Replayer is a connection that returns bytes it read ahead (Buffered
+// of them are left) before reading on from the connection it wraps
+// (NetConn).
+type Replayer interface {
+	net.Conn
+	Buffered() int
+	NetConn() net.Conn
+}
+
 // Waiter waits until a plain TCP connection has something to read.
 // It is used by one goroutine at a time.
 type Waiter struct {
-	nc  net.Conn
-	raw syscall.RawConn
+	nc     net.Conn
+	replay Replayer // nc, if it replays bytes read ahead; else nil
+	raw    syscall.RawConn
 	// The callbacks, made once (making them allocates), and their state.
 	waitFn func(fd uintptr) bool
 	peekFn func(fd uintptr)
@@ -38,11 +50,19 @@ type Waiter struct {
 }
 
 // Init prepares w to wait on nc, reporting whether it can: nc must be a
-// plain TCP connection.
+// plain TCP connection, or a Replayer of one.
 func (w *Waiter) Init(nc net.Conn) bool {
-	tc, ok := nc.(*net.TCPConn)
+	socket := nc
+	r, replays := nc.(Replayer)
+	if replays {
+		socket = r.NetConn()
+	}
+	tc, ok := socket.(*net.TCPConn)
 	if !ok {
 		return false
+	}
+	if replays {
+		w.replay = r
 	}
 	raw, err := tc.SyscallConn()
 	if err != nil {
@@ -56,6 +76,9 @@ func (w *Waiter) Init(nc net.Conn) bool {
 // Ready reports, without waiting or reading anything, whether the socket
 // has data, or an end or an error for a read to report.
 func (w *Waiter) Ready() bool {
+	if w.replay != nil && w.replay.Buffered() > 0 {
+		return true
+	}
 	w.ready = false
 	if err := w.raw.Control(w.peekFn); err != nil {
 		return true // closed: the read tells
@@ -73,6 +96,9 @@ func (w *Waiter) peekNow(fd uintptr) {
 // or it is closed (the error is then a read's: os.ErrDeadlineExceeded or
 // net.ErrClosed inside a *net.OpError).
 func (w *Waiter) Wait() error {
+	if w.replay != nil && w.replay.Buffered() > 0 {
+		return nil
+	}
 	w.waited = false
 	if err := w.raw.Read(w.waitFn); err != nil {
 		return &net.OpError{Op: "read", Net: "tcp", Source: w.nc.LocalAddr(), Addr: w.nc.RemoteAddr(), Err: unwrapOp(err)}

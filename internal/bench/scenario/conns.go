@@ -147,6 +147,14 @@ func runConns(ctx context.Context, cfg *connsConfig, stdout io.Writer) error {
 }
 
 // connsOpen dials and completes the protocol's handshake by hand.
+// OpenIdle opens a STOMP or AMQP connection to addr and completes its
+// handshake as the idle scenario does (STOMP without a login, AMQP with
+// SASL ANONYMOUS and container id id), for tests that hold connections
+// open and count what they cost.
+func OpenIdle(ctx context.Context, proto, addr, id string) (net.Conn, error) {
+	return connsOpen(ctx, &connsConfig{proto: proto, addr: addr, dialTimeout: 10 * time.Second}, id)
+}
+
 func connsOpen(ctx context.Context, cfg *connsConfig, id string) (net.Conn, error) {
 	d := net.Dialer{Timeout: cfg.dialTimeout}
 	nc, err := d.DialContext(ctx, "tcp", cfg.addr)
