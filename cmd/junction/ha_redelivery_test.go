@@ -1,10 +1,13 @@
 package main
 
 import (
+	"context"
+	"net"
 	"path/filepath"
 	"testing"
 	"time"
 
+	paho5 "github.com/eclipse/paho.golang/paho"
 	paho "github.com/eclipse/paho.mqtt.golang"
 )
 
@@ -168,4 +171,130 @@ func TestHAMQTTRedeliveryFlaggedDup(t *testing.T) {
 		d.msg.Ack()
 	}
 	none("after reconnecting", 500*time.Millisecond)
+}
+
+// TestHAMQTT5RedeliveryFlaggedDup is the MQTT 5 case with paho.golang:
+// clean start 0 and a session expiry interval, the PUBACK withheld
+// (manual acknowledgement); after the kill the application connects to
+// the new live broker (paho.golang's client does not reconnect by
+// itself), which says the session is present and sends the held message
+// again, same packet id, DUP set, without a new SUBSCRIBE.
+func TestHAMQTT5RedeliveryFlaggedDup(t *testing.T) {
+	if testing.Short() {
+		t.Skip("HA process test skipped in -short mode")
+	}
+	bin := buildBinary(t)
+	dir := filepath.Join(t.TempDir(), "data")
+	slots := newSlots(t)
+	a := startHAProc(t, bin, dir, slots[0], "--ha-lock-poll", "100ms")
+	a.await(t, "junction started", 30*time.Second)
+	b := startHAProc(t, bin, dir, slots[1], "--ha-lock-poll", "100ms")
+	b.await(t, backupMsg, 30*time.Second)
+	const topic = "ha/dup5"
+
+	got := make(chan *paho5.Publish, 100)
+	// connect dials the first of addrs that answers, for up to 30 s, and
+	// opens the session; it returns the client and CONNACK's session
+	// present.
+	connect := func(cleanStart bool, addrs ...string) (*paho5.Client, bool) {
+		t.Helper()
+		var conn net.Conn
+		var err error
+		for deadline := time.Now().Add(30 * time.Second); conn == nil && time.Now().Before(deadline); {
+			for _, addr := range addrs {
+				if conn, err = net.DialTimeout("tcp", addr, time.Second); err == nil {
+					break
+				}
+			}
+			if conn == nil {
+				time.Sleep(100 * time.Millisecond)
+			}
+		}
+		if conn == nil {
+			t.Fatalf("mqtt5: no broker of %v answered: %v", addrs, err)
+		}
+		c := paho5.NewClient(paho5.ClientConfig{ClientID: "ha-dup5-sub", Conn: conn, EnableManualAcknowledgment: true,
+			OnPublishReceived: []func(paho5.PublishReceived) (bool, error){func(r paho5.PublishReceived) (bool, error) {
+				got <- r.Packet
+				return true, nil
+			}}})
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		defer cancel()
+		expiry := uint32(300)
+		ca, err := c.Connect(ctx, &paho5.Connect{ClientID: "ha-dup5-sub", KeepAlive: 30, CleanStart: cleanStart,
+			Properties: &paho5.ConnectProperties{SessionExpiryInterval: &expiry}})
+		if err != nil || ca.ReasonCode != 0 {
+			t.Fatalf("mqtt5 connect: %v %+v", err, ca)
+		}
+		return c, ca.SessionPresent
+	}
+	next := func(what string) *paho5.Publish {
+		t.Helper()
+		select {
+		case p := <-got:
+			return p
+		case <-time.After(30 * time.Second):
+			t.Fatalf("mqtt5: no message within 30s (%s)", what)
+		}
+		return nil
+	}
+
+	sub, _ := connect(true, slots[0].mqtt)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if sa, err := sub.Subscribe(ctx, &paho5.Subscribe{Subscriptions: []paho5.SubscribeOptions{{Topic: topic, QoS: 1}}}); err != nil || len(sa.Reasons) != 1 || sa.Reasons[0] != 1 {
+		t.Fatalf("mqtt5 subscribe: %v %+v", err, sa)
+	}
+	pub := paho.NewClient(paho.NewClientOptions().SetClientID("ha-dup5-pub").
+		SetAutoReconnect(true).SetConnectRetry(true).SetMaxReconnectInterval(time.Second).
+		AddBroker("tcp://" + slots[1].mqtt).AddBroker("tcp://" + slots[0].mqtt))
+	if tok := pub.Connect(); !tok.WaitTimeout(time.Minute) || tok.Error() != nil {
+		t.Fatalf("mqtt connect: %v", tok.Error())
+	}
+	defer pub.Disconnect(100)
+	publish := func(body string) {
+		t.Helper()
+		if tok := pub.Publish(topic, 1, false, body); !tok.WaitTimeout(time.Minute) || tok.Error() != nil {
+			t.Fatalf("mqtt publish %q: %v", body, tok.Error())
+		}
+	}
+
+	publish("held")
+	held := next("held")
+	if string(held.Payload) != "held" || held.Duplicate() || held.QoS != 1 {
+		t.Fatalf("first delivery: %q dup=%v qos=%d", held.Payload, held.Duplicate(), held.QoS)
+	}
+
+	a.kill9()
+	select { // the connection is gone: nothing more from it
+	case <-sub.Done():
+	case <-time.After(30 * time.Second):
+		t.Fatal("mqtt5: the connection to the killed broker is still open")
+	}
+	b.await(t, takeoverMsg, 30*time.Second)
+
+	sub, present := connect(false, slots[1].mqtt, slots[0].mqtt)
+	defer sub.Disconnect(&paho5.Disconnect{})
+	if !present {
+		t.Fatal("the new live broker did not resume the session (session present 0)")
+	}
+	p := next("the held message after the takeover")
+	if string(p.Payload) != "held" || !p.Duplicate() || p.QoS != 1 || p.PacketID != held.PacketID {
+		t.Fatalf("after the takeover: %q dup=%v qos=%d id=%d, want \"held\" dup=true qos=1 id=%d",
+			p.Payload, p.Duplicate(), p.QoS, p.PacketID, held.PacketID)
+	}
+	if err := sub.Ack(p); err != nil {
+		t.Fatal(err)
+	}
+	publish("after")
+	if p := next("after"); string(p.Payload) != "after" || p.Duplicate() {
+		t.Fatalf("a message sent after the takeover: %q dup=%v", p.Payload, p.Duplicate())
+	} else if err := sub.Ack(p); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case p := <-got:
+		t.Fatalf("mqtt5: a message came again after it was acknowledged: %q dup=%v", p.Payload, p.Duplicate())
+	case <-time.After(time.Second):
+	}
 }
