@@ -2,13 +2,23 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
 	"net"
+	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	paho5 "github.com/eclipse/paho.golang/paho"
 	paho "github.com/eclipse/paho.mqtt.golang"
+	gostomp "github.com/go-stomp/stomp/v3"
+
+	"github.com/junctionmq/junction/internal/ledger"
 )
 
 // mqttDelivery is one PUBLISH as a paho client saw it.
@@ -297,4 +307,205 @@ func TestHAMQTT5RedeliveryFlaggedDup(t *testing.T) {
 		t.Fatalf("mqtt5: a message came again after it was acknowledged: %q dup=%v", p.Payload, p.Duplicate())
 	case <-time.After(time.Second):
 	}
+}
+
+// haPagedBody is message seq's body in TestHAKill9PagingTakeover.
+func haPagedBody(seq int) string {
+	return fmt.Sprintf("%06d|", seq) + strings.Repeat(string(rune('a'+seq%26)), 500)
+}
+
+// haQueueStat is a queue's depth and paged count from the console API.
+func haQueueStat(t *testing.T, console, queue string) (depth, paged int64) {
+	t.Helper()
+	code, body := httpGet(t, "http://"+console+"/api/v1/queues/"+queue)
+	var st struct{ Depth, Paged int64 }
+	if code != 200 || json.Unmarshal([]byte(body), &st) != nil {
+		t.Fatalf("queue %s: %d %s", queue, code, body)
+	}
+	return st.Depth, st.Paged
+}
+
+// TestHAKill9PagingTakeover: the live broker of a shared-store pair
+// holds 4 KiB of a queue in memory (address-full-policy PAGE), so a
+// STOMP producer's durable messages go to the queue's page store; a
+// consumer has acknowledged the first ten and holds the next five
+// unacknowledged. The live broker is killed with SIGKILL while the
+// producer is still sending (and paging); the backup takes over,
+// recovering the page store, and delivers every confirmed message, in
+// order, once, the held ones (and any acknowledged one whose ACK was not
+// yet in the store) flagged redelivered; nothing that was not sent, and
+// no body changed.
+func TestHAKill9PagingTakeover(t *testing.T) {
+	if testing.Short() {
+		t.Skip("HA process test skipped in -short mode")
+	}
+	const queue, acks, holds, before = "ha.paged", 10, 5, 400
+	bin := buildBinary(t)
+	dir := filepath.Join(t.TempDir(), "data")
+	conf := filepath.Join(t.TempDir(), "ha-paging.yaml")
+	cfg := "persistence:\n  journal-file-size: 256KiB\n  journal-min-files: 1\n  journal-pool-files: 2\n  page-segment-size: 64KiB\n" +
+		"address-settings:\n  - match: " + queue + "\n    max-size-bytes: 4096\n    address-full-policy: PAGE\n"
+	if err := os.WriteFile(conf, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	slots := newSlots(t)
+	extra := []string{"--config", conf, "--ha-lock-poll", "100ms"}
+	a := startHAProc(t, bin, dir, slots[0], extra...)
+	a.await(t, "junction started", 30*time.Second)
+	createQueue(t, slots[0].console, queue)
+	b := startHAProc(t, bin, dir, slots[1], extra...)
+	b.await(t, backupMsg, 30*time.Second)
+
+	// The consumer: acknowledges the first ten, holds the next five (its
+	// window is five, so it gets nothing more). What it holds counts in
+	// the queue's 4 KiB: holding eight would leave no room to read the
+	// page store back.
+	consumer, err := gostomp.Dial("tcp", slots[0].stomp, gostomp.ConnOpt.HeartBeat(0, 0), quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer consumer.Disconnect()
+	sub, err := consumer.Subscribe("/queue/"+queue, gostomp.AckClientIndividual, gostomp.SubscribeOpt.Header("activemq.prefetchSize", strconv.Itoa(holds)))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// The producer sends until the kill; sent is the last seq tried,
+	// confirmed the number receipted (0 to confirmed-1).
+	var mu sync.Mutex
+	sent, confirmed := -1, 0
+	producerDone := make(chan struct{})
+	go func() {
+		defer close(producerDone)
+		conn, err := gostomp.Dial("tcp", slots[0].stomp, gostomp.ConnOpt.HeartBeat(0, 0), quiet)
+		if err != nil {
+			return
+		}
+		defer conn.MustDisconnect()
+		for seq := 0; seq < 1_000_000; seq++ {
+			mu.Lock()
+			sent = seq
+			mu.Unlock()
+			if conn.Send("/queue/"+queue, "text/plain", []byte(haPagedBody(seq)),
+				gostomp.SendOpt.Receipt, gostomp.SendOpt.Header("persistent", "true")) != nil {
+				return // the broker died: this one is unconfirmed
+			}
+			mu.Lock()
+			confirmed = seq + 1
+			mu.Unlock()
+		}
+	}()
+	deliveredBefore := map[int]bool{}
+	for i := range acks + holds {
+		var m *gostomp.Message
+		select {
+		case m = <-sub.C:
+		case <-time.After(30 * time.Second):
+			mu.Lock()
+			n := confirmed
+			mu.Unlock()
+			depth, paged := haQueueStat(t, slots[0].console, queue)
+			t.Fatalf("before the kill: delivery %d not within 30s (%d confirmed; depth %d, paged %d)", i, n, depth, paged)
+		}
+		if m.Err != nil || string(m.Body) != haPagedBody(i) || m.Header.Get("redelivered") == "true" {
+			t.Fatalf("delivery %d before the kill: %v %.7q redelivered=%q", i, m.Err, m.Body, m.Header.Get("redelivered"))
+		}
+		deliveredBefore[i] = true
+		if i < acks {
+			if err := consumer.Ack(m); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	a.await(t, "queue paging to disk", 30*time.Second)
+	if !ledger.WaitUntil(60*time.Second, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return confirmed >= before
+	}) {
+		t.Fatalf("fewer than %d messages confirmed in 60s", before)
+	}
+	if _, paged := haQueueStat(t, slots[0].console, queue); paged == 0 {
+		t.Fatal("nothing paged before the kill: the test would not exercise the page store")
+	}
+	time.Sleep(time.Duration(rand.IntN(300)) * time.Millisecond)
+	a.kill9()
+	select {
+	case <-producerDone:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the producer did not notice the kill within 30s")
+	}
+	mu.Lock()
+	lastSent, nConfirmed := sent, confirmed
+	mu.Unlock()
+	b.await(t, takeoverMsg, 30*time.Second)
+	depth, paged := haQueueStat(t, slots[1].console, queue)
+	t.Logf("%d confirmed, last sent %d; after the takeover depth %d, paged %d; lock to ready %vms",
+		nConfirmed, lastSent, depth, paged, b.log.find(takeoverMsg)["lock_to_ready"])
+	if paged == 0 {
+		t.Fatalf("the new live broker has nothing paged (depth %d): the page store was not recovered as a page store", depth)
+	}
+
+	// Drain from the new live broker.
+	consumer2, err := gostomp.Dial("tcp", slots[1].stomp, gostomp.ConnOpt.HeartBeat(0, 0), quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer consumer2.Disconnect()
+	sub2, err := consumer2.Subscribe("/queue/"+queue, gostomp.AckAuto)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[int]bool{}
+	prev := -1
+	for deadline := time.Now().Add(2 * time.Minute); ; {
+		wait := 30 * time.Second
+		if len(got) >= nConfirmed-acks {
+			wait = 1500 * time.Millisecond // quiet: nothing more is coming
+		}
+		var m *gostomp.Message
+		select {
+		case m = <-sub2.C:
+		case <-time.After(wait):
+		}
+		if m == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("still receiving after 2 minutes (%d messages)", len(got))
+		}
+		if m.Err != nil {
+			t.Fatalf("after the takeover: %v", m.Err)
+		}
+		var seq int
+		if _, err := fmt.Sscanf(string(m.Body), "%06d|", &seq); err != nil || seq < 0 || seq > lastSent || string(m.Body) != haPagedBody(seq) {
+			t.Fatalf("after the takeover: a message never sent, or corrupt: %.20q (%d bytes)", m.Body, len(m.Body))
+		}
+		if got[seq] {
+			t.Fatalf("after the takeover: %d twice", seq)
+		}
+		if seq <= prev {
+			t.Fatalf("after the takeover: %d after %d", seq, prev)
+		}
+		if deliveredBefore[seq] && m.Header.Get("redelivered") != "true" {
+			t.Fatalf("after the takeover: %d, delivered before the kill, not flagged redelivered", seq)
+		}
+		got[seq], prev = true, seq
+	}
+	for seq := acks; seq < nConfirmed; seq++ {
+		if !got[seq] {
+			t.Fatalf("confirmed message %d lost (%d of %d confirmed received after the takeover, last %d)", seq, len(got), nConfirmed, prev)
+		}
+	}
+	if depth, paged := haQueueStat(t, slots[1].console, queue); depth != 0 || paged != 0 {
+		t.Fatalf("drained, the queue still has depth %d, paged %d", depth, paged)
+	}
+	again := 0
+	for seq := range acks {
+		if got[seq] {
+			again++
+		}
+	}
+	t.Logf("received %d after the takeover (%d acknowledged before the kill, again: their ACK was not in the store)", len(got), again)
+	b.terminate(t)
 }
