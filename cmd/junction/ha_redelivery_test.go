@@ -34,11 +34,11 @@ type mqttDelivery struct {
 // persistent session (clean session 0) receives a QoS 1 message from the
 // live broker of a shared-store pair and holds back its PUBACK; the live
 // broker is killed with SIGKILL; paho reconnects by itself to the new
-// live broker, which resumes the session (session present) and sends the
-// message again under its original packet id [MQTT-4.4.0-1] with DUP set
-// [MQTT-3.3.1-1]. A message sent after the takeover comes with DUP clear,
-// and once acknowledged, neither comes again to a later connection of
-// the session.
+// live broker, which resumes the session (paho does not subscribe
+// again) and sends the message again under its original packet id
+// [MQTT-4.4.0-1] with DUP set [MQTT-3.3.1-1]. A message sent after the
+// takeover comes with DUP clear, and once acknowledged, neither comes
+// again to a later connection of the session (session present).
 func TestHAMQTTRedeliveryFlaggedDup(t *testing.T) {
 	if testing.Short() {
 		t.Skip("HA process test skipped in -short mode")
@@ -328,7 +328,8 @@ func haQueueStat(t *testing.T, console, queue string) (depth, paged int64) {
 // TestHAKill9PagingTakeover: the live broker of a shared-store pair
 // holds 4 KiB of a queue in memory (address-full-policy PAGE), so a
 // STOMP producer's durable messages go to the queue's page store; a
-// consumer has acknowledged the first ten and holds the next five
+// consumer that came once the queue paged has acknowledged the first
+// 200 (read back from the page store) and holds the next five
 // unacknowledged. The live broker is killed with SIGKILL while the
 // producer is still sending (and paging); the backup takes over,
 // recovering the page store, and delivers every confirmed message, in
@@ -339,7 +340,7 @@ func TestHAKill9PagingTakeover(t *testing.T) {
 	if testing.Short() {
 		t.Skip("HA process test skipped in -short mode")
 	}
-	const queue, acks, holds, before = "ha.paged", 10, 5, 400
+	const queue, acks, holds, before = "ha.paged", 200, 5, 600
 	bin := buildBinary(t)
 	dir := filepath.Join(t.TempDir(), "data")
 	conf := filepath.Join(t.TempDir(), "ha-paging.yaml")
@@ -355,20 +356,6 @@ func TestHAKill9PagingTakeover(t *testing.T) {
 	createQueue(t, slots[0].console, queue)
 	b := startHAProc(t, bin, dir, slots[1], extra...)
 	b.await(t, backupMsg, 30*time.Second)
-
-	// The consumer: acknowledges the first ten, holds the next five (its
-	// window is five, so it gets nothing more). What it holds counts in
-	// the queue's 4 KiB: holding eight would leave no room to read the
-	// page store back.
-	consumer, err := gostomp.Dial("tcp", slots[0].stomp, gostomp.ConnOpt.HeartBeat(0, 0), quiet)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer consumer.Disconnect()
-	sub, err := consumer.Subscribe("/queue/"+queue, gostomp.AckClientIndividual, gostomp.SubscribeOpt.Header("activemq.prefetchSize", strconv.Itoa(holds)))
-	if err != nil {
-		t.Fatal(err)
-	}
 
 	// The producer sends until the kill; sent is the last seq tried,
 	// confirmed the number receipted (0 to confirmed-1).
@@ -395,6 +382,29 @@ func TestHAKill9PagingTakeover(t *testing.T) {
 			mu.Unlock()
 		}
 	}()
+	// The queue pages before the consumer comes: what it reads is read
+	// back from the page store.
+	a.await(t, "queue paging to disk", 30*time.Second)
+	if !ledger.WaitUntil(60*time.Second, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return confirmed >= 100
+	}) {
+		t.Fatal("fewer than 100 messages confirmed in 60s")
+	}
+	// The consumer: acknowledges the first 200, holds the next five (its
+	// window is five, so it gets nothing more). What it holds counts in
+	// the queue's 4 KiB: holding eight would leave no room to read the
+	// page store back.
+	consumer, err := gostomp.Dial("tcp", slots[0].stomp, gostomp.ConnOpt.HeartBeat(0, 0), quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer consumer.Disconnect()
+	sub, err := consumer.Subscribe("/queue/"+queue, gostomp.AckClientIndividual, gostomp.SubscribeOpt.Header("activemq.prefetchSize", strconv.Itoa(holds)))
+	if err != nil {
+		t.Fatal(err)
+	}
 	deliveredBefore := map[int]bool{}
 	for i := range acks + holds {
 		var m *gostomp.Message
@@ -417,7 +427,6 @@ func TestHAKill9PagingTakeover(t *testing.T) {
 			}
 		}
 	}
-	a.await(t, "queue paging to disk", 30*time.Second)
 	if !ledger.WaitUntil(60*time.Second, func() bool {
 		mu.Lock()
 		defer mu.Unlock()
