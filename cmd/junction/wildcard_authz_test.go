@@ -389,10 +389,24 @@ func TestWildcardSubscriptionsReadOnlyPermittedAddresses(t *testing.T) {
 	}
 }
 
+// amqpShared is a receiver of the shared subscription name, as Qpid JMS
+// and Artemis name one: the capabilities "shared" and "global" on the
+// source, the link named by the subscription ("|global" appended).
+func amqpShared(name string) *goamqp.ReceiverOptions {
+	return &goamqp.ReceiverOptions{Name: name + "|global", SourceCapabilities: []string{"shared", "global"}}
+}
+
+func wcAMQPSession(t *testing.T, conn net.Conn, user string) *goamqp.Session {
+	t.Helper()
+	_, s := wcAMQP(t, conn, user, "")
+	return s
+}
+
 // TestSharedWildcardSubscriptionsCheckEachConsumer: bob and alice share
-// a subscription (MQTT 5 $share, STOMP shared-subscription-name, over
-// TCP, WebSockets and the one port): every secret goes to alice, none
-// to bob, and the rest is shared.
+// a subscription (MQTT 5 $share, STOMP shared-subscription-name, AMQP
+// links with the capabilities shared and global, over TCP, WebSockets
+// and the one port): every secret goes to alice, none to bob, and the
+// rest is shared.
 func TestSharedWildcardSubscriptionsCheckEachConsumer(t *testing.T) {
 	cfg, _ := wildcardConfig(t)
 	in, _ := startSecure(t, cfg)
@@ -410,6 +424,10 @@ func TestSharedWildcardSubscriptionsCheckEachConsumer(t *testing.T) {
 			groups["stomp shared"] = member{
 				wcStompSub(t, wcStomp(t, n.dial(t, "stomp"), "bob"), "/topic/devices.#", shared),
 				wcStompSub(t, wcStomp(t, n.dial(t, "stomp"), "alice"), "/topic/devices.#", shared),
+			}
+			groups["amqp shared"] = member{
+				wcAMQPRecv(t, wcAMQPSession(t, n.dial(t, "amqp"), "bob"), "topic://devices.#", amqpShared("a"+group)),
+				wcAMQPRecv(t, wcAMQPSession(t, n.dial(t, "amqp"), "alice"), "topic://devices.#", amqpShared("a"+group)),
 			}
 			const secrets = 6
 			for range secrets {
@@ -433,7 +451,88 @@ func TestSharedWildcardSubscriptionsCheckEachConsumer(t *testing.T) {
 					}
 				}
 			}
+			// Shared: each message went to one member only.
+			time.Sleep(300 * time.Millisecond)
+			for name, m := range groups {
+				if len(m.alice)+len(m.bob) > 0 {
+					t.Errorf("%s: %d more messages for alice and %d for bob: not one subscription", name, len(m.alice), len(m.bob))
+				}
+			}
 		})
+	}
+}
+
+// TestSharedWildcardSubscriptionOfOneUser: bob alone shares a
+// subscription between two consumers (two connections; MQTT 5 $share,
+// STOMP shared-subscription-name, AMQP shared global links, and an AMQP
+// link and a STOMP subscription of one name): they
+// receive every message of devices.x.a once between them and no secret,
+// sent before, among and after those they may read.
+func TestSharedWildcardSubscriptionOfOneUser(t *testing.T) {
+	cfg, _ := wildcardConfig(t)
+	in, _ := startSecure(t, cfg)
+	pub := newPublisher(t, in)
+	n := wcNets(in)[0]
+	groups := map[string][2]chan string{}
+	var m5 [2]chan string
+	for i := range m5 {
+		m5[i] = newInbox()
+		wcMQTT5Sub(t, wcMQTT5(t, n.dial(t, "mqtt"), fmt.Sprintf("bob-share-%d", i), "bob", 0, true, m5[i]), "$share/m-bobs/devices/#")
+	}
+	groups["mqtt5 $share"] = m5
+	shared := gostomp.SubscribeOpt.Header("shared-subscription-name", "s-bobs")
+	groups["stomp shared"] = [2]chan string{
+		wcStompSub(t, wcStomp(t, n.dial(t, "stomp"), "bob"), "/topic/devices.#", shared),
+		wcStompSub(t, wcStomp(t, n.dial(t, "stomp"), "bob"), "/topic/devices.#", shared),
+	}
+	groups["amqp shared"] = [2]chan string{
+		wcAMQPRecv(t, wcAMQPSession(t, n.dial(t, "amqp"), "bob"), "topic://devices.#", amqpShared("a-bobs")),
+		wcAMQPRecv(t, wcAMQPSession(t, n.dial(t, "amqp"), "bob"), "topic://devices.#", amqpShared("a-bobs")),
+	}
+	// One name is one subscription whatever the protocol
+	// (docs/protocol-mapping.md).
+	groups["amqp and stomp"] = [2]chan string{
+		wcAMQPRecv(t, wcAMQPSession(t, n.dial(t, "amqp"), "bob"), "topic://devices.#", amqpShared("mixed")),
+		wcStompSub(t, wcStomp(t, n.dial(t, "stomp"), "bob"), "/topic/devices.#", gostomp.SubscribeOpt.Header("shared-subscription-name", "mixed")),
+	}
+	const xs = 8
+	for i := range xs {
+		pub.send(t, "devices.secret.a", fmt.Sprintf("secret %d", i))
+		pub.send(t, "devices.x.a", fmt.Sprintf("x%d", i))
+	}
+	pub.send(t, "devices.secret.b", "secret last")
+	for name, m := range groups {
+		got := map[string]int{}
+		each := [2]int{}
+	receive:
+		for total := 0; total < xs; total++ {
+			var b string
+			select {
+			case b = <-m[0]:
+				each[0]++
+			case b = <-m[1]:
+				each[1]++
+			case <-time.After(10 * time.Second):
+				t.Errorf("%s: received %v, want x0 to x%d once each", name, got, xs-1)
+				break receive
+			}
+			if !strings.HasPrefix(b, "x") || got[b] > 0 {
+				t.Errorf("%s: bob received %q after %v", name, b, got)
+				break receive
+			}
+			got[b]++
+		}
+		t.Logf("%s: %d and %d", name, each[0], each[1])
+	}
+	time.Sleep(300 * time.Millisecond)
+	for name, m := range groups {
+		for _, ch := range m {
+			select {
+			case b := <-ch:
+				t.Errorf("%s: then %q", name, b)
+			default:
+			}
+		}
 	}
 }
 

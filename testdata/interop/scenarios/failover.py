@@ -6,8 +6,11 @@
 # listener, so the client moves on to the live one), kills the live broker
 # with SIGKILL once the client has received "one" without acknowledging
 # it, and expects the client to fail over: "one" again, flagged
-# redelivered (not checked for MQTT, whose clients acknowledge by
-# themselves), then "two" sent and received through the new live broker.
+# redelivered (not checked here for MQTT, whose clients acknowledge by
+# themselves; TestHAMQTTRedeliveryFlaggedDup and
+# TestHAMQTT5RedeliveryFlaggedDup in cmd/junction check DUP with the
+# PUBACK withheld), then "two" sent and received through the new live
+# broker.
 #
 # usage: failover.py stomppy|paho|proton|rhea|mqttjs|stompjs
 import json
