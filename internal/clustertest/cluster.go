@@ -209,7 +209,8 @@ type NetnsNet struct {
 }
 
 // NewNetnsNet builds the namespaces for nodes 1..n and the clients'; it
-// skips t when this machine cannot (not root, no ip or nft/iptables).
+// skips t when this machine cannot (not root, no ip or nft/iptables),
+// or fails it when JUNCTION_REQUIRE_NETNS=1 (netns.RequireEnv).
 func NewNetnsNet(t testing.TB, n int) *NetnsNet {
 	t.Helper()
 	ids := []uint64{ClientNS}
