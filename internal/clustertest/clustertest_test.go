@@ -223,7 +223,8 @@ func kill9Leader(t *testing.T, c *Cluster, r *Run, a aim) {
 	healed(t, c, r)
 }
 
-func TestClusterKill9Leader(t *testing.T) { runScenario(t, proxyNet, kill9Leader) }
+func TestClusterKill9Leader(t *testing.T)      { runScenario(t, proxyNet, kill9Leader) }
+func TestClusterNetnsKill9Leader(t *testing.T) { runScenario(t, netnsNet, kill9Leader) }
 
 // (b) cut the leader of a group off from the majority (both ways): the
 // majority elects another; the old one steps down (CheckQuorum).
@@ -320,7 +321,8 @@ func sigstopLeader(t *testing.T, c *Cluster, r *Run, a aim) {
 	healed(t, c, r)
 }
 
-func TestClusterSigstopLeader(t *testing.T) { runScenario(t, proxyNet, sigstopLeader) }
+func TestClusterSigstopLeader(t *testing.T)      { runScenario(t, proxyNet, sigstopLeader) }
+func TestClusterNetnsSigstopLeader(t *testing.T) { runScenario(t, netnsNet, sigstopLeader) }
 
 // (e) kill -9 the leader of a group, wipe its data directory, restart it
 // with --cluster-join: it catches up; then kill another node, so that
@@ -388,4 +390,5 @@ func caughtUp(t *testing.T, c *Cluster, id uint64, d time.Duration) {
 	c.Event("node %d caught up (commit %v) in %v", id, want, time.Since(start).Round(time.Millisecond))
 }
 
-func TestClusterWipedNodeRejoins(t *testing.T) { runScenario(t, proxyNet, wipedRejoins) }
+func TestClusterWipedNodeRejoins(t *testing.T)      { runScenario(t, proxyNet, wipedRejoins) }
+func TestClusterNetnsWipedNodeRejoins(t *testing.T) { runScenario(t, netnsNet, wipedRejoins) }
