@@ -115,7 +115,10 @@ type Network interface {
 	Isolate(id uint64) error
 	// OneWay cuts what node from sends to node to.
 	OneWay(from, to uint64) error
-	// Heal removes every cut.
+	// Delay adds d to every link of node id with the other nodes, in
+	// place of any cut of them (0 removes it, and lets them pass).
+	Delay(id uint64, d time.Duration) error
+	// Heal removes every cut and every delay.
 	Heal() error
 	// Dial connects a client (or the test's console poller) to addr.
 	Dial(ctx context.Context, addr string) (net.Conn, error)
@@ -169,6 +172,33 @@ func (p *ProxyNet) Isolate(id uint64) error { p.Net.Isolate(id); return nil }
 
 func (p *ProxyNet) OneWay(from, to uint64) error { p.Net.OneWay(from, to); return nil }
 
+// Delay delays, by d, the bytes both ways on the connections node id
+// dials to the others and on theirs to it: d each way on every link, a
+// round trip 2d longer.
+func (p *ProxyNet) Delay(id uint64, d time.Duration) error {
+	for _, other := range p.ids() {
+		if other == id {
+			continue
+		}
+		for _, px := range []*faultproxy.Proxy{p.Proxy(id, other), p.Proxy(other, id)} {
+			if d == 0 {
+				px.Pass()
+			} else {
+				px.Delay(d)
+			}
+		}
+	}
+	return nil
+}
+
+func (p *ProxyNet) ids() []uint64 {
+	var ids []uint64
+	for id := range p.ports {
+		ids = append(ids, id)
+	}
+	return ids
+}
+
 func (p *ProxyNet) Heal() error { p.Net.Heal(); return nil }
 
 func (p *ProxyNet) Dial(ctx context.Context, addr string) (net.Conn, error) {
@@ -205,7 +235,9 @@ const ClientNS = 9
 // and the console poller run in namespace ClientNS.
 type NetnsNet struct {
 	*netns.Net
-	n int
+	n       int
+	mu      sync.Mutex
+	delayed map[uint64]bool
 }
 
 // NewNetnsNet builds the namespaces for nodes 1..n and the clients'; it
@@ -229,6 +261,41 @@ func (s *NetnsNet) Isolate(id uint64) error {
 		}
 	}
 	return s.Partition([]uint64{id}, append(rest, ClientNS))
+}
+
+// Delay adds d to every packet node id sends (netem on its interface,
+// to the other nodes and to the clients alike): a round trip between it
+// and another node is d longer (2d behind the proxies). It returns
+// netns.ErrNoNetem when the kernel lacks netem.
+func (s *NetnsNet) Delay(id uint64, d time.Duration) error {
+	if err := s.Net.Delay(id, d); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.delayed == nil {
+		s.delayed = map[uint64]bool{}
+	}
+	s.delayed[id] = d != 0
+	return nil
+}
+
+// Heal removes every cut and every delay.
+func (s *NetnsNet) Heal() error {
+	if err := s.Net.Heal(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for id, on := range s.delayed {
+		if on {
+			if err := s.Net.Delay(id, 0); err != nil {
+				return err
+			}
+			s.delayed[id] = false
+		}
+	}
+	return nil
 }
 
 func (s *NetnsNet) Dial(ctx context.Context, addr string) (net.Conn, error) {

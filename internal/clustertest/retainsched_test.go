@@ -2,7 +2,6 @@ package clustertest
 
 import (
 	"context"
-	"fmt"
 	"net"
 	"strconv"
 	"testing"
@@ -28,12 +27,7 @@ func TestClusterRetainedAndScheduledSurviveKill9(t *testing.T) {
 	c := Start(t, proxyNet(t))
 	const retainedTopic = "ct/retained"
 	g := GroupOf("ct.retained")
-	var queue string
-	for i := 0; queue == ""; i++ {
-		if name := fmt.Sprintf("ct.sched%d", i); GroupOf(name) == g {
-			queue = name
-		}
-	}
+	queue := queueIn(g, "ct.sched")
 	c.CreateQueue(queue)
 	leaders := c.WaitHealthy(30 * time.Second)
 	via := leaders[g] // send through the leader: the node that dies
