@@ -330,6 +330,7 @@ type Cluster struct {
 
 	bin      string
 	config   string // a YAML file every node reads (--config), or ""
+	tls      string // the directory of the nodes' certificates (StartTLS), or "": --cluster-insecure
 	http     *http.Client
 	timeline *os.File
 	tmu      sync.Mutex
@@ -358,9 +359,38 @@ func StartConfig(t testing.TB, nw Network, yaml string) *Cluster {
 	return start(t, nw, Binary(t), yaml)
 }
 
+// StartTLS is Start with the links between nodes over TLS: each node
+// gets a certificate from `junction cert dev --node ID` (one development
+// CA, in TLSDir) and runs with --cluster-tls-cert, -key and -ca
+// instead of --cluster-insecure.
+func StartTLS(t testing.TB, nw Network) *Cluster {
+	t.Helper()
+	return startWith(t, nw, Binary(t), "", true)
+}
+
 func start(t testing.TB, nw Network, bin, yaml string) *Cluster {
 	t.Helper()
+	return startWith(t, nw, bin, yaml, false)
+}
+
+func startWith(t testing.TB, nw Network, bin, yaml string, withTLS bool) *Cluster {
+	t.Helper()
 	c := &Cluster{T: t, Net: nw, Nodes: map[uint64]*Node{}, Dir: t.TempDir(), bin: bin}
+	if withTLS {
+		c.tls = filepath.Join(c.Dir, "tls")
+		for id := uint64(1); id <= 3; id++ {
+			// The certificates name the hosts the nodes dial: loopback
+			// (the proxies) by default, the namespaces' addresses here.
+			args := []string{"cert", "dev", "-dir", c.tls, "-node", fmt.Sprint(id)}
+			if _, ok := nw.(*NetnsNet); ok {
+				host, _, _ := net.SplitHostPort(nw.addrs(id).Cluster)
+				args = append(args, "-hosts", host)
+			}
+			if out, err := exec.Command(bin, args...).CombinedOutput(); err != nil {
+				t.Fatalf("junction %s: %v\n%s", strings.Join(args, " "), err, out)
+			}
+		}
+	}
 	if yaml != "" {
 		c.config = filepath.Join(c.Dir, "junction.yaml")
 		if err := os.WriteFile(c.config, []byte(yaml), 0o644); err != nil {
@@ -393,6 +423,11 @@ func start(t testing.TB, nw Network, bin, yaml string) *Cluster {
 	c.watch = newWatcher(c)
 	return c
 }
+
+// TLSDir is the directory of the nodes' certificates and the CA's
+// (ca.pem, node-ID.pem, node-ID-key.pem) of a cluster from StartTLS, or
+// "".
+func (c *Cluster) TLSDir() string { return c.tls }
 
 // Event writes a line to the scenario's timeline (and the test log).
 func (c *Cluster) Event(format string, args ...any) {
@@ -462,11 +497,18 @@ func (n *Node) launch(join bool) {
 		"--stomp", n.Addrs.STOMP, "--mqtt", n.Addrs.MQTT, "--amqp", n.Addrs.AMQP, "--console", n.Addrs.Console,
 		"--ws", "", "--all", "", "--log-format", "json", "--log-level", "info", "--stomp-heart-beat-min", "0",
 		"--cluster-node-id", fmt.Sprint(n.ID), "--cluster-listen", n.Addrs.Cluster,
-		"--cluster-peers", n.c.Net.peers(n.ID, n.c.Nodes), "--cluster-insecure",
+		"--cluster-peers", n.c.Net.peers(n.ID, n.c.Nodes),
 		"--cluster-groups", fmt.Sprint(Groups), "--cluster-election-timeout", "1s",
 		// Every test client connects from one IP: the per-IP connection
 		// rate limit would throttle their failover as if one host did.
 		"--connection-rate-per-ip", "0"}
+	if n.c.tls == "" {
+		args = append(args, "--cluster-insecure")
+	} else {
+		id := fmt.Sprint(n.ID)
+		args = append(args, "--cluster-tls-cert", filepath.Join(n.c.tls, "node-"+id+".pem"),
+			"--cluster-tls-key", filepath.Join(n.c.tls, "node-"+id+"-key.pem"), "--cluster-tls-ca", filepath.Join(n.c.tls, "ca.pem"))
+	}
 	if n.c.config != "" {
 		args = append(args, "--config", n.c.config)
 	}
