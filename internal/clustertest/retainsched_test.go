@@ -3,6 +3,7 @@ package clustertest
 import (
 	"context"
 	"net"
+	"net/url"
 	"strconv"
 	"testing"
 	"time"
@@ -24,7 +25,16 @@ import (
 // must have held it back itself).
 func TestClusterRetainedAndScheduledSurviveKill9(t *testing.T) {
 	rounds(t) // with the scenarios (make cluster-test): once
-	c := Start(t, proxyNet(t))
+	retainedAndScheduled(t, proxyNet(t))
+}
+
+func TestClusterNetnsRetainedAndScheduledSurviveKill9(t *testing.T) {
+	rounds(t)
+	retainedAndScheduled(t, netnsNet(t))
+}
+
+func retainedAndScheduled(t *testing.T, nw Network) {
+	c := Start(t, nw)
 	const retainedTopic = "ct/retained"
 	g := GroupOf("ct.retained")
 	queue := queueIn(g, "ct.sched")
@@ -43,10 +53,19 @@ func TestClusterRetainedAndScheduledSurviveKill9(t *testing.T) {
 		return nc
 	}
 
+	mqttOpts := func(clientID string, id uint64) *paho.ClientOptions {
+		return paho.NewClientOptions().SetClientID(clientID).SetCleanSession(true).
+			SetAutoReconnect(false).SetConnectTimeout(30 * time.Second).AddBroker("tcp://" + c.Nodes[id].Addrs.MQTT).
+			SetCustomOpenConnectionFn(func(u *url.URL, _ paho.ClientOptions) (net.Conn, error) {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				return c.Net.Dial(ctx, u.Host)
+			})
+	}
+
 	// The retained message, QoS 1: PUBACK once committed.
 	const retained = "retained-1"
-	pub := paho.NewClient(paho.NewClientOptions().SetClientID("rs-pub").SetCleanSession(true).
-		SetAutoReconnect(false).SetConnectTimeout(10 * time.Second).AddBroker("tcp://" + c.Nodes[via].Addrs.MQTT))
+	pub := paho.NewClient(mqttOpts("rs-pub", via))
 	if tok := pub.Connect(); !tok.WaitTimeout(20*time.Second) || tok.Error() != nil {
 		t.Fatalf("MQTT connect to node %d: %v", via, tok.Error())
 	}
@@ -135,8 +154,7 @@ func TestClusterRetainedAndScheduledSurviveKill9(t *testing.T) {
 
 	// A new MQTT subscriber through that node gets the retained message.
 	retains := make(chan paho.Message, 4)
-	msub := paho.NewClient(paho.NewClientOptions().SetClientID("rs-sub").SetCleanSession(true).
-		SetAutoReconnect(false).SetConnectTimeout(30 * time.Second).AddBroker("tcp://" + c.Nodes[other].Addrs.MQTT))
+	msub := paho.NewClient(mqttOpts("rs-sub", other))
 	if tok := msub.Connect(); !tok.WaitTimeout(40*time.Second) || tok.Error() != nil {
 		t.Fatalf("MQTT connect to node %d: %v", other, tok.Error())
 	}
