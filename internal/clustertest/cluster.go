@@ -115,7 +115,10 @@ type Network interface {
 	Isolate(id uint64) error
 	// OneWay cuts what node from sends to node to.
 	OneWay(from, to uint64) error
-	// Heal removes every cut.
+	// Delay adds d to every link of node id with the other nodes, in
+	// place of any cut of them (0 removes it, and lets them pass).
+	Delay(id uint64, d time.Duration) error
+	// Heal removes every cut and every delay.
 	Heal() error
 	// Dial connects a client (or the test's console poller) to addr.
 	Dial(ctx context.Context, addr string) (net.Conn, error)
@@ -169,6 +172,33 @@ func (p *ProxyNet) Isolate(id uint64) error { p.Net.Isolate(id); return nil }
 
 func (p *ProxyNet) OneWay(from, to uint64) error { p.Net.OneWay(from, to); return nil }
 
+// Delay delays, by d, the bytes both ways on the connections node id
+// dials to the others and on theirs to it: d each way on every link, a
+// round trip 2d longer.
+func (p *ProxyNet) Delay(id uint64, d time.Duration) error {
+	for _, other := range p.ids() {
+		if other == id {
+			continue
+		}
+		for _, px := range []*faultproxy.Proxy{p.Proxy(id, other), p.Proxy(other, id)} {
+			if d == 0 {
+				px.Pass()
+			} else {
+				px.Delay(d)
+			}
+		}
+	}
+	return nil
+}
+
+func (p *ProxyNet) ids() []uint64 {
+	var ids []uint64
+	for id := range p.ports {
+		ids = append(ids, id)
+	}
+	return ids
+}
+
 func (p *ProxyNet) Heal() error { p.Net.Heal(); return nil }
 
 func (p *ProxyNet) Dial(ctx context.Context, addr string) (net.Conn, error) {
@@ -205,11 +235,14 @@ const ClientNS = 9
 // and the console poller run in namespace ClientNS.
 type NetnsNet struct {
 	*netns.Net
-	n int
+	n       int
+	mu      sync.Mutex
+	delayed map[uint64]bool
 }
 
 // NewNetnsNet builds the namespaces for nodes 1..n and the clients'; it
-// skips t when this machine cannot (not root, no ip or nft/iptables).
+// skips t when this machine cannot (not root, no ip or nft/iptables),
+// or fails it when JUNCTION_REQUIRE_NETNS=1 (netns.RequireEnv).
 func NewNetnsNet(t testing.TB, n int) *NetnsNet {
 	t.Helper()
 	ids := []uint64{ClientNS}
@@ -228,6 +261,41 @@ func (s *NetnsNet) Isolate(id uint64) error {
 		}
 	}
 	return s.Partition([]uint64{id}, append(rest, ClientNS))
+}
+
+// Delay adds d to every packet node id sends (netem on its interface,
+// to the other nodes and to the clients alike): a round trip between it
+// and another node is d longer (2d behind the proxies). It returns
+// netns.ErrNoNetem when the kernel lacks netem.
+func (s *NetnsNet) Delay(id uint64, d time.Duration) error {
+	if err := s.Net.Delay(id, d); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.delayed == nil {
+		s.delayed = map[uint64]bool{}
+	}
+	s.delayed[id] = d != 0
+	return nil
+}
+
+// Heal removes every cut and every delay.
+func (s *NetnsNet) Heal() error {
+	if err := s.Net.Heal(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for id, on := range s.delayed {
+		if on {
+			if err := s.Net.Delay(id, 0); err != nil {
+				return err
+			}
+			s.delayed[id] = false
+		}
+	}
+	return nil
 }
 
 func (s *NetnsNet) Dial(ctx context.Context, addr string) (net.Conn, error) {
@@ -262,6 +330,7 @@ type Cluster struct {
 
 	bin      string
 	config   string // a YAML file every node reads (--config), or ""
+	tls      string // the directory of the nodes' certificates (StartTLS), or "": --cluster-insecure
 	http     *http.Client
 	timeline *os.File
 	tmu      sync.Mutex
@@ -290,9 +359,38 @@ func StartConfig(t testing.TB, nw Network, yaml string) *Cluster {
 	return start(t, nw, Binary(t), yaml)
 }
 
+// StartTLS is Start with the links between nodes over TLS: each node
+// gets a certificate from `junction cert dev --node ID` (one development
+// CA, in TLSDir) and runs with --cluster-tls-cert, -key and -ca
+// instead of --cluster-insecure.
+func StartTLS(t testing.TB, nw Network) *Cluster {
+	t.Helper()
+	return startWith(t, nw, Binary(t), "", true)
+}
+
 func start(t testing.TB, nw Network, bin, yaml string) *Cluster {
 	t.Helper()
+	return startWith(t, nw, bin, yaml, false)
+}
+
+func startWith(t testing.TB, nw Network, bin, yaml string, withTLS bool) *Cluster {
+	t.Helper()
 	c := &Cluster{T: t, Net: nw, Nodes: map[uint64]*Node{}, Dir: t.TempDir(), bin: bin}
+	if withTLS {
+		c.tls = filepath.Join(c.Dir, "tls")
+		for id := uint64(1); id <= 3; id++ {
+			// The certificates name the hosts the nodes dial: loopback
+			// (the proxies) by default, the namespaces' addresses here.
+			args := []string{"cert", "dev", "-dir", c.tls, "-node", fmt.Sprint(id)}
+			if _, ok := nw.(*NetnsNet); ok {
+				host, _, _ := net.SplitHostPort(nw.addrs(id).Cluster)
+				args = append(args, "-hosts", host)
+			}
+			if out, err := exec.Command(bin, args...).CombinedOutput(); err != nil {
+				t.Fatalf("junction %s: %v\n%s", strings.Join(args, " "), err, out)
+			}
+		}
+	}
 	if yaml != "" {
 		c.config = filepath.Join(c.Dir, "junction.yaml")
 		if err := os.WriteFile(c.config, []byte(yaml), 0o644); err != nil {
@@ -325,6 +423,11 @@ func start(t testing.TB, nw Network, bin, yaml string) *Cluster {
 	c.watch = newWatcher(c)
 	return c
 }
+
+// TLSDir is the directory of the nodes' certificates and the CA's
+// (ca.pem, node-ID.pem, node-ID-key.pem) of a cluster from StartTLS, or
+// "".
+func (c *Cluster) TLSDir() string { return c.tls }
 
 // Event writes a line to the scenario's timeline (and the test log).
 func (c *Cluster) Event(format string, args ...any) {
@@ -394,11 +497,18 @@ func (n *Node) launch(join bool) {
 		"--stomp", n.Addrs.STOMP, "--mqtt", n.Addrs.MQTT, "--amqp", n.Addrs.AMQP, "--console", n.Addrs.Console,
 		"--ws", "", "--all", "", "--log-format", "json", "--log-level", "info", "--stomp-heart-beat-min", "0",
 		"--cluster-node-id", fmt.Sprint(n.ID), "--cluster-listen", n.Addrs.Cluster,
-		"--cluster-peers", n.c.Net.peers(n.ID, n.c.Nodes), "--cluster-insecure",
+		"--cluster-peers", n.c.Net.peers(n.ID, n.c.Nodes),
 		"--cluster-groups", fmt.Sprint(Groups), "--cluster-election-timeout", "1s",
 		// Every test client connects from one IP: the per-IP connection
 		// rate limit would throttle their failover as if one host did.
 		"--connection-rate-per-ip", "0"}
+	if n.c.tls == "" {
+		args = append(args, "--cluster-insecure")
+	} else {
+		id := fmt.Sprint(n.ID)
+		args = append(args, "--cluster-tls-cert", filepath.Join(n.c.tls, "node-"+id+".pem"),
+			"--cluster-tls-key", filepath.Join(n.c.tls, "node-"+id+"-key.pem"), "--cluster-tls-ca", filepath.Join(n.c.tls, "ca.pem"))
+	}
 	if n.c.config != "" {
 		args = append(args, "--config", n.c.config)
 	}

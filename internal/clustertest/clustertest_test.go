@@ -1,6 +1,8 @@
 package clustertest
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -9,7 +11,11 @@ import (
 	"testing"
 	"time"
 
+	gostomp "github.com/go-stomp/stomp/v3"
+
 	"github.com/junctionmq/junction/internal/ledger"
+	"github.com/junctionmq/junction/internal/netns"
+	"github.com/junctionmq/junction/internal/stompclient"
 )
 
 func TestMain(m *testing.M) {
@@ -223,7 +229,8 @@ func kill9Leader(t *testing.T, c *Cluster, r *Run, a aim) {
 	healed(t, c, r)
 }
 
-func TestClusterKill9Leader(t *testing.T) { runScenario(t, proxyNet, kill9Leader) }
+func TestClusterKill9Leader(t *testing.T)      { runScenario(t, proxyNet, kill9Leader) }
+func TestClusterNetnsKill9Leader(t *testing.T) { runScenario(t, netnsNet, kill9Leader) }
 
 // (b) cut the leader of a group off from the majority (both ways): the
 // majority elects another; the old one steps down (CheckQuorum).
@@ -320,7 +327,8 @@ func sigstopLeader(t *testing.T, c *Cluster, r *Run, a aim) {
 	healed(t, c, r)
 }
 
-func TestClusterSigstopLeader(t *testing.T) { runScenario(t, proxyNet, sigstopLeader) }
+func TestClusterSigstopLeader(t *testing.T)      { runScenario(t, proxyNet, sigstopLeader) }
+func TestClusterNetnsSigstopLeader(t *testing.T) { runScenario(t, netnsNet, sigstopLeader) }
 
 // (e) kill -9 the leader of a group, wipe its data directory, restart it
 // with --cluster-join: it catches up; then kill another node, so that
@@ -388,4 +396,92 @@ func caughtUp(t *testing.T, c *Cluster, id uint64, d time.Duration) {
 	c.Event("node %d caught up (commit %v) in %v", id, want, time.Since(start).Round(time.Millisecond))
 }
 
-func TestClusterWipedNodeRejoins(t *testing.T) { runScenario(t, proxyNet, wipedRejoins) }
+func TestClusterWipedNodeRejoins(t *testing.T)      { runScenario(t, proxyNet, wipedRejoins) }
+func TestClusterNetnsWipedNodeRejoins(t *testing.T) { runScenario(t, netnsNet, wipedRejoins) }
+
+// linkDelay is the delay of the delay scenario: a fifth of the election
+// timeout each way.
+const linkDelay = 200 * time.Millisecond
+
+// Delay: every link of the leader of a group slowed by linkDelay, under
+// load, for faultTime: confirmations slow down (a commit needs a round
+// trip to a follower) but go on, nothing confirmed is lost or invented,
+// and every duplicate is flagged.
+func delayLeader(t *testing.T, c *Cluster, r *Run, a aim) {
+	g, l := a.target()
+	probe := queueIn(g, "ct.probe")
+	c.CreateQueue(probe) // no consumer: the probes stay there
+	before := probeSend(t, c, l, probe)
+	r.Mark(func(uint64) bool { return true })
+	at := time.Now()
+	c.Event("delaying the links of node %d, leader of group %d, by %v", l, g, linkDelay)
+	if err := c.Net.Delay(l, linkDelay); err != nil {
+		t.Fatal(err)
+	}
+	// A send through the leader is confirmed once a follower has
+	// answered: at least one delayed hop.
+	if took := probeSend(t, c, l, probe); took < linkDelay {
+		t.Errorf("a confirmed send to %s through node %d took %v with its links delayed by %v (%v before)", probe, l, took, linkDelay, before)
+	} else {
+		c.Event("a confirmed send through node %d took %v delayed, %v before", l, took, before)
+	}
+	progress(t, c, r, 20, "with the leader's links delayed")
+	hold(c, at)
+	c.Event("healing")
+	if err := c.Net.Heal(); err != nil {
+		t.Fatal(err)
+	}
+	healed(t, c, r)
+}
+
+// queueIn returns the first name prefix0, prefix1, ... in group g.
+func queueIn(g uint64, prefix string) string {
+	for i := 0; ; i++ {
+		if name := fmt.Sprintf("%s%d", prefix, i); GroupOf(name) == g {
+			return name
+		}
+	}
+}
+
+// probeSend sends one durable message to queue through node id with a
+// STOMP receipt, and returns how long the receipt took.
+func probeSend(t *testing.T, c *Cluster, id uint64, queue string) time.Duration {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	nc, err := c.Net.Dial(ctx, c.Nodes[id].Addrs.STOMP)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	nc.SetDeadline(time.Now().Add(20 * time.Second))
+	sc, err := gostomp.Connect(nc, gostomp.ConnOpt.HeartBeat(0, 0), gostomp.ConnOpt.Host("/"), stompclient.Quiet)
+	if err != nil {
+		t.Fatalf("probe: STOMP connect to node %d: %v", id, err)
+	}
+	start := time.Now()
+	if err := sc.Send("/queue/"+queue, "text/plain", []byte("probe"), gostomp.SendOpt.Receipt, gostomp.SendOpt.Header("persistent", "true")); err != nil {
+		t.Fatalf("probe: send through node %d: %v", id, err)
+	}
+	took := time.Since(start)
+	sc.Disconnect()
+	return took
+}
+
+func TestClusterDelay(t *testing.T) { runScenario(t, proxyNet, delayLeader) }
+
+// TestClusterNetnsDelay skips where the kernel has no netem.
+func TestClusterNetnsDelay(t *testing.T) {
+	runScenario(t, func(t testing.TB) Network {
+		n := NewNetnsNet(t, 3)
+		if err := n.Delay(1, time.Millisecond); errors.Is(err, netns.ErrNoNetem) {
+			t.Skip(err)
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		if err := n.Heal(); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}, delayLeader)
+}

@@ -16,7 +16,8 @@
 // on the connections it dials, so this is the one-way cut it sees.
 //
 // It is for Linux only (elsewhere the package is empty). It needs root and the ip command (iproute2), plus nft or iptables;
-// Setup skips the test, with the reason, when something is missing.
+// Setup skips the test, with the reason, when something is missing, or
+// fails it when JUNCTION_REQUIRE_NETNS=1 (as CI sets it).
 // Namespaces are named jn<pid>-<random>-…: Close removes them, and New
 // first removes those left by processes that no longer exist (a test
 // binary killed mid-run).

@@ -97,14 +97,41 @@ const (
 	cutOneWay                // no connection from the first to the second
 )
 
-// Setup builds a Net for nodes ids for test t, skipping t when this
-// machine cannot; Close runs at cleanup, also when t fails. fw chooses
-// the firewall ("" for the preferred one).
-func Setup(t testing.TB, fw Firewall, ids ...uint64) *Net {
+// RequireEnv is the environment variable that makes namespaces a must:
+// with RequireEnv=1, Setup and SkipUnavailable fail the test where they
+// would skip it (CI, which runs as root, sets it so that a test of real
+// partitions cannot pass by not running).
+const RequireEnv = "JUNCTION_REQUIRE_NETNS"
+
+// Required reports whether RequireEnv=1.
+func Required() bool { return os.Getenv(RequireEnv) == "1" }
+
+// SkipUnavailable skips t when namespaces cannot be built here (err is
+// Available's), or fails it when they are Required.
+func SkipUnavailable(t testing.TB) {
 	t.Helper()
 	if _, err := Available(); err != nil {
-		t.Skip(err)
+		unavailable(t, err)
 	}
+}
+
+// unavailable skips t with err, or fails it when namespaces are Required.
+func unavailable(t testing.TB, err error) {
+	t.Helper()
+	if Required() {
+		t.Fatalf("%v (%s=1: network namespaces are required)", err, RequireEnv)
+		return
+	}
+	t.Skip(err)
+}
+
+// Setup builds a Net for nodes ids for test t, skipping t when this
+// machine cannot (failing it instead when RequireEnv=1); Close runs at
+// cleanup, also when t fails. fw chooses the firewall ("" for the
+// preferred one).
+func Setup(t testing.TB, fw Firewall, ids ...uint64) *Net {
+	t.Helper()
+	SkipUnavailable(t)
 	n, err := New(fw, ids...)
 	if err != nil {
 		t.Fatal(err)

@@ -4,6 +4,7 @@ package netns
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -104,9 +105,7 @@ func expect(t *testing.T, n *Net, from, to uint64, want bool) {
 }
 
 func eachFirewall(t *testing.T, f func(t *testing.T, fw Firewall)) {
-	if _, err := Available(); err != nil {
-		t.Skip(err)
-	}
+	SkipUnavailable(t)
 	for _, fw := range Firewalls() {
 		t.Run(string(fw), func(t *testing.T) { f(t, fw) })
 	}
@@ -267,9 +266,7 @@ func namespaces(t *testing.T, prefix string) []string {
 }
 
 func TestCloseAndSweepLeaveNothing(t *testing.T) {
-	if _, err := Available(); err != nil {
-		t.Skip(err)
-	}
+	SkipUnavailable(t)
 	links := func() string {
 		out, err := exec.Command("ip", "-o", "link").Output()
 		if err != nil {
@@ -321,5 +318,37 @@ func TestCloseAndSweepLeaveNothing(t *testing.T) {
 	}
 	if got := namespaces(t, live); len(got) != 1 {
 		t.Errorf("Sweep removed a live run's namespace")
+	}
+}
+
+// recorder is a testing.TB that records Skip and Fatal instead of
+// ending the goroutine.
+type recorder struct {
+	testing.TB
+	skipped, failed string
+}
+
+func (r *recorder) Helper()                   {}
+func (r *recorder) Skip(args ...any)          { r.skipped = fmt.Sprint(args...) }
+func (r *recorder) Fatalf(f string, a ...any) { r.failed = fmt.Sprintf(f, a...) }
+
+// TestRequired: without JUNCTION_REQUIRE_NETNS=1 a machine without
+// namespaces skips the test; with it, the test fails, so that CI cannot
+// pass with its partition tests unrun.
+func TestRequired(t *testing.T) {
+	err := fmt.Errorf("%w: not root", ErrUnavailable)
+	for _, c := range []struct {
+		env        string
+		skip, fail bool
+	}{{"", true, false}, {"0", true, false}, {"1", false, true}} {
+		t.Setenv(RequireEnv, c.env)
+		r := &recorder{TB: t}
+		unavailable(r, err)
+		if (r.skipped != "") != c.skip || (r.failed != "") != c.fail {
+			t.Errorf("%s=%q: skipped %q, failed %q; want skip %v, fail %v", RequireEnv, c.env, r.skipped, r.failed, c.skip, c.fail)
+		}
+		if c.fail && !strings.Contains(r.failed, "not root") {
+			t.Errorf("the failure %q does not say why", r.failed)
+		}
 	}
 }
