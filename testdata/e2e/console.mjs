@@ -8,7 +8,8 @@
 // applies a ring-size written to CONFIG_FILE (the broker's --config),
 // and a ring of 2 given 3 messages shows 1 dropped; the Events view
 // shows the address added and the ring's drop; a scheduled message's
-// cancel button in the message browser removes it. Screenshots of the
+// cancel button in the message browser removes it, and a repeating
+// message's removes its job. Screenshots of the
 // overview, queues, addresses, events and settings views are saved.
 //
 // usage: node console.mjs http://127.0.0.1:8161 QUEUE DEPTH OUT_DIR CONFIG_FILE
@@ -166,6 +167,19 @@ try {
   const sq = await page.evaluate(async () => (await fetch("/api/v1/queues/e2e.sched")).json());
   if (sq.depth !== 0 || sq.scheduled !== 0) throw new Error(`after cancel e2e.sched has depth ${sq.depth}, scheduled ${sq.scheduled}, want 0 and 0`);
   console.log(`console: cancelled scheduled message ${schedID} with its button, e2e.sched empty`);
+
+  // A repeating message (AMQ_SCHEDULED_REPEAT) is a job the browser
+  // lists above the messages, with its own cancel button.
+  await sendForm("e2e.sched", { AMQ_SCHEDULED_DELAY: 600000, AMQ_SCHEDULED_PERIOD: 600000, AMQ_SCHEDULED_REPEAT: 3 }, "every 10 minutes");
+  await page.click('a[data-view="queues"]');
+  await page.locator('[data-queue="e2e.sched"] .browse').click();
+  const job = page.locator("#browse-jobs [data-scheduled]");
+  await job.locator("button.cancel-scheduled").click({ timeout: 15000 });
+  await page.click("#confirm-ok");
+  await job.waitFor({ state: "detached", timeout: 15000 });
+  const jobs = await page.evaluate(async () => (await fetch("/api/v1/scheduled")).json());
+  if (jobs.total !== 0) throw new Error(`after cancel ${jobs.total} repeating messages remain: ${JSON.stringify(jobs.jobs)}`);
+  console.log("console: cancelled a repeating message with its button, no job left");
   ok = true;
 } catch (e) {
   console.log("console e2e FAILED:", e.message);
