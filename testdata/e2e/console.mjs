@@ -31,7 +31,16 @@ const browser = await chromium.launch({
 let ok = false;
 try {
   const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
-  page.on("pageerror", e => console.log("page error:", e.message));
+  // A script error, or anything the page's Content-Security-Policy
+  // refused, fails the test.
+  const pageErrors = [];
+  page.on("pageerror", e => { console.log("page error:", e.message); pageErrors.push(e.message); });
+  page.on("console", m => {
+    if (m.type() === "error" && /Content.Security.Policy/i.test(m.text())) {
+      console.log("CSP violation:", m.text());
+      pageErrors.push(m.text());
+    }
+  });
   await page.goto(consoleURL);
   await page.waitForTimeout(2500); // let the overview chart gather a few points
   await page.screenshot({ path: path.join(out, "console-overview.png"), fullPage: true });
@@ -180,6 +189,7 @@ try {
   const jobs = await page.evaluate(async () => (await fetch("/api/v1/scheduled")).json());
   if (jobs.total !== 0) throw new Error(`after cancel ${jobs.total} repeating messages remain: ${JSON.stringify(jobs.jobs)}`);
   console.log("console: cancelled a repeating message with its button, no job left");
+  if (pageErrors.length) throw new Error(`${pageErrors.length} script errors or CSP violations: ${pageErrors.join("; ")}`);
   ok = true;
 } catch (e) {
   console.log("console e2e FAILED:", e.message);
