@@ -88,8 +88,12 @@ bench-stomp: build ## STOMP end to end over loopback, side by side with ActiveMQ
 # Browser end to end: a page with stompjs, MQTT.js and rhea (bundled
 # from testdata/e2e/node_modules, no CDN) in headless Chromium talks to a
 # fresh broker over WebSockets, on the WebSocket port and on the one
-# port; each client must receive what the two others sent. Needs node,
-# npm and Debian's chromium (.ci/run installs them).
+# port; each client must receive what the two others sent. Then the web
+# console (testdata/e2e/console.mjs): queue depth and purge, the send
+# form, replaced and dropped counts, the Addresses view's duplicates, the
+# Events view, the Settings view's Reload (of the --config file written
+# here, which the test rewrites) and a scheduled message's cancel. Needs
+# node, npm and Debian's chromium (.ci/run installs them).
 E2E_WS      ?= 127.0.0.1:61695
 E2E_ALL     ?= 127.0.0.1:61696
 E2E_CONSOLE ?= 127.0.0.1:61697
@@ -98,13 +102,14 @@ E2E_OUT     ?= testdata/e2e
 e2e: build ## browser tests: clients over WebSockets, and the web console, in headless Chromium
 	@cd testdata/e2e && { [ -d node_modules ] || npm ci --no-audit --no-fund; }
 	@dir=$$(mktemp -d); \
-	./bin/junction --data-dir $$dir/data --stomp $(E2E_STOMP) --mqtt '' --amqp '' --ws $(E2E_WS) --all $(E2E_ALL) --console $(E2E_CONSOLE) --log-level warn & pid=$$!; \
+	printf 'config-watch-interval: 0s # the console test reloads with its button\n' >$$dir/junction.yaml; \
+	./bin/junction --config $$dir/junction.yaml --data-dir $$dir/data --stomp $(E2E_STOMP) --mqtt '' --amqp '' --ws $(E2E_WS) --all $(E2E_ALL) --console $(E2E_CONSOLE) --log-level warn & pid=$$!; \
 	trap 'kill $$pid 2>/dev/null; rm -rf '"$$dir" EXIT; \
 	for i in $$(seq 50); do (exec 3<>/dev/tcp/$${E2E_CONSOLE%:*}/$${E2E_CONSOLE#*:}) 2>/dev/null && break; sleep 0.1; done; \
 	node testdata/e2e/run.mjs ws://$(E2E_WS) $(E2E_OUT)/e2e-ws-port.png && \
 	node testdata/e2e/run.mjs ws://$(E2E_ALL) $(E2E_OUT)/e2e-one-port.png && \
 	for i in 1 2 3; do ./bin/junction send --stomp $(E2E_STOMP) --to /queue/e2e.console --body "message $$i" --persistent || exit 1; done && \
-	node testdata/e2e/console.mjs http://$(E2E_CONSOLE)/ e2e.console 3 $(E2E_OUT)
+	node testdata/e2e/console.mjs http://$(E2E_CONSOLE)/ e2e.console 3 $(E2E_OUT) $$dir/junction.yaml
 
 # Cross-language interop: Qpid Proton, stomp.py, paho-mqtt (Debian's
 # python3 packages), mosquitto_pub/sub, and rhea, MQTT.js, stompjs (Node,

@@ -554,6 +554,7 @@ var queueSorts = map[string]func(a, b *core.QueueStats) int{
 	"expired":      func(a, b *core.QueueStats) int { return cmp.Compare(a.Expired, b.Expired) },
 	"deadLettered": func(a, b *core.QueueStats) int { return cmp.Compare(a.DeadLettered, b.DeadLettered) },
 	"dropped":      func(a, b *core.QueueStats) int { return cmp.Compare(a.Dropped, b.Dropped) },
+	"replaced":     func(a, b *core.QueueStats) int { return cmp.Compare(a.Replaced, b.Replaced) },
 	"paged":        func(a, b *core.QueueStats) int { return cmp.Compare(a.Paged, b.Paged) },
 	"bytes":        func(a, b *core.QueueStats) int { return cmp.Compare(a.Bytes, b.Bytes) },
 	"durable": func(a, b *core.QueueStats) int {

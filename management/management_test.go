@@ -677,12 +677,12 @@ func TestConsoleFiles(t *testing.T) {
 	// The hooks a browser test relies on.
 	_, js, _ := e.Raw("GET", "/app.js", nil)
 	_, html, _ := e.Raw("GET", "/", nil)
-	for _, s := range []string{`"depth num"`, `class: "purge"`, `"confirm-ok"`} {
+	for _, s := range []string{`"depth num"`, `"replaced num"`, `"dropped num"`, `"duplicates num"`, `class: "purge"`, `"confirm-ok"`} {
 		if !bytes.Contains(js, []byte(s)) {
 			t.Errorf("app.js lacks %s", s)
 		}
 	}
-	for _, s := range []string{`id="queues-table"`, `id="confirm-ok"`, `id="rate-chart"`, `id="send-form"`, `id="connections-table"`} {
+	for _, s := range []string{`id="queues-table"`, `id="confirm-ok"`, `id="rate-chart"`, `id="send-form"`, `id="connections-table"`, `id="addresses-table"`} {
 		if !bytes.Contains(html, []byte(s)) {
 			t.Errorf("index.html lacks %s", s)
 		}

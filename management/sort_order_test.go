@@ -69,3 +69,27 @@ func TestQueuesSortOldestMessageEmptyLast(t *testing.T) {
 		}
 	}
 }
+
+// The console's Replaced column sorts by the queues' last-value
+// replacements (_AMQ_LVQ_NAME).
+func TestQueuesSortByReplaced(t *testing.T) {
+	e := newEnv(t)
+	s := e.Session(core.SessionOptions{})
+	for i, name := range []string{"one", "two", "three"} {
+		for range i + 1 {
+			e.Send(s, name, []byte("x"), map[string]any{core.PropLastValue: "k"})
+		}
+	}
+	for q, want := range map[string][]string{"sort=replaced": {"one", "two", "three"}, "sort=-replaced": {"three", "two", "one"}} {
+		out := e.Want(200, "GET", "/api/v1/queues?"+q, nil)
+		var got []string
+		var replaced []float64
+		for _, x := range out["queues"].([]any) {
+			got = append(got, x.(map[string]any)["name"].(string))
+			replaced = append(replaced, x.(map[string]any)["replaced"].(float64))
+		}
+		if len(got) != 3 || got[0] != want[0] || got[1] != want[1] || got[2] != want[2] {
+			t.Errorf("%s: %v (replaced %v), want %v", q, got, replaced, want)
+		}
+	}
+}

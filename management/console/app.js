@@ -8,10 +8,12 @@ const POLL_MS = 2000;
 const HISTORY = 150; // samples kept for the rate chart: 5 minutes at 2 s
 const QUEUE_PAGE = 50;
 const BROWSE_PAGE = 50;
+const ADDRESS_ROWS = 200; // addresses shown at most; the filter finds the others
 
 const state = {
   view: "overview",
   queues: { offset: 0, sort: "name", desc: false, filter: "", total: 0 },
+  addresses: { filter: "" },
   browse: { queue: "", offset: 0, total: 0 },
   samples: [], // {t, enq, deq}
   busy: false,
@@ -137,6 +139,7 @@ async function refresh() {
     sample(queues.totals);
     renderOverview(broker, queues.totals);
     if (state.view === "queues") renderQueues(queues);
+    else if (state.view === "addresses") renderAddresses(await api("GET", "/addresses?filter=" + enc(state.addresses.filter)));
     else if (state.view === "connections") renderConnections(await api("GET", "/connections"));
     else if (state.view === "events") renderEvents(await api("GET", "/events?limit=200"));
     else if (state.view === "settings") renderSettings(await api("GET", "/config").catch((e) => e), await api("GET", "/diverts"));
@@ -235,7 +238,8 @@ function queueCells(tr, q) {
     ["depth num", fmtNum(q.depth)], ["inflight num", fmtNum(q.inFlight)], ["paged num", fmtNum(q.paged || 0)],
     ["scheduled num", fmtNum(q.scheduled || 0)],
     ["consumers num", fmtNum(q.consumers)],
-    ["enqueued num", fmtNum(q.enqueued)], ["dequeued num", fmtNum(q.dequeued)], ["oldest", fmtAge(q.oldestMessage)],
+    ["enqueued num", fmtNum(q.enqueued)], ["dequeued num", fmtNum(q.dequeued)],
+    ["replaced num", fmtNum(q.replaced || 0)], ["dropped num", fmtNum(q.dropped || 0)], ["oldest", fmtAge(q.oldestMessage)],
   ];
   if (!tr.cells.length) {
     for (const [cls] of cells) tr.append(el("td", { class: cls }));
@@ -301,6 +305,28 @@ async function queueAction(name, action) {
     notice(e.message, true);
   }
   refresh();
+}
+
+// ---- addresses ----
+
+function routingOf(a) {
+  const r = [a.anycast ? "anycast" : "", a.multicast ? "multicast" : ""].filter(Boolean).join(", ") || "none";
+  return a.temporary ? r + ", temporary" : r;
+}
+
+// renderAddresses lists the addresses (sorted by name by the API), each
+// row tr[data-address=NAME] with its duplicate count in td.duplicates.
+function renderAddresses(page) {
+  const shown = page.addresses.slice(0, ADDRESS_ROWS);
+  $("address-count").textContent = fmtNum(page.total) + " addresses" +
+    (page.total > shown.length ? ", first " + fmtNum(shown.length) + " shown: filter to find the others" : "");
+  const body = $("addresses-table").tBodies[0];
+  body.replaceChildren(...shown.map((a) => el("tr", { "data-address": a.name },
+    el("td", { class: "name", text: a.name }), el("td", { class: "routing", text: routingOf(a) }),
+    el("td", { class: "queues num", text: fmtNum(a.queues.length), title: a.queues.join(", ") }),
+    el("td", { class: "routed num", text: fmtNum(a.routed) }), el("td", { class: "unrouted num", text: fmtNum(a.unrouted) }),
+    el("td", { class: "duplicates num", text: fmtNum(a.duplicates || 0) }))));
+  if (!shown.length) body.append(el("tr", {}, el("td", { text: "no addresses", colSpan: 6 })));
 }
 
 // ---- browse ----
@@ -431,6 +457,11 @@ function init() {
   $("queue-filter").addEventListener("input", (e) => {
     clearTimeout(filterTimer);
     filterTimer = setTimeout(() => { state.queues.filter = e.target.value; state.queues.offset = 0; refresh(); }, 250);
+  });
+  let addressTimer = 0;
+  $("address-filter").addEventListener("input", (e) => {
+    clearTimeout(addressTimer);
+    addressTimer = setTimeout(() => { state.addresses.filter = e.target.value; refresh(); }, 250);
   });
   $("queue-prev").addEventListener("click", () => { state.queues.offset = Math.max(0, state.queues.offset - QUEUE_PAGE); refresh(); });
   $("queue-next").addEventListener("click", () => { state.queues.offset += QUEUE_PAGE; refresh(); });
