@@ -25,7 +25,7 @@ race: ## run every test under the race detector
 crash-test: ## kill -9 the broker under durable load ROUNDS times, restart, count lost/unexpected/corrupt
 	JUNCTION_CRASH_ROUNDS=$(ROUNDS) $(GO) test -count=1 -run '^TestCrashKill9(MQTT|AMQP|Paging|Duplicates|RepeatingMessage|Large|PagingLarge)?$$' -v -timeout 60m ./cmd/junction/
 
-ha-test: ## two brokers on one data directory: kill -9 the live one under STOMP, MQTT and AMQP load ROUNDS times, count lost/unexpected/corrupt/unflagged; SIGSTOP; lost lock
+ha-test: ## two brokers on one data directory: kill -9 the live one under STOMP, MQTT and AMQP load ROUNDS times, count lost/unexpected/corrupt/unflagged; SIGSTOP; lost lock; MQTT DUP and a paging queue at a takeover
 	JUNCTION_HA_ROUNDS=$(ROUNDS) $(GO) test -count=1 -run '^TestHA' -v -timeout 60m ./cmd/junction/
 
 # Three junction processes per scenario, behind fault proxies (and in
