@@ -42,6 +42,7 @@ type connsConfig struct {
 	clients               int
 	duration, warmup      time.Duration
 	settle, dialTimeout   time.Duration
+	openTimeout           time.Duration // idle: bound of opening all; 0: 30 s + 1 ms per connection
 	asJSON                bool
 	goodbye               bool
 }
@@ -65,6 +66,7 @@ func parseConnsFlags(args []string, stderr io.Writer) (*connsConfig, error) {
 	fs.DurationVar(&c.warmup, "warmup", 2*time.Second, "connect: time before measuring")
 	fs.DurationVar(&c.settle, "settle", 2*time.Second, "idle: wait before reading the broker's memory")
 	fs.DurationVar(&c.dialTimeout, "dial-timeout", 10*time.Second, "bound of one dial and handshake")
+	fs.DurationVar(&c.openTimeout, "open-timeout", 0, "idle: bound of opening all -conns (0: 30s plus 1ms per connection; a broker that accepts slowly needs more)")
 	fs.BoolVar(&c.asJSON, "json", false, "print the result as JSON")
 	fs.BoolVar(&c.goodbye, "goodbye", true, "idle: say goodbye (STOMP DISCONNECT, AMQP close) before closing a connection")
 	if err := fs.Parse(args); err != nil {
@@ -359,7 +361,11 @@ func connsIdle(ctx context.Context, cfg *connsConfig) (*connsResult, error) {
 	}
 	defer closeAll()
 	openAll := func(round string) error {
-		deadline := time.Now().Add(30*time.Second + time.Duration(len(conns))*time.Millisecond)
+		bound := cfg.openTimeout
+		if bound <= 0 {
+			bound = 30*time.Second + time.Duration(len(conns))*time.Millisecond
+		}
+		deadline := time.Now().Add(bound)
 		var opened atomic.Int64
 		err := parallel(len(conns), cfg.conc, deadline, func(i int) error {
 			if ctx.Err() != nil {
