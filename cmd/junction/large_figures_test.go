@@ -123,7 +123,6 @@ func median(v []float64) float64 {
 	return s[len(s)/2]
 }
 
-// procKiB reads a field (VmRSS, VmHWM) of /proc/pid/status, in KiB.
 // rssPeak runs fn and returns the broker's resident memory before it
 // (after half a second of quiet) and its peak while it ran, in KiB: the
 // larger of VmRSS sampled every 10 ms and VmHWM.
@@ -196,6 +195,7 @@ func TestLargeMessagesStayOutOfMemory(t *testing.T) {
 	}
 }
 
+// procKiB reads a field (VmRSS, VmHWM) of /proc/pid/status, in KiB.
 func procKiB(t *testing.T, pid int, field string) int64 {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {

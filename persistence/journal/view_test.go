@@ -6,6 +6,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/junctionmq/junction/persistence/fs"
 )
@@ -78,6 +79,14 @@ func TestOpenReadsOnlyWrittenRecords(t *testing.T) {
 			delete(m.live, id)
 			written += recHeaderSize
 		}
+	}
+	// The ready files are made in the background: wait for them, so that
+	// the reopen below has files that hold no records to read.
+	for deadline := time.Now().Add(10 * time.Second); j.Stats().ReadyFiles < cfg.MinFiles; {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d ready files after 10 s, want %d", j.Stats().ReadyFiles, cfg.MinFiles)
+		}
+		time.Sleep(time.Millisecond)
 	}
 	if err := j.Close(); err != nil {
 		t.Fatal(err)
