@@ -56,6 +56,16 @@ def readyz(port):
         return None, ""
 
 
+def ha_status(port):
+    """The ha section's status of /api/v1/broker: whom a backup waits for
+    (its /readyz says only its role)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/broker", timeout=2) as r:
+            return json.loads(r.read().decode()).get("ha", {}).get("status", "")
+    except (OSError, ValueError):
+        return ""
+
+
 def wait_for(what, cond, timeout=30):
     deadline = time.time() + timeout
     while time.time() < deadline:
@@ -94,7 +104,8 @@ try:
     brokers.append(start(0))
     wait_for("broker 0 live", lambda: readyz(ports[0]["console"])[0] == 200)
     brokers.append(start(1))
-    wait_for("broker 1 a backup", lambda: readyz(ports[1]["console"])[1].startswith("backup, waiting for the store lock"))
+    wait_for("broker 1 a backup", lambda: readyz(ports[1]["console"]) == (503, "not ready: backup\n")
+             and ha_status(ports[1]["console"]).startswith("backup, waiting for the store lock"))
     # The backup first: the client must skip it.
     addrs = ",".join(f"127.0.0.1:{ports[i][PROTO]}" for i in (1, 0))
     dest = f"failover.{client}.{os.getpid()}"
